@@ -1,0 +1,218 @@
+#include "common/job_spec.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace mpilearn {
+namespace {
+
+absl::Status RangeError(absl::string_view field, absl::string_view range,
+                        double got) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " must be ", range, ", got ", got));
+}
+
+// Checks lo <= value <= hi for integers.
+absl::Status CheckIntRange(absl::string_view field, int64_t value, int64_t lo,
+                           int64_t hi) {
+  if (value < lo || value > hi) {
+    return RangeError(field, absl::StrCat("in [", lo, ", ", hi, "]"),
+                      static_cast<double>(value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeModel(v1::ModelSpec* model) {
+  if (model->name().empty()) model->set_name("mlp");
+  if (model->name() != "mlp" && model->name() != "cnn") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.name: unknown model '", model->name(),
+                     "'; built-in models are 'mlp' and 'cnn'"));
+  }
+  if (model->name() == "mlp") {
+    if (model->hidden().empty()) {
+      model->add_hidden(256);
+      model->add_hidden(128);
+    }
+    for (int i = 0; i < model->hidden_size(); ++i) {
+      MPILEARN_RETURN_IF_ERROR(CheckIntRange(absl::StrCat("model.hidden[", i, "]"),
+                                             model->hidden(i), 1, 1 << 20));
+    }
+  } else {
+    if (model->channels().empty()) {
+      model->add_channels(32);
+      model->add_channels(64);
+    }
+    if (model->channels_size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.channels must list 2 values (one per conv layer), got ",
+          model->channels_size()));
+    }
+    for (int i = 0; i < model->channels_size(); ++i) {
+      MPILEARN_RETURN_IF_ERROR(CheckIntRange(
+          absl::StrCat("model.channels[", i, "]"), model->channels(i), 1, 4096));
+    }
+    if (!model->has_dense()) model->set_dense(128);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckIntRange("model.dense", model->dense(), 1, 1 << 20));
+  }
+  if (!model->has_dropout()) model->set_dropout(0.0);
+  if (!(model->dropout() >= 0.0 && model->dropout() < 1.0)) {
+    return RangeError("model.dropout", "in [0, 1)", model->dropout());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeData(v1::DataSpec* data) {
+  if (data->train_images().empty() || data->train_labels().empty()) {
+    return absl::InvalidArgumentError(
+        "data.train_images and data.train_labels are required (gzip'd IDX "
+        "files, e.g. /usr/share/datasets/fashion-mnist/"
+        "train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz)");
+  }
+  if (data->validation_images().empty() != data->validation_labels().empty()) {
+    return absl::InvalidArgumentError(
+        "data.validation_images and data.validation_labels must be given "
+        "together (or both left out to hold out data.validation_count "
+        "training samples)");
+  }
+  if (data->test_images().empty() != data->test_labels().empty()) {
+    return absl::InvalidArgumentError(
+        "data.test_images and data.test_labels must be given together");
+  }
+  if (!data->has_train_limit()) data->set_train_limit(0);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckIntRange("data.train_limit", data->train_limit(), 0, int64_t{1} << 40));
+  if (!data->has_validation_count()) {
+    data->set_validation_count(data->validation_images().empty() ? 5000 : 0);
+  }
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("data.validation_count",
+                                         data->validation_count(), 0,
+                                         int64_t{1} << 40));
+  if (!data->has_test_limit()) data->set_test_limit(0);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckIntRange("data.test_limit", data->test_limit(), 0, int64_t{1} << 40));
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositiveFinite(absl::string_view field, double value) {
+  if (!(std::isfinite(value) && value > 0.0)) {
+    return RangeError(field, "a finite number > 0", value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeOptimizer(v1::OptimizerSpec* opt) {
+  if (opt->name().empty()) opt->set_name("adam");
+  const bool adam = opt->name() == "adam";
+  if (!adam && opt->name() != "sgd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.name: unknown optimizer '", opt->name(),
+                     "'; available: 'adam', 'sgd'"));
+  }
+  if (!opt->has_learning_rate()) opt->set_learning_rate(adam ? 1e-3 : 1e-2);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckPositiveFinite("optimizer.learning_rate", opt->learning_rate()));
+  if (!opt->has_weight_decay()) opt->set_weight_decay(0.0);
+  if (!(std::isfinite(opt->weight_decay()) && opt->weight_decay() >= 0.0)) {
+    return RangeError("optimizer.weight_decay", "a finite number >= 0",
+                      opt->weight_decay());
+  }
+  if (adam) {
+    if (!opt->has_beta1()) opt->set_beta1(0.9);
+    if (!opt->has_beta2()) opt->set_beta2(0.999);
+    if (!opt->has_epsilon()) opt->set_epsilon(1e-8);
+    if (!(opt->beta1() >= 0.0 && opt->beta1() < 1.0)) {
+      return RangeError("optimizer.beta1", "in [0, 1)", opt->beta1());
+    }
+    if (!(opt->beta2() >= 0.0 && opt->beta2() < 1.0)) {
+      return RangeError("optimizer.beta2", "in [0, 1)", opt->beta2());
+    }
+    MPILEARN_RETURN_IF_ERROR(
+        CheckPositiveFinite("optimizer.epsilon", opt->epsilon()));
+  } else {
+    if (!opt->has_momentum()) opt->set_momentum(0.0);
+    if (!opt->has_nesterov()) opt->set_nesterov(false);
+    if (!(opt->momentum() >= 0.0 && opt->momentum() < 1.0)) {
+      return RangeError("optimizer.momentum", "in [0, 1)", opt->momentum());
+    }
+    if (opt->nesterov() && opt->momentum() == 0.0) {
+      return absl::InvalidArgumentError(
+          "optimizer.nesterov needs optimizer.momentum > 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
+  MPILEARN_RETURN_IF_ERROR(NormalizeModel(spec->mutable_model()));
+  MPILEARN_RETURN_IF_ERROR(NormalizeData(spec->mutable_data()));
+  MPILEARN_RETURN_IF_ERROR(NormalizeOptimizer(spec->mutable_optimizer()));
+  if (spec->algorithm().empty()) spec->set_algorithm("downpour");
+  if (spec->algorithm() != "downpour" && spec->algorithm() != "sync") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("algorithm: unknown algorithm '", spec->algorithm(),
+                     "'; available: 'downpour', 'sync'"));
+  }
+  if (!spec->has_epochs()) spec->set_epochs(5);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("epochs", spec->epochs(), 1, 100000));
+  if (!spec->has_batch_size()) spec->set_batch_size(64);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckIntRange("batch_size", spec->batch_size(), 1, 1 << 20));
+  if (!spec->has_sync_every()) spec->set_sync_every(1);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckIntRange("sync_every", spec->sync_every(), 1, 1 << 20));
+  if (!spec->has_seed()) spec->set_seed(1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json) {
+  v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status =
+      google::protobuf::util::JsonStringToMessage(std::string(json), &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec is not valid JSON for JobSpec: ",
+                     std::string(status.message()),
+                     " (see docs/protocol.md for the fields)"));
+  }
+  MPILEARN_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read job spec '", path, "'"));
+  }
+  std::stringstream contents;
+  contents << in.rdbuf();
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(contents.str());
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(),
+                        absl::StrCat(path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+std::string JobSpecToJson(const v1::JobSpec& spec) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &json, options);
+  return json;
+}
+
+}  // namespace mpilearn

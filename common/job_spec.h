@@ -1,0 +1,37 @@
+// The job spec: parsing from JSON, defaults, and validation.
+//
+//   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(file_contents);
+//   if (!spec.ok()) { /* message names the field, e.g. "optimizer.beta1 ..." */ }
+//
+// Every path that accepts a spec (the master's SubmitJob, mpilearnctl, the
+// worker's --job) calls NormalizeJobSpec, so a spec is checked the same way
+// wherever it enters, and the master stores it with every default explicit.
+#ifndef MPILEARN_COMMON_JOB_SPEC_H_
+#define MPILEARN_COMMON_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/mpilearn.pb.h"
+
+namespace mpilearn {
+
+// Parses JSON in protobuf's JSON mapping (field names as in the .proto or
+// lowerCamelCase). Unknown fields are rejected. The result is normalized.
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json);
+
+// Reads and parses a spec file; errors name the file.
+absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
+
+// Fills in defaults for every field left out and checks ranges. Errors are
+// InvalidArgument and name the field ("epochs must be in [1, 100000], got 0").
+absl::Status NormalizeJobSpec(v1::JobSpec* spec);
+
+// Pretty JSON of a spec, with field names as in the .proto.
+std::string JobSpecToJson(const v1::JobSpec& spec);
+
+}  // namespace mpilearn
+
+#endif  // MPILEARN_COMMON_JOB_SPEC_H_

@@ -1,0 +1,129 @@
+#include "common/job_spec.h"
+
+#include "gtest/gtest.h"
+
+namespace mpilearn {
+namespace {
+
+constexpr char kMinimal[] = R"({
+  "data": {"train_images": "train-images.gz", "train_labels": "train-labels.gz"}
+})";
+
+TEST(JobSpecTest, MinimalSpecGetsDefaults) {
+  auto spec = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().name(), "mlp");
+  EXPECT_EQ(spec->model().hidden_size(), 2);
+  EXPECT_EQ(spec->optimizer().name(), "adam");
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 1e-3);
+  EXPECT_DOUBLE_EQ(spec->optimizer().beta2(), 0.999);
+  EXPECT_EQ(spec->algorithm(), "downpour");
+  EXPECT_EQ(spec->epochs(), 5);
+  EXPECT_EQ(spec->batch_size(), 64);
+  EXPECT_EQ(spec->sync_every(), 1);
+  EXPECT_EQ(spec->seed(), 1u);
+  EXPECT_EQ(spec->data().validation_count(), 5000);
+}
+
+TEST(JobSpecTest, FullSpecKeepsValuesAndAcceptsCamelCase) {
+  auto spec = ParseJobSpecJson(R"({
+    "name": "cnn-run",
+    "model": {"name": "cnn", "channels": [8, 16], "dense": 32, "dropout": 0.25},
+    "data": {"trainImages": "a", "trainLabels": "b", "train_limit": 1000,
+             "validation_count": 100},
+    "optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9,
+                  "nesterov": true},
+    "algorithm": "sync", "epochs": 2, "batch_size": 32, "sync_every": 4,
+    "seed": 7
+  })");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().channels(1), 16);
+  EXPECT_EQ(spec->model().dense(), 32);
+  EXPECT_EQ(spec->data().train_images(), "a");
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+  EXPECT_TRUE(spec->optimizer().nesterov());
+  EXPECT_EQ(spec->algorithm(), "sync");
+  EXPECT_EQ(spec->sync_every(), 4);
+  EXPECT_EQ(spec->seed(), 7u);
+}
+
+TEST(JobSpecTest, ToJsonRoundTrips) {
+  auto spec = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(spec.ok());
+  auto again = ParseJobSpecJson(JobSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->SerializeAsString(), spec->SerializeAsString());
+}
+
+struct Rejection {
+  const char* json;
+  const char* must_mention;
+};
+
+class JobSpecRejectionTest : public ::testing::TestWithParam<Rejection> {};
+
+TEST_P(JobSpecRejectionTest, RejectsWithFieldName) {
+  auto spec = ParseJobSpecJson(GetParam().json);
+  ASSERT_FALSE(spec.ok()) << GetParam().json;
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find(GetParam().must_mention),
+            std::string::npos)
+      << spec.status();
+}
+
+#define DATA R"("data": {"train_images": "a", "train_labels": "b"})"
+
+INSTANTIATE_TEST_SUITE_P(
+    AllRejections, JobSpecRejectionTest,
+    ::testing::Values(
+        Rejection{"{not json", "not valid JSON"},
+        Rejection{R"({"epochz": 3, )" DATA "}", "epochz"},
+        Rejection{R"({"model": {"name": "resnet"}, )" DATA "}", "model.name"},
+        Rejection{R"({"model": {"hidden": [10, 0]}, )" DATA "}",
+                  "model.hidden[1]"},
+        Rejection{R"({"model": {"name": "cnn", "channels": [8]}, )" DATA "}",
+                  "model.channels"},
+        Rejection{R"({"model": {"dropout": 1.0}, )" DATA "}", "model.dropout"},
+        Rejection{R"({"data": {"train_images": "a"}})", "data.train_labels"},
+        Rejection{R"({"data": {"train_images": "a", "train_labels": "b",
+                      "validation_images": "c"}})",
+                  "data.validation_labels"},
+        Rejection{R"({"data": {"train_images": "a", "train_labels": "b",
+                      "test_labels": "c"}})",
+                  "data.test_images"},
+        Rejection{R"({"data": {"train_images": "a", "train_labels": "b",
+                      "train_limit": -5}})",
+                  "data.train_limit"},
+        Rejection{R"({"optimizer": {"name": "lbfgs"}, )" DATA "}",
+                  "optimizer.name"},
+        Rejection{R"({"optimizer": {"learning_rate": -1}, )" DATA "}",
+                  "optimizer.learning_rate"},
+        Rejection{R"({"optimizer": {"learning_rate": 0}, )" DATA "}",
+                  "optimizer.learning_rate"},
+        Rejection{R"({"optimizer": {"beta1": 1.5}, )" DATA "}",
+                  "optimizer.beta1"},
+        Rejection{R"({"optimizer": {"beta2": -0.1}, )" DATA "}",
+                  "optimizer.beta2"},
+        Rejection{R"({"optimizer": {"epsilon": 0}, )" DATA "}",
+                  "optimizer.epsilon"},
+        Rejection{R"({"optimizer": {"weight_decay": -1}, )" DATA "}",
+                  "optimizer.weight_decay"},
+        Rejection{R"({"optimizer": {"name": "sgd", "momentum": 1.0}, )" DATA "}",
+                  "optimizer.momentum"},
+        Rejection{R"({"optimizer": {"name": "sgd", "nesterov": true}, )" DATA "}",
+                  "optimizer.nesterov"},
+        Rejection{R"({"algorithm": "allreduce", )" DATA "}", "algorithm"},
+        Rejection{R"({"epochs": 0, )" DATA "}", "epochs"},
+        Rejection{R"({"batch_size": 0, )" DATA "}", "batch_size"},
+        Rejection{R"({"sync_every": -1, )" DATA "}", "sync_every"},
+        Rejection{R"({"epochs": "many", )" DATA "}", "epochs"}));
+
+TEST(JobSpecTest, ReadMissingFileIsNotFound) {
+  auto spec = ReadJobSpecFile("/nonexistent/spec.json");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(spec.status().message().find("/nonexistent/spec.json"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mpilearn
