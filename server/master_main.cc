@@ -1,0 +1,94 @@
+// mpilearn-master: the MPI Learn parameter-server daemon.
+//
+// main() only parses flags, starts the MasterServer and waits for SIGTERM or
+// SIGINT, then shuts down cleanly.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/flags/usage_config.h"
+#include "glog/logging.h"
+#include "server/master_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "host:port for the gRPC service. Port 0 picks a free port (see "
+          "--port_file). Use 0.0.0.0:PORT to serve other machines.");
+ABSL_FLAG(std::string, state_dir, "mpilearn-state",
+          "Directory for job specs, histories (JSON) and final weights.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, write the bound port to this file once serving (for "
+          "scripts that start the master on port 0).");
+ABSL_FLAG(double, group_timeout_s, 60.0,
+          "Seconds without any call after which a worker group is declared "
+          "lost and its job re-queued.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "MPI Learn master: holds jobs' weights and applies workers' gradients.\n"
+      "\n"
+      "  mpilearn-master --listen 127.0.0.1:7070 --state_dir /var/lib/mpilearn\n"
+      "\n"
+      "Then submit a job (mpilearnctl submit SPEC.json) and start workers:\n"
+      "  mpirun -np 2 mpilearn-worker --master 127.0.0.1:7070\n"
+      "SIGTERM or SIGINT stops the master cleanly.");
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/master_main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr,
+                 "mpilearn-master: unexpected argument '%s'; see --help\n",
+                 positional[1]);
+    return 2;
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  // Block the stop signals in every thread; main waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  if (!(absl::GetFlag(FLAGS_group_timeout_s) > 0)) {
+    std::fprintf(stderr, "mpilearn-master: --group_timeout_s must be > 0\n");
+    return 2;
+  }
+  mpilearn::server::MasterServer::Options options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.group_timeout = absl::Seconds(absl::GetFlag(FLAGS_group_timeout_s));
+  auto server = mpilearn::server::MasterServer::BuildAndStart(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "mpilearn-master: %s\n",
+                 std::string(server.status().message()).c_str());
+    return 1;
+  }
+  LOG(INFO) << "mpilearn-master serving on port " << (*server)->port()
+            << " (state in " << options.state_dir << ")";
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  LOG(INFO) << "received " << (signal_number == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ", shutting down";
+  (*server)->Shutdown();
+  LOG(INFO) << "mpilearn-master stopped";
+  return 0;
+}

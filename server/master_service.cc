@@ -1,0 +1,243 @@
+#include "server/master_service.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "glog/logging.h"
+
+namespace mpilearn::server {
+namespace {
+
+// Holds the assembled tensors of one incoming stream.
+struct IncomingTensors {
+  std::vector<std::vector<float>> values;
+};
+
+// Reads chunk messages from `next` (which returns false at end of stream)
+// into fp32 buffers laid out as `header`.
+template <typename NextChunk>
+absl::StatusOr<IncomingTensors> ReceiveTensors(const v1::TensorSetHeader& header,
+                                               NextChunk next) {
+  MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
+                            TensorSetAssembler::ByteSizes(header));
+  IncomingTensors in;
+  std::vector<absl::Span<char>> dest;
+  in.values.reserve(sizes.size());
+  for (size_t bytes : sizes) {
+    in.values.emplace_back(bytes / sizeof(float));
+    dest.push_back(AsWritableBytes(absl::MakeSpan(in.values.back())));
+  }
+  MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
+                            TensorSetAssembler::Create(header, dest));
+  const v1::TensorChunk* chunk = nullptr;
+  absl::Status status;
+  while ((chunk = next(&status)) != nullptr) {
+    MPILEARN_RETURN_IF_ERROR(assembler.Add(*chunk));
+  }
+  MPILEARN_RETURN_IF_ERROR(status);
+  MPILEARN_RETURN_IF_ERROR(assembler.Finish());
+  return in;
+}
+
+absl::Status CheckFinite(const v1::TensorSetHeader& header,
+                         const IncomingTensors& in) {
+  for (size_t t = 0; t < in.values.size(); ++t) {
+    const std::vector<float>& v = in.values[t];
+    float sum = 0.0f;  // NaN/Inf anywhere makes the sum non-finite
+    for (float x : v) sum += x * 0.0f;
+    if (!std::isfinite(sum)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient tensor '", header.tensors(static_cast<int>(t)).name(),
+          "' contains NaN or Inf; lower the learning rate or check the loss "
+          "for overflow"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Streams a weights snapshot: header, then chunks.
+template <typename Writer>
+absl::Status SendWeights(const WeightsSnapshot& weights, Writer* writer) {
+  v1::WeightsPart part;
+  *part.mutable_header() = weights.header;
+  if (!writer->Write(part)) {
+    return absl::UnavailableError("client went away while receiving weights");
+  }
+  std::vector<absl::Span<const char>> buffers;
+  for (const auto& v : weights.values) buffers.push_back(AsBytes(v));
+  part.Clear();
+  return ForEachChunk(buffers, kDefaultChunkBytes,
+                      [&](v1::TensorChunk& chunk) -> absl::Status {
+                        part.mutable_chunk()->Swap(&chunk);
+                        if (!writer->Write(part)) {
+                          return absl::UnavailableError(
+                              "client went away while receiving weights");
+                        }
+                        return absl::OkStatus();
+                      });
+}
+
+absl::Status ExpectHeader(bool has_header, absl::string_view rpc) {
+  if (!has_header) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(rpc, ": the first message of the stream must be a header"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status MasterServiceImpl::SubmitJob(grpc::ServerContext*,
+                                          const v1::SubmitJobRequest* request,
+                                          v1::SubmitJobResponse* response) {
+  absl::StatusOr<std::string> job_id = registry_.Submit(request->spec());
+  if (!job_id.ok()) return ToGrpcStatus(job_id.status());
+  response->set_job_id(*job_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::RegisterGroup(
+    grpc::ServerContext*, const v1::RegisterGroupRequest* request,
+    v1::RegisterGroupResponse* response) {
+  auto registered = registry_.RegisterGroup(*request);
+  if (!registered.ok()) return ToGrpcStatus(registered.status());
+  *response = std::move(registered).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::InitWeights(
+    grpc::ServerContext*, grpc::ServerReader<v1::InitWeightsRequest>* reader,
+    v1::InitWeightsResponse* response) {
+  auto handle = [&]() -> absl::Status {
+    v1::InitWeightsRequest message;
+    MPILEARN_RETURN_IF_ERROR(ExpectHeader(
+        reader->Read(&message) && message.has_header(), "InitWeights"));
+    const v1::InitWeightsRequest::Header header = message.header();
+    MPILEARN_ASSIGN_OR_RETURN(
+        IncomingTensors in,
+        ReceiveTensors(header.weights(), [&](absl::Status* status)
+                                             -> const v1::TensorChunk* {
+          if (!reader->Read(&message)) return nullptr;
+          if (!message.has_chunk()) {
+            *status = absl::InvalidArgumentError(
+                "InitWeights: expected only chunks after the header");
+            return nullptr;
+          }
+          return &message.chunk();
+        }));
+    MPILEARN_RETURN_IF_ERROR(CheckFinite(header.weights(), in));
+    MPILEARN_ASSIGN_OR_RETURN(
+        *response, registry_.InitWeights(header.job_id(), header.group_id(),
+                                         header.weights(), std::move(in.values)));
+    return absl::OkStatus();
+  };
+  return ToGrpcStatus(handle());
+}
+
+grpc::Status MasterServiceImpl::PushGradient(
+    grpc::ServerContext*,
+    grpc::ServerReaderWriter<v1::WeightsPart, v1::PushGradientRequest>* stream) {
+  auto handle = [&]() -> absl::Status {
+    v1::PushGradientRequest message;
+    MPILEARN_RETURN_IF_ERROR(ExpectHeader(
+        stream->Read(&message) && message.has_header(), "PushGradient"));
+    const v1::PushGradientRequest::Header header = message.header();
+    MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
+                              registry_.FindJob(header.job_id()));
+    MPILEARN_ASSIGN_OR_RETURN(v1::TensorSetHeader layout, job->Layout());
+    MPILEARN_RETURN_IF_ERROR(CheckSameLayout(layout, header.gradient()));
+    MPILEARN_ASSIGN_OR_RETURN(
+        IncomingTensors in,
+        ReceiveTensors(header.gradient(), [&](absl::Status* status)
+                                              -> const v1::TensorChunk* {
+          if (!stream->Read(&message)) return nullptr;
+          if (!message.has_chunk()) {
+            *status = absl::InvalidArgumentError(
+                "PushGradient: expected only chunks after the header");
+            return nullptr;
+          }
+          return &message.chunk();
+        }));
+    MPILEARN_RETURN_IF_ERROR(CheckFinite(header.gradient(), in));
+    GradientUpdate update;
+    update.group_id = header.group_id();
+    update.rank = header.rank();
+    update.base_version = header.gradient().version();
+    update.samples = header.samples();
+    update.train_loss = header.train_loss();
+    update.values = std::move(in.values);
+    MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
+                              registry_.ApplyGradient(*job, update));
+    VLOG(1) << "job " << job->id() << ": update from " << update.group_id
+            << " rank " << update.rank << " -> version "
+            << weights->header.version();
+    return SendWeights(*weights, stream);
+  };
+  return ToGrpcStatus(handle());
+}
+
+grpc::Status MasterServiceImpl::PullWeights(
+    grpc::ServerContext*, const v1::PullWeightsRequest* request,
+    grpc::ServerWriter<v1::WeightsPart>* writer) {
+  auto handle = [&]() -> absl::Status {
+    MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
+                              registry_.FindJob(request->job_id()));
+    if (!request->group_id().empty()) {
+      MPILEARN_RETURN_IF_ERROR(job->Touch(request->group_id(), registry_.Now()));
+    }
+    MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
+                              job->Weights());
+    return SendWeights(*weights, writer);
+  };
+  return ToGrpcStatus(handle());
+}
+
+grpc::Status MasterServiceImpl::ReportEpoch(
+    grpc::ServerContext*, const v1::ReportEpochRequest* request,
+    v1::ReportEpochResponse* response) {
+  auto state = registry_.ReportEpoch(request->job_id(), request->record());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext*,
+                                          const v1::HeartbeatRequest* request,
+                                          v1::HeartbeatResponse* response) {
+  auto state = registry_.Heartbeat(request->job_id(), request->group_id());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::Leave(grpc::ServerContext*,
+                                      const v1::LeaveRequest* request,
+                                      v1::LeaveResponse* response) {
+  auto state = registry_.Leave(*request);
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::GetJobStatus(
+    grpc::ServerContext*, const v1::GetJobStatusRequest* request,
+    v1::JobStatus* response) {
+  auto status = registry_.Status(request->job_id());
+  if (!status.ok()) return ToGrpcStatus(status.status());
+  *response = std::move(status).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::ListJobs(grpc::ServerContext*,
+                                         const v1::ListJobsRequest*,
+                                         v1::ListJobsResponse* response) {
+  for (v1::JobStatus& status : registry_.List()) {
+    *response->add_jobs() = std::move(status);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace mpilearn::server
