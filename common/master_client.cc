@@ -1,0 +1,238 @@
+#include "common/master_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+
+namespace mpilearn {
+namespace {
+
+std::vector<absl::Span<const char>> ByteViews(
+    absl::Span<const absl::Span<const float>> values) {
+  std::vector<absl::Span<const char>> bytes;
+  bytes.reserve(values.size());
+  for (const auto& v : values) bytes.push_back(AsBytes(v));
+  return bytes;
+}
+
+// Sends header-then-chunks messages of type Request through `writer`.
+template <typename Request, typename Writer, typename SetHeader>
+absl::Status WriteTensorStream(Writer& writer, SetHeader set_header,
+                               absl::Span<const absl::Span<const float>> values) {
+  Request request;
+  set_header(request);
+  if (!writer.Write(request)) {
+    return absl::UnavailableError("master closed the stream");
+  }
+  request.Clear();
+  return ForEachChunk(ByteViews(values), kDefaultChunkBytes,
+                      [&](v1::TensorChunk& chunk) -> absl::Status {
+                        request.mutable_chunk()->Swap(&chunk);
+                        if (!writer.Write(request)) {
+                          return absl::UnavailableError(
+                              "master closed the stream");
+                        }
+                        return absl::OkStatus();
+                      });
+}
+
+// Reads a WeightsPart stream (header, then chunks) into `weights`, checking
+// the layout; returns the version.
+template <typename Reader>
+absl::StatusOr<uint64_t> ReadWeightsStream(
+    Reader& reader,
+    absl::Span<const absl::Span<float>> weights) {
+  v1::WeightsPart part;
+  if (!reader.Read(&part)) {
+    return absl::UnavailableError("weight stream ended before its header");
+  }
+  if (!part.has_header()) {
+    return absl::InternalError("weight stream did not start with a header");
+  }
+  const v1::TensorSetHeader header = part.header();
+  std::vector<absl::Span<char>> dest;
+  dest.reserve(weights.size());
+  for (const auto& w : weights) dest.push_back(AsWritableBytes(w));
+  MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
+                            TensorSetAssembler::Create(header, dest));
+  while (reader.Read(&part)) {
+    if (!part.has_chunk()) {
+      return absl::InternalError("weight stream: expected chunks after header");
+    }
+    MPILEARN_RETURN_IF_ERROR(assembler.Add(part.chunk()));
+  }
+  // The stream's final status is checked by the caller (Finish); an error
+  // there explains a short stream better than "incomplete".
+  absl::Status complete = assembler.Finish();
+  if (!complete.ok()) return absl::UnavailableError(complete.message());
+  return header.version();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MasterClient>> MasterClient::Connect(
+    const std::string& address, const Options& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  auto channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  const auto deadline = std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(options.connect_timeout);
+  if (!channel->WaitForConnected(deadline)) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach mpilearn-master at ", address, " within ",
+        absl::FormatDuration(options.connect_timeout),
+        "; is it running (mpilearn-master --listen ", address,
+        ") and is the address right?"));
+  }
+  return std::unique_ptr<MasterClient>(
+      new MasterClient(address, options, v1::Master::NewStub(channel)));
+}
+
+std::unique_ptr<grpc::ClientContext> MasterClient::NewContext() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(options_.rpc_timeout));
+  return context;
+}
+
+absl::Status MasterClient::Annotate(const grpc::Status& status) const {
+  absl::Status converted = FromGrpcStatus(status);
+  if (converted.code() == absl::StatusCode::kUnavailable ||
+      converted.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::Status(converted.code(),
+                        absl::StrCat("master at ", address_, ": ",
+                                     converted.message()));
+  }
+  return converted;
+}
+
+absl::StatusOr<std::string> MasterClient::SubmitJob(const v1::JobSpec& spec) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::SubmitJobResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->SubmitJob(context.get(), request, &response);
+  if (!status.ok()) return Annotate(status);
+  return response.job_id();
+}
+
+absl::StatusOr<v1::RegisterGroupResponse> MasterClient::RegisterGroup(
+    const v1::RegisterGroupRequest& request) {
+  v1::RegisterGroupResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->RegisterGroup(context.get(), request, &response);
+  if (!status.ok()) return Annotate(status);
+  return response;
+}
+
+absl::StatusOr<bool> MasterClient::InitWeights(
+    const std::string& job_id, const std::string& group_id,
+    const v1::TensorSetHeader& header,
+    absl::Span<const absl::Span<const float>> values) {
+  auto context = NewContext();
+  v1::InitWeightsResponse response;
+  auto writer = stub_->InitWeights(context.get(), &response);
+  absl::Status sent = WriteTensorStream<v1::InitWeightsRequest>(
+      *writer,
+      [&](v1::InitWeightsRequest& request) {
+        request.mutable_header()->set_job_id(job_id);
+        request.mutable_header()->set_group_id(group_id);
+        *request.mutable_header()->mutable_weights() = header;
+      },
+      values);
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) return Annotate(status);
+  MPILEARN_RETURN_IF_ERROR(sent);
+  return response.accepted();
+}
+
+absl::StatusOr<uint64_t> MasterClient::PushGradient(
+    const v1::PushGradientRequest::Header& header,
+    absl::Span<const absl::Span<const float>> gradient,
+    absl::Span<const absl::Span<float>> weights) {
+  auto context = NewContext();
+  auto stream = stub_->PushGradient(context.get());
+  absl::Status sent = WriteTensorStream<v1::PushGradientRequest>(
+      *stream,
+      [&](v1::PushGradientRequest& request) {
+        *request.mutable_header() = header;
+      },
+      gradient);
+  stream->WritesDone();
+  absl::StatusOr<uint64_t> version =
+      sent.ok() ? ReadWeightsStream(*stream, weights) : sent;
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return Annotate(status);
+  return version;
+}
+
+absl::StatusOr<uint64_t> MasterClient::PullWeights(
+    const std::string& job_id, const std::string& group_id,
+    absl::Span<const absl::Span<float>> weights) {
+  auto context = NewContext();
+  v1::PullWeightsRequest request;
+  request.set_job_id(job_id);
+  request.set_group_id(group_id);
+  auto reader = stub_->PullWeights(context.get(), request);
+  absl::StatusOr<uint64_t> version = ReadWeightsStream(*reader, weights);
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return Annotate(status);
+  return version;
+}
+
+absl::StatusOr<v1::JobState> MasterClient::ReportEpoch(
+    const v1::ReportEpochRequest& request) {
+  v1::ReportEpochResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->ReportEpoch(context.get(), request, &response);
+  if (!status.ok()) return Annotate(status);
+  return response.state();
+}
+
+absl::StatusOr<v1::JobState> MasterClient::Heartbeat(
+    const std::string& job_id, const std::string& group_id) {
+  v1::HeartbeatRequest request;
+  request.set_job_id(job_id);
+  request.set_group_id(group_id);
+  v1::HeartbeatResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
+  if (!status.ok()) return Annotate(status);
+  return response.state();
+}
+
+absl::StatusOr<v1::JobState> MasterClient::Leave(const v1::LeaveRequest& request) {
+  v1::LeaveResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->Leave(context.get(), request, &response);
+  if (!status.ok()) return Annotate(status);
+  return response.state();
+}
+
+absl::StatusOr<v1::JobStatus> MasterClient::GetJobStatus(
+    const std::string& job_id) {
+  v1::GetJobStatusRequest request;
+  request.set_job_id(job_id);
+  v1::JobStatus response;
+  auto context = NewContext();
+  grpc::Status status = stub_->GetJobStatus(context.get(), request, &response);
+  if (!status.ok()) return Annotate(status);
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::JobStatus>> MasterClient::ListJobs() {
+  v1::ListJobsResponse response;
+  auto context = NewContext();
+  grpc::Status status =
+      stub_->ListJobs(context.get(), v1::ListJobsRequest(), &response);
+  if (!status.ok()) return Annotate(status);
+  return std::vector<v1::JobStatus>(response.jobs().begin(),
+                                    response.jobs().end());
+}
+
+}  // namespace mpilearn

@@ -1,0 +1,98 @@
+#include "worker/mpi_group.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace mpilearn::worker {
+namespace {
+
+MPI_Comm Comm(void* comm) { return static_cast<MPI_Comm>(comm); }
+
+// MPI counts are int; large buffers go in int-sized pieces.
+template <typename T, typename Fn>
+void InPieces(absl::Span<T> values, Fn fn) {
+  constexpr size_t kMax = INT_MAX / 2;
+  for (size_t offset = 0; offset < values.size(); offset += kMax) {
+    fn(values.data() + offset,
+       static_cast<int>(std::min(kMax, values.size() - offset)));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MpiGroup>> MpiGroup::Init(int* argc,
+                                                         char*** argv) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
+      std::getenv("PMI_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
+    return absl::FailedPreconditionError(
+        "mpilearn-worker must be started by mpirun, e.g. "
+        "`mpirun -np 2 mpilearn-worker --master HOST:PORT` (-np 1 works too)");
+  }
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "MPI provides thread level ", provided,
+        " but mpilearn-worker needs MPI_THREAD_FUNNELED; use an MPI built "
+        "with thread support"));
+  }
+  auto group = std::unique_ptr<MpiGroup>(new MpiGroup());
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  group->comm_ = dup;
+  MPI_Comm_rank(dup, &group->rank_);
+  MPI_Comm_size(dup, &group->size_);
+  MPI_Comm local;
+  MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, group->rank_, MPI_INFO_NULL,
+                      &local);
+  MPI_Comm_size(local, &group->local_size_);
+  MPI_Comm_free(&local);
+  return group;
+}
+
+MpiGroup::~MpiGroup() {
+  MPI_Comm comm = Comm(comm_);
+  MPI_Comm_free(&comm);
+  MPI_Finalize();
+}
+
+void MpiGroup::Broadcast(std::string* bytes, int root) {
+  unsigned long long size = bytes->size();
+  MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, Comm(comm_));
+  bytes->resize(size);
+  InPieces(absl::MakeSpan(bytes->data(), bytes->size()), [&](char* p, int n) {
+    MPI_Bcast(p, n, MPI_CHAR, root, Comm(comm_));
+  });
+}
+
+void MpiGroup::Broadcast(absl::Span<float> values, int root) {
+  InPieces(values, [&](float* p, int n) {
+    MPI_Bcast(p, n, MPI_FLOAT, root, Comm(comm_));
+  });
+}
+
+void MpiGroup::AllreduceSum(absl::Span<float> values) {
+  InPieces(values, [&](float* p, int n) {
+    MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, Comm(comm_));
+  });
+}
+
+void MpiGroup::AllreduceSum(absl::Span<double> values) {
+  InPieces(values, [&](double* p, int n) {
+    MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_SUM, Comm(comm_));
+  });
+}
+
+void MpiGroup::Barrier() { MPI_Barrier(Comm(comm_)); }
+
+void MpiGroup::Abort(int exit_code) {
+  MPI_Abort(Comm(comm_), exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace mpilearn::worker

@@ -1,0 +1,258 @@
+// mpilearn-worker: one rank of a training group, started by mpirun.
+//
+//   mpirun -np 2 mpilearn-worker --master HOST:PORT [--job SPEC.json | --job_id ID]
+//
+// Rank 0 (the leader) obtains the job from the master and broadcasts it;
+// every rank loads its data, builds the model and runs the Trainer.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/master_client.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/dataset.h"
+#include "worker/mpi_group.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, master, "",
+          "host:port of mpilearn-master (required).");
+ABSL_FLAG(std::string, job, "",
+          "Job spec JSON file to submit and train. Without --job or --job_id "
+          "the group takes the master's oldest queued job.");
+ABSL_FLAG(std::string, job_id, "", "Existing job to serve.");
+ABSL_FLAG(int, threads, 0,
+          "Compute threads per rank; 0 divides this node's cores among its "
+          "ranks.");
+ABSL_FLAG(double, connect_timeout_s, 10, "Seconds to wait for the master.");
+ABSL_FLAG(double, rpc_timeout_s, 120, "Deadline of each call to the master.");
+
+namespace mpilearn::worker {
+namespace {
+
+// Debian's LibTorch does its matrix products in OpenBLAS, which starts one
+// thread per core in every rank unless told otherwise.
+void SetBlasThreads(int threads) {
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(
+          dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    fn(threads);
+  }
+}
+
+std::string HostName() {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// Leader: submits (--job) and registers; the result is broadcast so every
+// rank sees the same registration or the same error.
+absl::StatusOr<v1::RegisterGroupResponse> ObtainJob(Collectives& group,
+                                                    MasterClient& master) {
+  std::string payload;  // "E<message>" or "R<serialized response>"
+  if (group.rank() == 0) {
+    auto obtain = [&]() -> absl::StatusOr<v1::RegisterGroupResponse> {
+      v1::RegisterGroupRequest request;
+      request.set_job_id(absl::GetFlag(FLAGS_job_id));
+      request.set_ranks(group.size());
+      request.set_host(HostName());
+      if (!absl::GetFlag(FLAGS_job).empty()) {
+        MPILEARN_ASSIGN_OR_RETURN(v1::JobSpec spec,
+                                  ReadJobSpecFile(absl::GetFlag(FLAGS_job)));
+        MPILEARN_ASSIGN_OR_RETURN(std::string job_id, master.SubmitJob(spec));
+        LOG(INFO) << "[rank 0] submitted job " << job_id;
+        request.set_job_id(job_id);
+      }
+      return master.RegisterGroup(request);
+    };
+    absl::StatusOr<v1::RegisterGroupResponse> registered = obtain();
+    payload = registered.ok()
+                  ? "R" + registered->SerializeAsString()
+                  : absl::StrCat("E", registered.status().ToString());
+  }
+  group.Broadcast(&payload, 0);
+  if (payload.empty() || payload[0] == 'E') {
+    return absl::FailedPreconditionError(payload.substr(1));
+  }
+  v1::RegisterGroupResponse response;
+  response.ParseFromString(payload.substr(1));
+  return response;
+}
+
+// Loads data on every rank; if any rank fails, every rank returns an error
+// (the first failing rank's message on rank 0).
+absl::StatusOr<DatasetSplits> LoadOnAllRanks(Collectives& group,
+                                             const v1::DataSpec& spec) {
+  absl::StatusOr<DatasetSplits> data = LoadDatasets(spec);
+  std::vector<double> failed = {data.ok() ? 0.0 : 1.0};
+  group.AllreduceSum(absl::MakeSpan(failed));
+  if (failed[0] == 0) return data;
+  if (!data.ok()) return data.status();
+  return absl::AbortedError("another rank could not load the data");
+}
+
+int Main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "worker/worker_main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::SetProgramUsageMessage(
+      "MPI Learn worker: one rank of a training group. Start it with mpirun:\n"
+      "\n"
+      "  mpirun -np 2 mpilearn-worker --master 127.0.0.1:7070 --job spec.json\n"
+      "  mpirun -np 4 mpilearn-worker --master HOST:7070   # next queued job\n"
+      "\n"
+      "The job spec format is in docs/protocol.md; examples in docs/examples/.");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  if (absl::GetFlag(FLAGS_master).empty()) {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --master HOST:PORT is required; see --help\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<MpiGroup>> mpi = MpiGroup::Init(&argc, &argv);
+  if (!mpi.ok()) {
+    std::fprintf(stderr, "mpilearn-worker: %s\n",
+                 std::string(mpi.status().message()).c_str());
+    return 2;
+  }
+  MpiGroup& group = **mpi;
+  const std::string tag = absl::StrCat("[rank ", group.rank(), "/",
+                                       group.size(), "] ");
+
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, cores / std::max(1, group.local_size()));
+  }
+  torch::set_num_threads(threads);
+  SetBlasThreads(threads);
+
+  MasterClient::Options client_options;
+  client_options.connect_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  absl::StatusOr<std::unique_ptr<MasterClient>> master =
+      MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
+  // Every rank talks to the master (downpour pushes from each rank).
+  std::vector<double> unreachable = {master.ok() ? 0.0 : 1.0};
+  group.AllreduceSum(absl::MakeSpan(unreachable));
+  if (unreachable[0] > 0) {
+    if (!master.ok()) {
+      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
+                   std::string(master.status().message()).c_str());
+    }
+    return 1;
+  }
+
+  absl::StatusOr<v1::RegisterGroupResponse> registration =
+      ObtainJob(group, **master);
+  if (!registration.ok()) {
+    if (group.rank() == 0) {
+      std::fprintf(stderr, "mpilearn-worker: %s\n",
+                   std::string(registration.status().message()).c_str());
+    }
+    return 1;
+  }
+  const std::string& job_id = registration->job_id();
+  if (group.rank() == 0) {
+    std::printf("job %s: group %s with %d rank(s), %d thread(s) each; model %s, "
+                "%s, optimizer %s, %d epochs, batch %d per rank\n",
+                job_id.c_str(), registration->group_id().c_str(), group.size(),
+                threads, registration->spec().model().name().c_str(),
+                registration->spec().algorithm().c_str(),
+                registration->spec().optimizer().name().c_str(),
+                registration->spec().epochs(), registration->spec().batch_size());
+    std::fflush(stdout);
+  }
+
+  auto leave_with_error = [&](const absl::Status& error) {
+    if (group.rank() == 0) {
+      v1::LeaveRequest leave;
+      leave.set_job_id(job_id);
+      leave.set_group_id(registration->group_id());
+      leave.set_error(std::string(error.message()));
+      (void)(*master)->Leave(leave);
+    }
+  };
+
+  absl::StatusOr<DatasetSplits> data =
+      LoadOnAllRanks(group, registration->spec().data());
+  if (!data.ok()) {
+    leave_with_error(data.status());
+    if (data.status().code() != absl::StatusCode::kAborted) {
+      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
+                   std::string(data.status().message()).c_str());
+    }
+    return 1;
+  }
+
+  Trainer trainer(group, **master, *registration, std::move(data).value(),
+                  TrainerOptions());
+  absl::StatusOr<TrainResult> result = trainer.Run();
+  if (!result.ok()) {
+    // Aborted: every rank stopped together on the leader's word. Anything
+    // else happened on this rank alone, and the others may be waiting in a
+    // collective for it, so the whole group is ended.
+    if (result.status().code() == absl::StatusCode::kAborted) {
+      if (group.rank() == 0) {
+        std::fprintf(stderr, "mpilearn-worker: stopped: %s\n",
+                     std::string(result.status().message()).c_str());
+      }
+      return 1;
+    }
+    std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
+                 std::string(result.status().message()).c_str());
+    leave_with_error(result.status());
+    if (group.size() > 1) group.Abort(1);
+    return 1;
+  }
+
+  if (group.rank() == 0) {
+    v1::LeaveRequest leave;
+    leave.set_job_id(job_id);
+    leave.set_group_id(registration->group_id());
+    leave.set_completed(true);
+    if (result->test.samples > 0) {
+      leave.set_test_loss(result->test.loss);
+      leave.set_test_accuracy(result->test.accuracy);
+    }
+    absl::StatusOr<v1::JobState> state = (*master)->Leave(leave);
+    if (!state.ok()) {
+      std::fprintf(stderr, "mpilearn-worker: could not report completion: %s\n",
+                   std::string(state.status().message()).c_str());
+    }
+    std::printf("job %s done: %d epochs in %.1fs, %.0f samples/s (%.0f per rank)\n",
+                job_id.c_str(), result->epochs_trained, result->seconds,
+                result->samples_per_second, result->samples_per_second_per_rank);
+    if (result->test.samples > 0) {
+      std::printf("test_loss=%.4f\ntest_accuracy=%.4f\n", result->test.loss,
+                  result->test.accuracy);
+    }
+    std::fflush(stdout);
+    if (!state.ok()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace mpilearn::worker
+
+int main(int argc, char** argv) { return mpilearn::worker::Main(argc, argv); }
