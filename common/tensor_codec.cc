@@ -167,6 +167,12 @@ absl::Status TensorSetAssembler::Add(const v1::TensorChunk& chunk) {
         absl::StrCat("chunk for tensor ", chunk.tensor_index(),
                      " arrived after every tensor was complete"));
   }
+  if (chunk.tensor_index() > tensor_ && chunk.byte_offset() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor_, " is incomplete: ", received_, " of ",
+        destinations_[tensor_].size(), " bytes arrived before tensor ",
+        chunk.tensor_index(), " began; does the header's shape match the data?"));
+  }
   if (chunk.tensor_index() != tensor_ || chunk.byte_offset() != received_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk out of order: got tensor ", chunk.tensor_index(), " offset ",

@@ -1,0 +1,211 @@
+#include "tests/test_process.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace mpilearn::testing {
+namespace {
+
+constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist/";
+
+// Parent pid of every process, from /proc.
+std::map<pid_t, pid_t> ParentMap() {
+  std::map<pid_t, pid_t> parents;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return parents;
+  while (dirent* entry = readdir(proc)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    std::getline(stat, line);
+    // "pid (comm) state ppid ...": comm may hold spaces; parse after ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> fields =
+        absl::StrSplit(line.substr(close + 2), ' ', absl::SkipEmpty());
+    int ppid = 0;
+    if (fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid)) {
+      parents[pid] = ppid;
+    }
+  }
+  closedir(proc);
+  return parents;
+}
+
+}  // namespace
+
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  CHECK(srcdir != nullptr) << "run under bazel test";
+  return absl::StrCat(srcdir, "/mpilearn/", path);
+}
+
+std::string NewTempDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string ReadFileOrDie(const std::string& path) {
+  std::ifstream in(path);
+  CHECK(in) << "cannot read " << path;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFileOrDie(const std::string& path, const std::string& contents) {
+  std::ofstream out(path);
+  out << contents;
+  CHECK(out) << "cannot write " << path;
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
+    const std::vector<std::string>& argv, const std::string& log_path) {
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (log < 0) return absl::InternalError("cannot open log " + log_path);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    dup2(log, STDOUT_FILENO);
+    dup2(log, STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  ::close(log);
+  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, log_path));
+}
+
+ChildProcess::~ChildProcess() { Stop(absl::Seconds(5)); }
+
+std::string ChildProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
+  if (exit_code_.has_value()) return exit_code_;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status)
+                                     : 128 + WTERMSIG(status);
+      return exit_code_;
+    }
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+std::vector<pid_t> ChildProcess::Descendants() const {
+  const std::map<pid_t, pid_t> parents = ParentMap();
+  std::vector<pid_t> found = {pid_};
+  for (size_t i = 0; i < found.size(); ++i) {
+    for (const auto& [child, parent] : parents) {
+      if (parent == found[i]) found.push_back(child);
+    }
+  }
+  found.erase(found.begin());
+  return found;
+}
+
+void ChildProcess::Stop(absl::Duration grace) {
+  if (exit_code_.has_value()) return;
+  const std::vector<pid_t> descendants = Descendants();
+  kill(pid_, SIGTERM);
+  if (!Wait(grace).has_value()) {
+    kill(pid_, SIGKILL);
+    Wait(absl::Seconds(5));
+  }
+  for (pid_t pid : descendants) kill(pid, SIGKILL);
+}
+
+absl::StatusOr<std::unique_ptr<MasterProcess>> MasterProcess::Start(
+    const std::string& state_dir, const std::vector<std::string>& extra_flags) {
+  const std::string port_file = state_dir + "/port";
+  std::filesystem::remove(port_file);
+  std::vector<std::string> argv = {Runfile("server/mpilearn-master"),
+                                   "--listen=127.0.0.1:0",
+                                   "--state_dir=" + state_dir,
+                                   "--port_file=" + port_file};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  auto master = std::unique_ptr<MasterProcess>(new MasterProcess());
+  auto process = ChildProcess::Start(argv, state_dir + "/master.log");
+  if (!process.ok()) return process.status();
+  master->process_ = std::move(process).value();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    if (master->process_->Wait(absl::ZeroDuration()).has_value()) {
+      return absl::InternalError("master exited: " + master->process_->Log());
+    }
+    std::ifstream in(port_file);
+    if (in >> master->port_ && master->port_ > 0) return master;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError("master did not start within 30s");
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
+    int ranks, const std::string& master,
+    const std::vector<std::string>& worker_flags, const std::string& log_path) {
+  std::vector<std::string> argv = {"mpirun", "--allow-run-as-root",
+                                   "--oversubscribe", "-np",
+                                   std::to_string(ranks),
+                                   Runfile("worker/mpilearn-worker"),
+                                   "--master=" + master};
+  argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
+  return ChildProcess::Start(argv, log_path);
+}
+
+bool HaveFashionMnist() {
+  return std::filesystem::exists(std::string(kFashionMnist) +
+                                 "train-images-idx3-ubyte.gz");
+}
+
+v1::JobSpec FashionMnistSubset(const std::string& algorithm, int64_t train,
+                               int epochs) {
+  v1::JobSpec spec;
+  spec.set_name("test-" + algorithm);
+  spec.mutable_model()->set_name("mlp");
+  v1::DataSpec* data = spec.mutable_data();
+  const std::string dir = kFashionMnist;
+  data->set_train_images(dir + "train-images-idx3-ubyte.gz");
+  data->set_train_labels(dir + "train-labels-idx1-ubyte.gz");
+  data->set_test_images(dir + "t10k-images-idx3-ubyte.gz");
+  data->set_test_labels(dir + "t10k-labels-idx1-ubyte.gz");
+  data->set_train_limit(train);
+  data->set_validation_count(2000);
+  data->set_test_limit(2000);
+  spec.set_algorithm(algorithm);
+  spec.set_epochs(epochs);
+  spec.set_batch_size(32);
+  spec.set_seed(3);
+  return spec;
+}
+
+}  // namespace mpilearn::testing

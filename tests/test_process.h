@@ -1,0 +1,91 @@
+// Helpers for integration tests that start the real binaries: the master on
+// a loopback port and worker groups under real mpirun.
+//
+// Every process a test starts is owned by a ChildProcess, whose destructor
+// ends it and every process it started in turn (mpirun's ranks), so a
+// failing test leaves nothing running. Only those process ids are signalled.
+#ifndef MPILEARN_TESTS_TEST_PROCESS_H_
+#define MPILEARN_TESTS_TEST_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/mpilearn.pb.h"
+
+namespace mpilearn::testing {
+
+// Absolute path of a data dependency, e.g. Runfile("server/mpilearn-master").
+std::string Runfile(const std::string& path);
+
+// A fresh directory under TEST_TMPDIR.
+std::string NewTempDir(const std::string& name);
+
+std::string ReadFileOrDie(const std::string& path);
+void WriteFileOrDie(const std::string& path, const std::string& contents);
+
+class ChildProcess {
+ public:
+  // Starts argv[0] with stdout and stderr appended to `log_path`.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
+      const std::vector<std::string>& argv, const std::string& log_path);
+
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+  std::string Log() const;
+
+  // Exit code (128 + signal if killed), or nullopt if still running after
+  // `timeout`.
+  std::optional<int> Wait(absl::Duration timeout);
+
+  // Processes this one started, transitively (e.g. mpirun's ranks).
+  std::vector<pid_t> Descendants() const;
+
+  // SIGTERM, a grace period, then SIGKILL for it and its descendants.
+  void Stop(absl::Duration grace = absl::Seconds(10));
+
+ private:
+  ChildProcess(pid_t pid, std::string log_path)
+      : pid_(pid), log_path_(std::move(log_path)) {}
+
+  pid_t pid_;
+  std::string log_path_;
+  std::optional<int> exit_code_;
+};
+
+// The real mpilearn-master on 127.0.0.1 with a port the OS picks.
+class MasterProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<MasterProcess>> Start(
+      const std::string& state_dir, const std::vector<std::string>& extra_flags = {});
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  ChildProcess& process() { return *process_; }
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
+  int port_ = 0;
+};
+
+// `mpirun -np N mpilearn-worker --master ADDRESS <worker_flags>`.
+absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
+    int ranks, const std::string& master, const std::vector<std::string>& worker_flags,
+    const std::string& log_path);
+
+// A job spec on a Fashion-MNIST subset (Debian's dataset-fashion-mnist).
+v1::JobSpec FashionMnistSubset(const std::string& algorithm, int64_t train,
+                               int epochs);
+
+// True when Debian's Fashion-MNIST files are installed.
+bool HaveFashionMnist();
+
+}  // namespace mpilearn::testing
+
+#endif  // MPILEARN_TESTS_TEST_PROCESS_H_
