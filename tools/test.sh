@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine (packages, Bazel build) and runs the
+# whole test suite: unit tests beside the code and the integration tests in
+# tests/ (real master on loopback, real mpirun groups).
+#
+#   tools/test.sh                 # everything
+#   tools/test.sh //common/...    # a subset (any bazel target patterns)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tools/install_deps.sh
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(//...)
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# Two cores: integration tests start a master and mpirun groups of their own,
+# so they run one at a time.
+set +e
+bazel test --local_test_jobs=1 "${targets[@]}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+
+# One plain closing line, counted per test target.
+passed=$(grep -cE '^//.* PASSED in' "$log" || true)
+failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)' "$log" || true)
+echo "tests: ${passed} passed, ${failed} failed"
+exit "$rc"
