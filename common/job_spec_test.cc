@@ -1,5 +1,8 @@
 #include "common/job_spec.h"
 
+#include <cstdlib>
+#include <filesystem>
+
 #include "gtest/gtest.h"
 
 namespace mpilearn {
@@ -123,6 +126,20 @@ TEST(JobSpecTest, ReadMissingFileIsNotFound) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(spec.status().message().find("/nonexistent/spec.json"),
             std::string::npos);
+}
+
+// Every example spec shipped in docs/examples is valid as written.
+TEST(JobSpecTest, ShippedExamplesAreValid) {
+  const std::filesystem::path dir =
+      std::filesystem::path(std::getenv("TEST_SRCDIR")) / "mpilearn/docs/examples";
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    auto spec = ReadJobSpecFile(entry.path().string());
+    EXPECT_TRUE(spec.ok()) << entry.path() << ": " << spec.status();
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
 }
 
 }  // namespace

@@ -113,20 +113,14 @@ absl::Status MasterClient::Annotate(const grpc::Status& status) const {
 absl::StatusOr<std::string> MasterClient::SubmitJob(const v1::JobSpec& spec) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  v1::SubmitJobResponse response;
-  auto context = NewContext();
-  grpc::Status status = stub_->SubmitJob(context.get(), request, &response);
-  if (!status.ok()) return Annotate(status);
+  MPILEARN_ASSIGN_OR_RETURN(v1::SubmitJobResponse response,
+                            Call(&Stub::SubmitJob, request));
   return response.job_id();
 }
 
 absl::StatusOr<v1::RegisterGroupResponse> MasterClient::RegisterGroup(
     const v1::RegisterGroupRequest& request) {
-  v1::RegisterGroupResponse response;
-  auto context = NewContext();
-  grpc::Status status = stub_->RegisterGroup(context.get(), request, &response);
-  if (!status.ok()) return Annotate(status);
-  return response;
+  return Call(&Stub::RegisterGroup, request);
 }
 
 absl::StatusOr<bool> MasterClient::InitWeights(
@@ -187,10 +181,8 @@ absl::StatusOr<uint64_t> MasterClient::PullWeights(
 
 absl::StatusOr<v1::JobState> MasterClient::ReportEpoch(
     const v1::ReportEpochRequest& request) {
-  v1::ReportEpochResponse response;
-  auto context = NewContext();
-  grpc::Status status = stub_->ReportEpoch(context.get(), request, &response);
-  if (!status.ok()) return Annotate(status);
+  MPILEARN_ASSIGN_OR_RETURN(v1::ReportEpochResponse response,
+                            Call(&Stub::ReportEpoch, request));
   return response.state();
 }
 
@@ -199,18 +191,14 @@ absl::StatusOr<v1::JobState> MasterClient::Heartbeat(
   v1::HeartbeatRequest request;
   request.set_job_id(job_id);
   request.set_group_id(group_id);
-  v1::HeartbeatResponse response;
-  auto context = NewContext();
-  grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
-  if (!status.ok()) return Annotate(status);
+  MPILEARN_ASSIGN_OR_RETURN(v1::HeartbeatResponse response,
+                            Call(&Stub::Heartbeat, request));
   return response.state();
 }
 
 absl::StatusOr<v1::JobState> MasterClient::Leave(const v1::LeaveRequest& request) {
-  v1::LeaveResponse response;
-  auto context = NewContext();
-  grpc::Status status = stub_->Leave(context.get(), request, &response);
-  if (!status.ok()) return Annotate(status);
+  MPILEARN_ASSIGN_OR_RETURN(v1::LeaveResponse response,
+                            Call(&Stub::Leave, request));
   return response.state();
 }
 
@@ -218,19 +206,12 @@ absl::StatusOr<v1::JobStatus> MasterClient::GetJobStatus(
     const std::string& job_id) {
   v1::GetJobStatusRequest request;
   request.set_job_id(job_id);
-  v1::JobStatus response;
-  auto context = NewContext();
-  grpc::Status status = stub_->GetJobStatus(context.get(), request, &response);
-  if (!status.ok()) return Annotate(status);
-  return response;
+  return Call(&Stub::GetJobStatus, request);
 }
 
 absl::StatusOr<std::vector<v1::JobStatus>> MasterClient::ListJobs() {
-  v1::ListJobsResponse response;
-  auto context = NewContext();
-  grpc::Status status =
-      stub_->ListJobs(context.get(), v1::ListJobsRequest(), &response);
-  if (!status.ok()) return Annotate(status);
+  MPILEARN_ASSIGN_OR_RETURN(v1::ListJobsResponse response,
+                            Call(&Stub::ListJobs, v1::ListJobsRequest()));
   return std::vector<v1::JobStatus>(response.jobs().begin(),
                                     response.jobs().end());
 }

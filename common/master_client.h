@@ -80,6 +80,21 @@ class MasterClient {
         options_(options),
         stub_(std::move(stub)) {}
 
+  using Stub = v1::Master::StubInterface;
+
+  // One unary call with the deadline set and the status annotated.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                   Response*),
+      const Request& request) {
+    Response response;
+    auto context = NewContext();
+    grpc::Status status = (stub_.get()->*method)(context.get(), request, &response);
+    if (!status.ok()) return Annotate(status);
+    return response;
+  }
+
   // A context with the call deadline set.
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   // Adds "master at <address>" context to transport errors.

@@ -76,10 +76,11 @@ absl::Status CheckSameLayout(const v1::TensorSetHeader& expected,
     const v1::TensorInfo& want = expected.tensors(i);
     const v1::TensorInfo& got = header.tensors(i);
     if (got.dtype() != v1::DTYPE_FLOAT32) {
-      MPILEARN_RETURN_IF_ERROR(DTypeSize(got.dtype()).status());
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", got.name(), "' has dtype ",
-                       v1::DType_Name(got.dtype()), "; expected DTYPE_FLOAT32"));
+      const absl::Status supported = DTypeSize(got.dtype()).status();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", got.name(), "': ",
+          supported.ok() ? "the job's weights are DTYPE_FLOAT32"
+                         : supported.message()));
     }
     if (got.name() != want.name()) {
       return absl::InvalidArgumentError(

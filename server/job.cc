@@ -153,8 +153,19 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request) {
         absl::StrCat("group '", request.group_id(),
                      "' is not registered with job ", id_));
   }
+  const bool was_alive = group->second.alive;
   group->second.alive = false;
-  if (!request.error().empty()) {
+  const bool ended =
+      state_ == v1::JOB_STATE_COMPLETED || state_ == v1::JOB_STATE_FAILED;
+  if (ended || !was_alive) {
+    // A group that was declared lost (or leaves twice), or one leaving a job
+    // that already ended, changes nothing: the job may be serving another
+    // group by now, or its outcome is settled.
+    if (!request.error().empty()) {
+      message_ = absl::StrCat("group ", request.group_id(),
+                              " (no longer active) reported: ", request.error());
+    }
+  } else if (!request.error().empty()) {
     state_ = v1::JOB_STATE_FAILED;
     message_ = absl::StrCat("group ", request.group_id(),
                             " failed: ", request.error());

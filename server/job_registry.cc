@@ -24,15 +24,19 @@ JobRegistry::JobRegistry(Options options, std::unique_ptr<JobStore> store)
 
 absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
-  std::shared_ptr<Job> job;
+  std::string id;
   {
     absl::MutexLock lock(&mu_);
-    const std::string id = absl::StrFormat("job-%06d", ++last_job_number_);
-    job = std::make_shared<Job>(id, std::move(spec));
+    id = absl::StrFormat("job-%06d", ++last_job_number_);
+  }
+  // Durable first: a job is queued only once its spec is on disk.
+  MPILEARN_RETURN_IF_ERROR(store_->WriteSpec(id, spec));
+  auto job = std::make_shared<Job>(id, std::move(spec));
+  {
+    absl::MutexLock lock(&mu_);
     jobs_[id] = job;
     order_.push_back(id);
   }
-  MPILEARN_RETURN_IF_ERROR(store_->WriteSpec(job->id(), job->spec()));
   PersistHistory(*job);
   LOG(INFO) << "job " << job->id() << " queued: model " << job->spec().model().name()
             << ", " << job->spec().algorithm() << ", "

@@ -194,6 +194,31 @@ TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
   EXPECT_NE(registry_->Submit(SgdSpec()).value(), job_id);
 }
 
+TEST_F(JobRegistryTest, LostGroupCannotFailTheJobItWasRemovedFrom) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const auto paused = Register(job_id);
+  now_ += absl::Seconds(11);
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  const auto successor = Register("");
+  ASSERT_EQ(successor.job_id(), job_id);
+
+  // The paused group wakes up, finds itself lost and reports an error.
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id);
+  leave.set_group_id(paused.group_id());
+  leave.set_error("group was declared lost");
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_RUNNING);
+
+  // The successor completes it; a late error after that changes nothing.
+  leave.set_group_id(successor.group_id());
+  leave.clear_error();
+  leave.set_completed(true);
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  leave.set_completed(false);
+  leave.set_error("late failure");
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+}
+
 TEST_F(JobRegistryTest, GroupErrorFailsJobWithMessage) {
   const std::string job_id = registry_->Submit(SgdSpec()).value();
   const auto group = Register(job_id);

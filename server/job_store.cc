@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -42,7 +43,10 @@ constexpr char kJobPrefix[] = "job-";
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  // Unique per process and call: two threads may write the same file.
+  static std::atomic<uint64_t> sequence{0};
+  const std::string tmp =
+      absl::StrCat(path, ".tmp.", getpid(), ".", sequence.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);
   size_t written = 0;

@@ -42,7 +42,24 @@ absl::StatusOr<IncomingTensors> ReceiveTensors(const v1::TensorSetHeader& header
   return in;
 }
 
-absl::Status CheckFinite(const v1::TensorSetHeader& header,
+// The rest of a client stream as a chunk source for ReceiveTensors: each
+// call reads the next message into `message` and returns its chunk, or null
+// at the end of the stream (or, with `*status` set, at a non-chunk message).
+template <typename Reader, typename Request>
+auto ChunkSource(Reader& reader, Request& message, absl::string_view rpc) {
+  return [&reader, &message, rpc](absl::Status* status) -> const v1::TensorChunk* {
+    if (!reader.Read(&message)) return nullptr;
+    if (!message.has_chunk()) {
+      *status = absl::InvalidArgumentError(
+          absl::StrCat(rpc, ": expected only chunks after the header"));
+      return nullptr;
+    }
+    return &message.chunk();
+  };
+}
+
+// `what` names the tensors in the message ("gradient", "initial weight").
+absl::Status CheckFinite(absl::string_view what, const v1::TensorSetHeader& header,
                          const IncomingTensors& in) {
   for (size_t t = 0; t < in.values.size(); ++t) {
     const std::vector<float>& v = in.values[t];
@@ -50,7 +67,7 @@ absl::Status CheckFinite(const v1::TensorSetHeader& header,
     for (float x : v) sum += x * 0.0f;
     if (!std::isfinite(sum)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "gradient tensor '", header.tensors(static_cast<int>(t)).name(),
+          what, " tensor '", header.tensors(static_cast<int>(t)).name(),
           "' contains NaN or Inf; lower the learning rate or check the loss "
           "for overflow"));
     }
@@ -118,17 +135,9 @@ grpc::Status MasterServiceImpl::InitWeights(
     const v1::InitWeightsRequest::Header header = message.header();
     MPILEARN_ASSIGN_OR_RETURN(
         IncomingTensors in,
-        ReceiveTensors(header.weights(), [&](absl::Status* status)
-                                             -> const v1::TensorChunk* {
-          if (!reader->Read(&message)) return nullptr;
-          if (!message.has_chunk()) {
-            *status = absl::InvalidArgumentError(
-                "InitWeights: expected only chunks after the header");
-            return nullptr;
-          }
-          return &message.chunk();
-        }));
-    MPILEARN_RETURN_IF_ERROR(CheckFinite(header.weights(), in));
+        ReceiveTensors(header.weights(),
+                       ChunkSource(*reader, message, "InitWeights")));
+    MPILEARN_RETURN_IF_ERROR(CheckFinite("initial weight", header.weights(), in));
     MPILEARN_ASSIGN_OR_RETURN(
         *response, registry_.InitWeights(header.job_id(), header.group_id(),
                                          header.weights(), std::move(in.values)));
@@ -151,17 +160,9 @@ grpc::Status MasterServiceImpl::PushGradient(
     MPILEARN_RETURN_IF_ERROR(CheckSameLayout(layout, header.gradient()));
     MPILEARN_ASSIGN_OR_RETURN(
         IncomingTensors in,
-        ReceiveTensors(header.gradient(), [&](absl::Status* status)
-                                              -> const v1::TensorChunk* {
-          if (!stream->Read(&message)) return nullptr;
-          if (!message.has_chunk()) {
-            *status = absl::InvalidArgumentError(
-                "PushGradient: expected only chunks after the header");
-            return nullptr;
-          }
-          return &message.chunk();
-        }));
-    MPILEARN_RETURN_IF_ERROR(CheckFinite(header.gradient(), in));
+        ReceiveTensors(header.gradient(),
+                       ChunkSource(*stream, message, "PushGradient")));
+    MPILEARN_RETURN_IF_ERROR(CheckFinite("gradient", header.gradient(), in));
     GradientUpdate update;
     update.group_id = header.group_id();
     update.rank = header.rank();

@@ -189,7 +189,7 @@ TEST_F(BadInputTest, GradientOfWrongDtypeIsRejected) {
   v1::TensorSetHeader fp16 = Header(0);
   fp16.mutable_tensors(0)->set_dtype(v1::DTYPE_FLOAT16);
   ExpectError(Push(fp16, {std::vector<float>(6), std::vector<float>(3)}).status(),
-              absl::StatusCode::kInvalidArgument, "DTYPE_FLOAT16");
+              absl::StatusCode::kInvalidArgument, "tensor 'w': dtype DTYPE_FLOAT16");
   v1::TensorSetHeader bogus = Header(0);
   bogus.mutable_tensors(1)->set_dtype(static_cast<v1::DType>(77));
   ExpectError(Push(bogus, {std::vector<float>(12), std::vector<float>(3)}).status(),

@@ -173,6 +173,12 @@ absl::StatusOr<std::unique_ptr<MasterProcess>> MasterProcess::Start(
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
     int ranks, const std::string& master,
     const std::vector<std::string>& worker_flags, const std::string& log_path) {
+  // Open MPI names its session directory after mpirun's pid. Bazel's
+  // sandbox gives each test its own pid namespace, so two tests' mpiruns can
+  // share a pid: keep each test's session directory in its own TMPDIR.
+  if (const char* test_tmp = std::getenv("TEST_TMPDIR")) {
+    setenv("TMPDIR", test_tmp, /*overwrite=*/1);
+  }
   std::vector<std::string> argv = {"mpirun", "--allow-run-as-root",
                                    "--oversubscribe", "-np",
                                    std::to_string(ranks),
