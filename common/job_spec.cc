@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -108,44 +109,100 @@ absl::Status CheckPositiveFinite(absl::string_view field, double value) {
   return absl::OkStatus();
 }
 
+// Checks value in [0, 1) (false for NaN).
+absl::Status CheckUnitInterval(absl::string_view field, double value) {
+  if (!(value >= 0.0 && value < 1.0)) {
+    return RangeError(field, "in [0, 1)", value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNonNegativeFinite(absl::string_view field, double value) {
+  if (!(std::isfinite(value) && value >= 0.0)) {
+    return RangeError(field, "a finite number >= 0", value);
+  }
+  return absl::OkStatus();
+}
+
+// Fills in the defaults of the named optimizer and checks the fields it uses;
+// fields it does not use are left alone. The master resolves the normalized
+// spec again with server/optimizer_config.cc's ResolveOptimizerConfig, which
+// cannot be called from here (common/ does not depend on server/): the two
+// must agree on names, defaults (PyTorch's) and ranges, and
+// server/optimizer_test.cc checks that they do.
 absl::Status NormalizeOptimizer(v1::OptimizerSpec* opt) {
   if (opt->name().empty()) opt->set_name("adam");
-  const bool adam = opt->name() == "adam";
-  if (!adam && opt->name() != "sgd") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.name: unknown optimizer '", opt->name(),
-                     "'; available: 'adam', 'sgd'"));
+  const std::string& name = opt->name();
+  const bool sgd = name == "sgd";
+  const bool adam = name == "adam" || name == "adamw";
+  const bool rmsprop = name == "rmsprop";
+  const bool adadelta = name == "adadelta";
+  const bool adagrad = name == "adagrad";
+  if (!sgd && !adam && !rmsprop && !adadelta && !adagrad) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.name: unknown optimizer '", name,
+        "'; available: 'sgd', 'adam', 'adamw', 'rmsprop', 'adadelta', "
+        "'adagrad'"));
   }
-  if (!opt->has_learning_rate()) opt->set_learning_rate(adam ? 1e-3 : 1e-2);
+  if (!opt->has_learning_rate()) {
+    opt->set_learning_rate(adam ? 1e-3 : adadelta ? 1.0 : 1e-2);
+  }
   MPILEARN_RETURN_IF_ERROR(
       CheckPositiveFinite("optimizer.learning_rate", opt->learning_rate()));
-  if (!opt->has_weight_decay()) opt->set_weight_decay(0.0);
-  if (!(std::isfinite(opt->weight_decay()) && opt->weight_decay() >= 0.0)) {
-    return RangeError("optimizer.weight_decay", "a finite number >= 0",
-                      opt->weight_decay());
+  if (!opt->has_weight_decay()) {
+    opt->set_weight_decay(name == "adamw" ? 0.01 : 0.0);
   }
-  if (adam) {
+  MPILEARN_RETURN_IF_ERROR(
+      CheckNonNegativeFinite("optimizer.weight_decay", opt->weight_decay()));
+  if (sgd) {
+    if (!opt->has_momentum()) opt->set_momentum(0.0);
+    if (!opt->has_nesterov()) opt->set_nesterov(false);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckUnitInterval("optimizer.momentum", opt->momentum()));
+    if (opt->nesterov() && opt->momentum() == 0.0) {
+      return absl::InvalidArgumentError(
+          "optimizer.nesterov requires optimizer.momentum > 0, got momentum 0");
+    }
+  } else if (adam) {
     if (!opt->has_beta1()) opt->set_beta1(0.9);
     if (!opt->has_beta2()) opt->set_beta2(0.999);
     if (!opt->has_epsilon()) opt->set_epsilon(1e-8);
-    if (!(opt->beta1() >= 0.0 && opt->beta1() < 1.0)) {
-      return RangeError("optimizer.beta1", "in [0, 1)", opt->beta1());
-    }
-    if (!(opt->beta2() >= 0.0 && opt->beta2() < 1.0)) {
-      return RangeError("optimizer.beta2", "in [0, 1)", opt->beta2());
-    }
+    MPILEARN_RETURN_IF_ERROR(
+        CheckUnitInterval("optimizer.beta1", opt->beta1()));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckUnitInterval("optimizer.beta2", opt->beta2()));
     MPILEARN_RETURN_IF_ERROR(
         CheckPositiveFinite("optimizer.epsilon", opt->epsilon()));
-  } else {
+  } else if (rmsprop) {
+    if (!opt->has_alpha()) opt->set_alpha(0.99);
+    if (!opt->has_epsilon()) opt->set_epsilon(1e-8);
     if (!opt->has_momentum()) opt->set_momentum(0.0);
-    if (!opt->has_nesterov()) opt->set_nesterov(false);
-    if (!(opt->momentum() >= 0.0 && opt->momentum() < 1.0)) {
-      return RangeError("optimizer.momentum", "in [0, 1)", opt->momentum());
+    if (!opt->has_centered()) opt->set_centered(false);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckUnitInterval("optimizer.alpha", opt->alpha()));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckPositiveFinite("optimizer.epsilon", opt->epsilon()));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckUnitInterval("optimizer.momentum", opt->momentum()));
+  } else if (adadelta) {
+    if (!opt->has_rho()) opt->set_rho(0.9);
+    if (!opt->has_epsilon()) opt->set_epsilon(1e-6);
+    MPILEARN_RETURN_IF_ERROR(CheckUnitInterval("optimizer.rho", opt->rho()));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckPositiveFinite("optimizer.epsilon", opt->epsilon()));
+  } else {  // adagrad
+    if (!opt->has_lr_decay()) opt->set_lr_decay(0.0);
+    if (!opt->has_initial_accumulator_value()) {
+      opt->set_initial_accumulator_value(0.0);
     }
-    if (opt->nesterov() && opt->momentum() == 0.0) {
-      return absl::InvalidArgumentError(
-          "optimizer.nesterov needs optimizer.momentum > 0");
-    }
+    if (!opt->has_epsilon()) opt->set_epsilon(1e-10);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckNonNegativeFinite("optimizer.lr_decay", opt->lr_decay()));
+    MPILEARN_RETURN_IF_ERROR(CheckNonNegativeFinite(
+        "optimizer.initial_accumulator_value",
+        opt->initial_accumulator_value()));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckPositiveFinite("optimizer.epsilon", opt->epsilon()));
   }
   return absl::OkStatus();
 }

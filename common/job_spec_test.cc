@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace mpilearn {
@@ -48,6 +50,76 @@ TEST(JobSpecTest, FullSpecKeepsValuesAndAcceptsCamelCase) {
   EXPECT_EQ(spec->algorithm(), "sync");
   EXPECT_EQ(spec->sync_every(), 4);
   EXPECT_EQ(spec->seed(), 7u);
+}
+
+// Each optimizer's PyTorch defaults are written into the spec; fields the
+// optimizer does not use are left out.
+TEST(JobSpecTest, EveryOptimizerGetsItsDefaults) {
+  auto with_optimizer = [](const std::string& optimizer) {
+    return ParseJobSpecJson(
+        absl::StrCat(R"({"optimizer": {"name": ")", optimizer,
+                     R"("}, "data": {"train_images": "a", "train_labels": "b"}})"));
+  };
+  auto sgd = with_optimizer("sgd");
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  EXPECT_DOUBLE_EQ(sgd->optimizer().learning_rate(), 0.01);
+  EXPECT_EQ(sgd->optimizer().momentum(), 0.0);
+  EXPECT_TRUE(sgd->optimizer().has_nesterov());
+  EXPECT_FALSE(sgd->optimizer().has_beta1());
+
+  auto adamw = with_optimizer("adamw");
+  ASSERT_TRUE(adamw.ok()) << adamw.status();
+  EXPECT_DOUBLE_EQ(adamw->optimizer().learning_rate(), 1e-3);
+  EXPECT_DOUBLE_EQ(adamw->optimizer().weight_decay(), 0.01);
+  EXPECT_DOUBLE_EQ(adamw->optimizer().beta1(), 0.9);
+  EXPECT_DOUBLE_EQ(adamw->optimizer().beta2(), 0.999);
+  EXPECT_DOUBLE_EQ(adamw->optimizer().epsilon(), 1e-8);
+
+  auto rmsprop = with_optimizer("rmsprop");
+  ASSERT_TRUE(rmsprop.ok()) << rmsprop.status();
+  EXPECT_DOUBLE_EQ(rmsprop->optimizer().learning_rate(), 0.01);
+  EXPECT_DOUBLE_EQ(rmsprop->optimizer().alpha(), 0.99);
+  EXPECT_DOUBLE_EQ(rmsprop->optimizer().epsilon(), 1e-8);
+  EXPECT_EQ(rmsprop->optimizer().weight_decay(), 0.0);
+  EXPECT_TRUE(rmsprop->optimizer().has_momentum());
+  EXPECT_TRUE(rmsprop->optimizer().has_centered());
+  EXPECT_FALSE(rmsprop->optimizer().centered());
+
+  auto adadelta = with_optimizer("adadelta");
+  ASSERT_TRUE(adadelta.ok()) << adadelta.status();
+  EXPECT_DOUBLE_EQ(adadelta->optimizer().learning_rate(), 1.0);
+  EXPECT_DOUBLE_EQ(adadelta->optimizer().rho(), 0.9);
+  EXPECT_DOUBLE_EQ(adadelta->optimizer().epsilon(), 1e-6);
+
+  auto adagrad = with_optimizer("adagrad");
+  ASSERT_TRUE(adagrad.ok()) << adagrad.status();
+  EXPECT_DOUBLE_EQ(adagrad->optimizer().learning_rate(), 0.01);
+  EXPECT_TRUE(adagrad->optimizer().has_lr_decay());
+  EXPECT_EQ(adagrad->optimizer().lr_decay(), 0.0);
+  EXPECT_TRUE(adagrad->optimizer().has_initial_accumulator_value());
+  EXPECT_EQ(adagrad->optimizer().initial_accumulator_value(), 0.0);
+  EXPECT_DOUBLE_EQ(adagrad->optimizer().epsilon(), 1e-10);
+  EXPECT_FALSE(adagrad->optimizer().has_momentum());
+}
+
+TEST(JobSpecTest, NewOptimizerFieldsAreKept) {
+  auto spec = ParseJobSpecJson(R"({
+    "optimizer": {"name": "rmsprop", "alpha": 0.9, "centered": true,
+                  "momentum": 0.5},
+    "data": {"train_images": "a", "train_labels": "b"}
+  })");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->optimizer().alpha(), 0.9);
+  EXPECT_TRUE(spec->optimizer().centered());
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.5);
+  auto adagrad = ParseJobSpecJson(R"({
+    "optimizer": {"name": "adagrad", "lrDecay": 0.01,
+                  "initialAccumulatorValue": 0.1},
+    "data": {"train_images": "a", "train_labels": "b"}
+  })");
+  ASSERT_TRUE(adagrad.ok()) << adagrad.status();
+  EXPECT_DOUBLE_EQ(adagrad->optimizer().lr_decay(), 0.01);
+  EXPECT_DOUBLE_EQ(adagrad->optimizer().initial_accumulator_value(), 0.1);
 }
 
 TEST(JobSpecTest, ToJsonRoundTrips) {
@@ -115,6 +187,37 @@ INSTANTIATE_TEST_SUITE_P(
                   "optimizer.momentum"},
         Rejection{R"({"optimizer": {"name": "sgd", "nesterov": true}, )" DATA "}",
                   "optimizer.nesterov"},
+        Rejection{R"({"optimizer": {"name": "Adam"}, )" DATA "}",
+                  "optimizer.name"},
+        Rejection{R"({"optimizer": {"name": "adamw", "beta1": 1}, )" DATA "}",
+                  "optimizer.beta1"},
+        Rejection{R"({"optimizer": {"name": "adamw", "weight_decay": -0.1},
+                      )" DATA "}",
+                  "optimizer.weight_decay"},
+        Rejection{R"({"optimizer": {"name": "rmsprop", "alpha": 2}, )" DATA "}",
+                  "optimizer.alpha must be in [0, 1), got 2"},
+        Rejection{R"({"optimizer": {"name": "rmsprop", "momentum": -0.5},
+                      )" DATA "}",
+                  "optimizer.momentum"},
+        Rejection{R"({"optimizer": {"name": "rmsprop", "epsilon": 0}, )" DATA "}",
+                  "optimizer.epsilon"},
+        Rejection{R"({"optimizer": {"name": "adadelta", "rho": 1}, )" DATA "}",
+                  "optimizer.rho"},
+        Rejection{R"({"optimizer": {"name": "adadelta", "learning_rate": 0},
+                      )" DATA "}",
+                  "optimizer.learning_rate"},
+        Rejection{R"({"optimizer": {"name": "adagrad", "lr_decay": -1},
+                      )" DATA "}",
+                  "optimizer.lr_decay"},
+        Rejection{R"({"optimizer": {"name": "adagrad",
+                      "initial_accumulator_value": -0.1}, )" DATA "}",
+                  "optimizer.initial_accumulator_value"},
+        Rejection{R"({"optimizer": {"name": "adagrad", "epsilon": -1e-10},
+                      )" DATA "}",
+                  "optimizer.epsilon"},
+        Rejection{R"({"optimizer": {"name": "adagrad", "centred": true},
+                      )" DATA "}",
+                  "centred"},
         Rejection{R"({"algorithm": "allreduce", )" DATA "}", "algorithm"},
         Rejection{R"({"epochs": 0, )" DATA "}", "epochs"},
         Rejection{R"({"batch_size": 0, )" DATA "}", "batch_size"},
