@@ -4,11 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
 
 namespace mpilearn::server {
 
-Job::Job(std::string id, v1::JobSpec spec)
-    : id_(std::move(id)), spec_(std::move(spec)) {}
+Job::Job(std::string id, v1::JobSpec spec, EngineOptions engine)
+    : id_(std::move(id)), spec_(std::move(spec)), engine_(std::move(engine)) {}
 
 v1::JobState Job::state() const {
   absl::MutexLock lock(&mu_);
@@ -68,7 +69,7 @@ absl::StatusOr<bool> Job::InitWeights(v1::TensorSetHeader header,
   absl::MutexLock lock(&mu_);
   if (weights_ != nullptr) return false;
   MPILEARN_ASSIGN_OR_RETURN(optimizer_,
-                            CreateOptimizer(spec_.optimizer(), sizes));
+                            CreateOptimizer(spec_.optimizer(), sizes, engine_));
   header.set_version(0);
   weights_ = std::make_shared<WeightsSnapshot>();
   weights_->header = std::move(header);
@@ -119,11 +120,84 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     params.emplace_back(weights_->values[i]);
     grads.emplace_back(update.values[i]);
   }
-  optimizer_->Step(params, grads);
+  MPILEARN_RETURN_IF_ERROR(optimizer_->Step(params, grads));
   weights_->header.set_version(weights_->header.version() + 1);
   ++updates_applied_;
   samples_trained_ += update.samples;
   return std::shared_ptr<const WeightsSnapshot>(weights_);
+}
+
+absl::StatusOr<JobCheckpoint> Job::Checkpoint() const {
+  absl::MutexLock lock(&mu_);
+  if (weights_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id_, " has no weights yet; a group must call InitWeights"));
+  }
+  JobCheckpoint checkpoint;
+  checkpoint.weights = ToTensorSet(weights_->header, weights_->values);
+  MPILEARN_ASSIGN_OR_RETURN(OptimizerState state, optimizer_->SaveState());
+  const std::vector<std::string> buffers = StateBufferNames(optimizer_->config());
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::vector<float>> values;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    for (int t = 0; t < weights_->header.tensors_size(); ++t) {
+      const v1::TensorInfo& info = weights_->header.tensors(t);
+      names.push_back(absl::StrCat(buffers[b], "/", info.name()));
+      shapes.emplace_back(info.shape().begin(), info.shape().end());
+      values.push_back(std::move(state.buffers[b][t]));
+    }
+  }
+  checkpoint.optimizer_state = ToTensorSet(
+      MakeFloat32Header(static_cast<uint64_t>(state.steps), names, shapes),
+      values);
+  return checkpoint;
+}
+
+absl::Status Job::Restore(const JobCheckpoint& checkpoint) {
+  MPILEARN_ASSIGN_OR_RETURN(Float32Tensors weights,
+                            FromTensorSet(checkpoint.weights));
+  MPILEARN_ASSIGN_OR_RETURN(Float32Tensors saved,
+                            FromTensorSet(checkpoint.optimizer_state));
+  std::vector<size_t> sizes;
+  for (const auto& v : weights.values) sizes.push_back(v.size());
+  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                            CreateOptimizer(spec_.optimizer(), sizes, engine_));
+  const std::vector<std::string> buffers = StateBufferNames(optimizer->config());
+  if (saved.values.size() != buffers.size() * sizes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer state holds ", saved.values.size(), " tensors; ",
+        optimizer->name(), " over ", sizes.size(), " weight tensors needs ",
+        buffers.size() * sizes.size()));
+  }
+  OptimizerState state;
+  state.steps = static_cast<int64_t>(saved.header.version());
+  state.buffers.resize(buffers.size());
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const size_t k = b * sizes.size() + t;
+      const std::string want = absl::StrCat(
+          buffers[b], "/", weights.header.tensors(static_cast<int>(t)).name());
+      if (saved.header.tensors(static_cast<int>(k)).name() != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "optimizer state tensor ", k, " is '",
+            saved.header.tensors(static_cast<int>(k)).name(), "'; expected '",
+            want, "'"));
+      }
+      state.buffers[b].push_back(std::move(saved.values[k]));
+    }
+  }
+  MPILEARN_RETURN_IF_ERROR(optimizer->RestoreState(state));
+  absl::MutexLock lock(&mu_);
+  if (weights_ != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id_, " already has weights"));
+  }
+  optimizer_ = std::move(optimizer);
+  weights_ = std::make_shared<WeightsSnapshot>();
+  weights_->header = std::move(weights.header);
+  weights_->values = std::move(weights.values);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::Weights() const {

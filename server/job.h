@@ -47,9 +47,19 @@ struct GradientUpdate {
   std::vector<std::vector<float>> values;  // laid out as the job's weights
 };
 
+// A job's weights and optimizer state as the state directory stores them.
+// optimizer_state lists, for each state buffer B of the optimizer and each
+// weight tensor W, a tensor named "B/W" shaped like W; its header's version
+// is the optimizer's step count.
+struct JobCheckpoint {
+  v1::TensorSet weights;
+  v1::TensorSet optimizer_state;
+};
+
 class Job {
  public:
-  Job(std::string id, v1::JobSpec spec);
+  // `engine` says where the job's optimizer runs (EngineOptions).
+  Job(std::string id, v1::JobSpec spec, EngineOptions engine = {});
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -84,6 +94,16 @@ class Job {
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ApplyGradient(
       const GradientUpdate& update, absl::Time now);
 
+  // Weights and optimizer state, for the state directory;
+  // FAILED_PRECONDITION before InitWeights.
+  absl::StatusOr<JobCheckpoint> Checkpoint() const;
+
+  // Installs weights and optimizer state from a checkpoint (instead of
+  // InitWeights): training continues exactly where Checkpoint() was taken.
+  // INVALID_ARGUMENT / DATA_LOSS if the checkpoint does not fit the job's
+  // optimizer; FAILED_PRECONDITION if the job already has weights.
+  absl::Status Restore(const JobCheckpoint& checkpoint);
+
   // Current weights; FAILED_PRECONDITION before InitWeights.
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Weights() const;
 
@@ -113,6 +133,7 @@ class Job {
 
   const std::string id_;
   const v1::JobSpec spec_;
+  const EngineOptions engine_;
 
   mutable absl::Mutex mu_;
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_QUEUED;

@@ -31,7 +31,7 @@ absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
   }
   // Durable first: a job is queued only once its spec is on disk.
   MPILEARN_RETURN_IF_ERROR(store_->WriteSpec(id, spec));
-  auto job = std::make_shared<Job>(id, std::move(spec));
+  auto job = std::make_shared<Job>(id, std::move(spec), options_.engine);
   {
     absl::MutexLock lock(&mu_);
     jobs_[id] = job;
@@ -146,13 +146,16 @@ absl::StatusOr<v1::JobState> JobRegistry::Leave(
             << " left" << (request.error().empty() ? "" : " with error: ")
             << request.error() << "; job is " << v1::JobState_Name(state);
   if (state == v1::JOB_STATE_COMPLETED) {
-    absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
-        job->Weights();
-    if (weights.ok()) {
-      absl::Status written = store_->WriteWeights(
-          job->id(), ToTensorSet((*weights)->header, (*weights)->values));
-      if (!written.ok()) LOG(ERROR) << "job " << job->id() << ": " << written;
+    absl::StatusOr<JobCheckpoint> checkpoint = job->Checkpoint();
+    absl::Status written = checkpoint.status();
+    if (checkpoint.ok()) {
+      written = store_->WriteWeights(job->id(), checkpoint->weights);
+      if (written.ok()) {
+        written = store_->WriteOptimizerState(job->id(),
+                                              checkpoint->optimizer_state);
+      }
     }
+    if (!written.ok()) LOG(ERROR) << "job " << job->id() << ": " << written;
   }
   PersistHistory(*job);
   return state;

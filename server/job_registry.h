@@ -38,6 +38,8 @@ class JobRegistry {
     // A group with no call for this long is declared lost; its job is
     // re-queued if no other group serves it.
     absl::Duration group_timeout = absl::Seconds(60);
+    // Where jobs' optimizers run (device, CPU threads).
+    EngineOptions engine;
     // Injected for tests.
     std::function<absl::Time()> clock = [] { return absl::Now(); };
   };

@@ -176,6 +176,7 @@ TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
   const std::string dir = state_dir_ + "/jobs/" + job_id;
   EXPECT_TRUE(std::filesystem::exists(dir + "/spec.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/weights.pb"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/optimizer.pb"));
   std::ifstream history(dir + "/history.json");
   std::string text((std::istreambuf_iterator<char>(history)),
                    std::istreambuf_iterator<char>());

@@ -128,13 +128,24 @@ absl::Status JobStore::WriteHistory(const std::string& job_id,
 
 absl::Status JobStore::WriteWeights(const std::string& job_id,
                                     const v1::TensorSet& weights) {
+  return WriteTensorSet(job_id, "weights.pb", weights);
+}
+
+absl::Status JobStore::WriteOptimizerState(const std::string& job_id,
+                                           const v1::TensorSet& state) {
+  return WriteTensorSet(job_id, "optimizer.pb", state);
+}
+
+absl::Status JobStore::WriteTensorSet(const std::string& job_id,
+                                      const std::string& file,
+                                      const v1::TensorSet& set) {
   MPILEARN_RETURN_IF_ERROR(EnsureDir(JobDir(job_id)));
   std::string bytes;
-  if (!weights.SerializeToString(&bytes)) {
-    return absl::ResourceExhaustedError(
-        "weights too large for a single TensorSet file (over 2 GiB)");
+  if (!set.SerializeToString(&bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        file, ": tensor set too large for a single TensorSet file (over 2 GiB)"));
   }
-  return WriteFileAtomically(JobDir(job_id) + "/weights.pb", bytes);
+  return WriteFileAtomically(JobDir(job_id) + "/" + file, bytes);
 }
 
 }  // namespace mpilearn::server

@@ -3,6 +3,8 @@
 //   <state_dir>/jobs/<job_id>/spec.json      the normalized job spec
 //   <state_dir>/jobs/<job_id>/history.json   JobStatus with per-epoch history
 //   <state_dir>/jobs/<job_id>/weights.pb     final weights (a TensorSet)
+//   <state_dir>/jobs/<job_id>/optimizer.pb   final optimizer state (a
+//                                            TensorSet, see JobCheckpoint)
 //
 // Every file is written atomically: a temporary file in the same directory,
 // fsync, rename. A reader therefore sees the old or the new file, never half
@@ -36,9 +38,15 @@ class JobStore {
   absl::Status WriteWeights(const std::string& job_id,
                             const v1::TensorSet& weights);
 
+  absl::Status WriteOptimizerState(const std::string& job_id,
+                                   const v1::TensorSet& state);
+
   std::string JobDir(const std::string& job_id) const;
 
  private:
+  absl::Status WriteTensorSet(const std::string& job_id, const std::string& file,
+                              const v1::TensorSet& set);
+
   explicit JobStore(std::string jobs_dir) : jobs_dir_(std::move(jobs_dir)) {}
 
   const std::string jobs_dir_;

@@ -25,6 +25,12 @@ ABSL_FLAG(std::string, state_dir, "mpilearn-state",
 ABSL_FLAG(std::string, port_file, "",
           "If set, write the bound port to this file once serving (for "
           "scripts that start the master on port 0).");
+ABSL_FLAG(std::string, device, "auto",
+          "Where jobs' optimizers run: auto (a GPU when one is present, else "
+          "the CPU), cpu, cuda, or cuda:N.");
+ABSL_FLAG(int, optimizer_threads, 1,
+          "CPU threads that share each optimizer step (device cpu). Give the "
+          "master more on a node of its own.");
 ABSL_FLAG(double, group_timeout_s, 60.0,
           "Seconds without any call after which a worker group is declared "
           "lost and its job re-queued.");
@@ -65,7 +71,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mpilearn-master: --group_timeout_s must be > 0\n");
     return 2;
   }
+  const absl::StatusOr<std::string> device =
+      mpilearn::server::ResolveOptimizerDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    std::fprintf(stderr, "mpilearn-master: %s\n",
+                 std::string(device.status().message()).c_str());
+    return 2;
+  }
+  const int threads = absl::GetFlag(FLAGS_optimizer_threads);
+  if (threads < 1 || threads > 256) {
+    std::fprintf(stderr,
+                 "mpilearn-master: --optimizer_threads must be in [1, 256]\n");
+    return 2;
+  }
   mpilearn::server::MasterServer::Options options;
+  options.engine.device = *device;
+  options.engine.threads = threads;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.group_timeout = absl::Seconds(absl::GetFlag(FLAGS_group_timeout_s));
@@ -76,7 +97,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   LOG(INFO) << "mpilearn-master serving on port " << (*server)->port()
-            << " (state in " << options.state_dir << ")";
+            << " (state in " << options.state_dir << "; optimizers on "
+            << options.engine.device
+            << (options.engine.device == "cpu"
+                    ? absl::StrCat(", ", threads, " thread(s)")
+                    : std::string())
+            << ")";
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";

@@ -14,6 +14,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   JobRegistry::Options registry_options;
   registry_options.state_dir = options.state_dir;
   registry_options.group_timeout = options.group_timeout;
+  registry_options.engine = options.engine;
   MPILEARN_ASSIGN_OR_RETURN(server->registry_,
                             JobRegistry::Create(registry_options));
   server->service_ = std::make_unique<MasterServiceImpl>(*server->registry_);

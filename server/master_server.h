@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/job_registry.h"
 #include "server/master_service.h"
+#include "server/optimizer.h"
 
 namespace mpilearn::server {
 
@@ -30,6 +31,8 @@ class MasterServer {
     std::string listen = "127.0.0.1:7070";
     std::string state_dir = "mpilearn-state";
     absl::Duration group_timeout = absl::Seconds(60);
+    // Where jobs' optimizers run; device already resolved ("cpu", "cuda:N").
+    EngineOptions engine;
   };
 
   static absl::StatusOr<std::unique_ptr<MasterServer>> BuildAndStart(

@@ -10,7 +10,12 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/cuda/cuda_engine.h"
 
 namespace mpilearn::server {
 namespace {
@@ -401,8 +406,8 @@ class CpuOptimizer final : public Optimizer {
     if (slices > 1) workers_ = std::make_unique<SliceWorkers>(slices);
   }
 
-  void Step(absl::Span<const absl::Span<float>> params,
-            absl::Span<const absl::Span<const float>> grads) override {
+  absl::Status Step(absl::Span<const absl::Span<float>> params,
+                    absl::Span<const absl::Span<const float>> grads) override {
     const StepScalars scalars = ComputeScalars(config_, state_.steps + 1);
     const Kernel kernel = SelectKernel(config_, state_.steps == 0);
     ++state_.steps;
@@ -424,12 +429,13 @@ class CpuOptimizer final : public Optimizer {
     } else {
       workers_->Run(run_slice);
     }
+    return absl::OkStatus();
   }
 
   int64_t steps() const override { return state_.steps; }
   std::string name() const override { return OptimizerKindName(config_.kind); }
   const OptimizerConfig& config() const override { return config_; }
-  OptimizerState SaveState() const override { return state_; }
+  absl::StatusOr<OptimizerState> SaveState() const override { return state_; }
 
   absl::Status RestoreState(const OptimizerState& state) override {
     if (state.steps < 0) {
@@ -517,20 +523,97 @@ class CpuOptimizer final : public Optimizer {
 
 }  // namespace
 
+namespace {
+
+// An Optimizer whose weights and state live on a GPU (cuda/cuda_engine.h).
+class CudaOptimizer final : public Optimizer {
+ public:
+  explicit CudaOptimizer(std::unique_ptr<CudaEngine> engine)
+      : engine_(std::move(engine)) {}
+
+  absl::Status Step(absl::Span<const absl::Span<float>> params,
+                    absl::Span<const absl::Span<const float>> grads) override {
+    return engine_->Step(params, grads);
+  }
+  int64_t steps() const override { return engine_->steps(); }
+  std::string name() const override {
+    return OptimizerKindName(engine_->config().kind);
+  }
+  const OptimizerConfig& config() const override { return engine_->config(); }
+
+  absl::StatusOr<OptimizerState> SaveState() const override {
+    MPILEARN_ASSIGN_OR_RETURN(CudaEngineState saved, engine_->SaveState());
+    OptimizerState state;
+    state.steps = saved.steps;
+    state.buffers = std::move(saved.buffers);
+    return state;
+  }
+  absl::Status RestoreState(const OptimizerState& state) override {
+    CudaEngineState restored;
+    restored.steps = state.steps;
+    restored.buffers = state.buffers;
+    return engine_->RestoreState(restored);
+  }
+
+ private:
+  std::unique_ptr<CudaEngine> engine_;
+};
+
+// "cuda:N" -> N; error for anything else.
+absl::StatusOr<int> CudaIndex(absl::string_view device) {
+  int index = 0;
+  if (!absl::ConsumePrefix(&device, "cuda:") || !absl::SimpleAtoi(device, &index) ||
+      index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer device '", device, "' is not 'cpu' or 'cuda:N'"));
+  }
+  return index;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveOptimizerDevice(const std::string& flag) {
+  const int gpus = CudaEngine::DeviceCount();
+  if (flag == "cpu") return std::string("cpu");
+  if (flag == "auto") {
+    if (gpus > 0) return std::string("cuda:0");
+    LOG(INFO) << "--device=auto: no CUDA device found ("
+              << (CudaEngine::BuiltWithCuda() ? "none visible to this process"
+                                              : "this build has no CUDA")
+              << "); optimizers run on the CPU";
+    return std::string("cpu");
+  }
+  std::string device = flag == "cuda" ? "cuda:0" : flag;
+  if (!absl::StartsWith(device, "cuda:")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu, cuda or cuda:N, got '", flag, "'"));
+  }
+  MPILEARN_ASSIGN_OR_RETURN(int index, CudaIndex(device));
+  if (index >= gpus) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", flag, ": no CUDA device ", index, " (found ", gpus,
+        CudaEngine::BuiltWithCuda() ? "" : "; this build has no CUDA",
+        "); use --device=auto or --device=cpu"));
+  }
+  return device;
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     const OptimizerConfig& config, const std::vector<size_t>& tensor_sizes,
     const EngineOptions& engine) {
+  MPILEARN_RETURN_IF_ERROR(ValidateConfig(config));
   if (engine.device != "cpu") {
-    return absl::UnimplementedError(
-        absl::StrCat("optimizer device '", engine.device,
-                     "' is not available; this build supports 'cpu'"));
+    MPILEARN_ASSIGN_OR_RETURN(int index, CudaIndex(engine.device));
+    MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<CudaEngine> cuda,
+                              CudaEngine::Create(config, tensor_sizes, index));
+    return std::unique_ptr<Optimizer>(
+        std::make_unique<CudaOptimizer>(std::move(cuda)));
   }
   if (engine.threads < 1 || engine.threads > kMaxThreads) {
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer threads must be in [1, ", kMaxThreads,
                      "], got ", engine.threads));
   }
-  MPILEARN_RETURN_IF_ERROR(ValidateConfig(config));
   return std::unique_ptr<Optimizer>(
       std::make_unique<CpuOptimizer>(config, tensor_sizes, engine.threads));
 }

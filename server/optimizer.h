@@ -13,7 +13,7 @@
 //   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
 //                             CreateOptimizer(config, sizes, engine));
 //   ...
-//   optimizer->Step(params, grads);  // once per accepted update
+//   MPILEARN_RETURN_IF_ERROR(optimizer->Step(params, grads));  // per update
 //
 // The interface is the seam between the master and the device that does the
 // arithmetic; this file has the CPU backend.
@@ -59,8 +59,11 @@ class Optimizer {
   // `grads.size()` equal the number of tensors given at creation, and
   // `params[i].size() == grads[i].size()` equals tensor size i given at
   // creation. No params tensor overlaps another tensor or any gradient.
-  virtual void Step(absl::Span<const absl::Span<float>> params,
-                    absl::Span<const absl::Span<const float>> grads) = 0;
+  //
+  // The CPU backend cannot fail; a device backend returns its device's
+  // error (and refuses later calls).
+  virtual absl::Status Step(absl::Span<const absl::Span<float>> params,
+                            absl::Span<const absl::Span<const float>> grads) = 0;
 
   // Number of steps applied (or restored) so far.
   virtual int64_t steps() const = 0;
@@ -72,7 +75,7 @@ class Optimizer {
   virtual const OptimizerConfig& config() const = 0;
 
   // A copy of the step count and every state buffer.
-  virtual OptimizerState SaveState() const = 0;
+  virtual absl::StatusOr<OptimizerState> SaveState() const = 0;
 
   // Replaces the step count and state buffers with `state`, e.g. one that
   // SaveState returned; the next Step continues exactly as the saved
@@ -84,7 +87,8 @@ class Optimizer {
 
 // Where and how an optimizer computes.
 struct EngineOptions {
-  // "cpu". Other devices return UnimplementedError for now.
+  // "cpu" or "cuda:N" (see ResolveOptimizerDevice). A build without CUDA
+  // returns UnimplementedError for "cuda:N".
   std::string device = "cpu";
   // CPU threads that share each step, the calling thread included; >= 1.
   // Models under 64K elements always step on the calling thread alone.
@@ -99,6 +103,12 @@ struct EngineOptions {
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     const OptimizerConfig& config, const std::vector<size_t>& tensor_sizes,
     const EngineOptions& engine = {});
+
+// Turns the master's --device flag into an EngineOptions::device:
+//   "cpu" -> "cpu";  "cuda" / "cuda:N" -> "cuda:N" if that GPU exists, else
+//   FailedPreconditionError;  "auto" -> "cuda:0" when a GPU is present, else
+//   "cpu" (logging one line that says why).
+absl::StatusOr<std::string> ResolveOptimizerDevice(const std::string& flag);
 
 // ResolveOptimizerConfig(spec), then the overload above.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(

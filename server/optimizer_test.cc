@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
+#include "server/cuda/cuda_engine.h"
 #include "proto/mpilearn.pb.h"
 #include "server/optimizer_config.h"
 
@@ -201,7 +202,7 @@ void StepOnce(Optimizer& optimizer, std::vector<std::vector<float>>& params,
     param_spans.emplace_back(params[k]);
     grad_spans.emplace_back(grads[k]);
   }
-  optimizer.Step(param_spans, grad_spans);
+  ASSERT_TRUE(optimizer.Step(param_spans, grad_spans).ok());
 }
 
 // Relative tolerance 1e-5, plus an absolute floor of 1e-6 times the tensor's
@@ -290,7 +291,7 @@ RunResult RunAgainstReference(const OptimizerSpec& spec,
     if (::testing::Test::HasFatalFailure()) return run;
     run.params_per_step.push_back(params);
   }
-  run.state = optimizer->SaveState();
+  run.state = optimizer->SaveState().value();
   EXPECT_EQ(run.state.steps, kSteps);
   const std::vector<std::string> names = StateBufferNames(optimizer->config());
   EXPECT_EQ(run.state.buffers.size(), names.size()) << what;
@@ -555,7 +556,7 @@ TEST_P(OptimizerCaseTest, SaveAndRestoreContinueExactly) {
   ASSERT_NE(first, nullptr);
   std::vector<std::vector<float>> params = initial;
   for (int step = 0; step < 3; ++step) StepOnce(*first, params, grads[step]);
-  const OptimizerState saved = first->SaveState();
+  const OptimizerState saved = first->SaveState().value();
   EXPECT_EQ(saved.steps, 3);
   EXPECT_EQ(saved.buffers.size(), StateBufferNames(c.expected).size());
 
@@ -569,8 +570,8 @@ TEST_P(OptimizerCaseTest, SaveAndRestoreContinueExactly) {
   EXPECT_EQ(resumed->steps(), 4);
   EXPECT_TRUE(BitwiseEqual(resumed_params, expected));
   EXPECT_TRUE(BitwiseEqual(params, expected));
-  const OptimizerState after = resumed->SaveState();
-  const OptimizerState after_uninterrupted = uninterrupted->SaveState();
+  const OptimizerState after = resumed->SaveState().value();
+  const OptimizerState after_uninterrupted = uninterrupted->SaveState().value();
   ASSERT_EQ(after.buffers.size(), after_uninterrupted.buffers.size());
   for (size_t b = 0; b < after.buffers.size(); ++b) {
     EXPECT_TRUE(BitwiseEqual(after.buffers[b], after_uninterrupted.buffers[b]))
@@ -627,7 +628,7 @@ TEST(OptimizerStateTest, FreshStateIsZeroedOrInitialAccumulator) {
   spec.set_initial_accumulator_value(0.25);
   std::unique_ptr<Optimizer> optimizer = MustCreate(spec, kSmallSizes, 1);
   ASSERT_NE(optimizer, nullptr);
-  const OptimizerState state = optimizer->SaveState();
+  const OptimizerState state = optimizer->SaveState().value();
   EXPECT_EQ(state.steps, 0);
   ASSERT_EQ(state.buffers.size(), 1u);
   ASSERT_EQ(state.buffers[0].size(), kSmallSizes.size());
@@ -636,7 +637,7 @@ TEST(OptimizerStateTest, FreshStateIsZeroedOrInitialAccumulator) {
   }
   std::unique_ptr<Optimizer> sgd = MustCreate(Spec("sgd"), kSmallSizes, 1);
   ASSERT_NE(sgd, nullptr);
-  EXPECT_TRUE(sgd->SaveState().buffers.empty());
+  EXPECT_TRUE(sgd->SaveState()->buffers.empty());
 }
 
 TEST(OptimizerStateTest, RestoreRejectsMismatchedStateAndKeepsItsOwn) {
@@ -650,7 +651,7 @@ TEST(OptimizerStateTest, RestoreRejectsMismatchedStateAndKeepsItsOwn) {
     grads[k].assign(kSmallSizes[k], 0.5f);
   }
   StepOnce(*optimizer, params, grads);
-  const OptimizerState good = optimizer->SaveState();
+  const OptimizerState good = optimizer->SaveState().value();
 
   std::vector<std::pair<std::string, OptimizerState>> bad;
   {
@@ -689,7 +690,7 @@ TEST(OptimizerStateTest, RestoreRejectsMismatchedStateAndKeepsItsOwn) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
         << label << ": " << status;
   }
-  const OptimizerState after = optimizer->SaveState();
+  const OptimizerState after = optimizer->SaveState().value();
   EXPECT_EQ(after.steps, 1);
   ASSERT_EQ(after.buffers.size(), good.buffers.size());
   for (size_t b = 0; b < good.buffers.size(); ++b) {
@@ -701,13 +702,29 @@ TEST(OptimizerStateTest, RestoreRejectsMismatchedStateAndKeepsItsOwn) {
 // ---------------------------------------------------------------------------
 // Engine options.
 
-TEST(OptimizerEngineTest, OnlyCpuIsAvailable) {
+TEST(OptimizerEngineTest, DeviceNamesAreCheckedAndResolved) {
   EngineOptions engine;
-  engine.device = "cuda";
-  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
-      CreateOptimizer(Spec("adam"), kSmallSizes, engine);
-  EXPECT_EQ(optimizer.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(optimizer.status().message().find("cuda"), std::string::npos);
+  engine.device = "cuda";  // must be resolved to cuda:N first
+  EXPECT_EQ(CreateOptimizer(Spec("adam"), kSmallSizes, engine).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveOptimizerDevice("cpu").value(), "cpu");
+  EXPECT_EQ(ResolveOptimizerDevice("gpu").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveOptimizerDevice("cuda:x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  if (CudaEngine::DeviceCount() == 0) {
+    // No GPU: auto falls back to the CPU; asking for a GPU is an error that
+    // says what to do, and so is building an optimizer on one.
+    EXPECT_EQ(ResolveOptimizerDevice("auto").value(), "cpu");
+    absl::StatusOr<std::string> cuda = ResolveOptimizerDevice("cuda");
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(cuda.status().message().find("--device=auto"), std::string::npos);
+    engine.device = "cuda:0";
+    EXPECT_FALSE(CreateOptimizer(Spec("adam"), kSmallSizes, engine).ok());
+  } else {
+    EXPECT_EQ(ResolveOptimizerDevice("auto").value(), "cuda:0");
+    EXPECT_EQ(ResolveOptimizerDevice("cuda").value(), "cuda:0");
+  }
 }
 
 TEST(OptimizerEngineTest, RejectsThreadCountOutOfRange) {

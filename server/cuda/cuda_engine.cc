@@ -583,6 +583,8 @@ absl::Status CudaEngine::RestoreState(const CudaEngineState& state) {
   return absl::OkStatus();
 }
 
+bool CudaEngine::BuiltWithCuda() { return true; }
+
 int CudaEngine::DeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -105,6 +105,9 @@ class CudaEngine {
   // CUDA in this build. Never fails.
   static int DeviceCount();
 
+  // Whether this binary was built with the CUDA engine (nvcc was found).
+  static bool BuiltWithCuda();
+
   // Device-to-device cudaMemcpy bandwidth of `device` for copies of `bytes`
   // (bytes read + bytes written per second, in 1e9 bytes/s), timed with
   // events over several copies. For benchmarks: a reference for what the

@@ -64,6 +64,8 @@ absl::Status CudaEngine::RestoreState(const CudaEngineState&) {
 
 int CudaEngine::DeviceCount() { return 0; }
 
+bool CudaEngine::BuiltWithCuda() { return false; }
+
 absl::StatusOr<double> CudaEngine::MeasureCopyBandwidthGBps(size_t, int) {
   return WithoutCuda();
 }
