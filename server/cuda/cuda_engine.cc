@@ -502,6 +502,41 @@ absl::Status CudaEngine::Step(absl::Span<const absl::Span<float>> params,
   return impl_->Poison(impl_->DoStep(params, grads));
 }
 
+absl::StatusOr<double> CudaEngine::TimeKernelMs(int iterations) {
+  MPILEARN_RETURN_IF_ERROR(impl_->Begin());
+  if (!impl_->params_on_device || impl_->steps == 0) {
+    return absl::FailedPreconditionError(
+        "TimeKernelMs needs one Step first (weights and gradients on the GPU)");
+  }
+  if (iterations < 1) {
+    return absl::InvalidArgumentError("iterations must be >= 1");
+  }
+  cudaEvent_t start_raw = nullptr;
+  cudaEvent_t stop_raw = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_raw), "cudaEventCreate");
+  Event start(start_raw);
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_raw), "cudaEventCreate");
+  Event stop(stop_raw);
+  auto run = [&]() -> absl::Status {
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), impl_->stream.get()),
+                                  "cudaEventRecord");
+    for (int i = 0; i < iterations; ++i) {
+      MPILEARN_RETURN_IF_ERROR(impl_->LaunchStep());
+    }
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), impl_->stream.get()),
+                                  "cudaEventRecord");
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()),
+                                  "waiting for the timed kernels");
+    return absl::OkStatus();
+  };
+  MPILEARN_RETURN_IF_ERROR(impl_->Poison(run()));
+  float milliseconds = 0;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaEventElapsedTime(&milliseconds, start.get(), stop.get()),
+      "cudaEventElapsedTime");
+  return static_cast<double>(milliseconds) / iterations;
+}
+
 int64_t CudaEngine::steps() const { return impl_->steps; }
 
 const OptimizerConfig& CudaEngine::config() const { return impl_->config; }

@@ -105,6 +105,12 @@ class CudaEngine {
   // CUDA in this build. Never fails.
   static int DeviceCount();
 
+  // Benchmarks only: runs the fused kernel `iterations` times on the
+  // gradient already on the device (no transfers) and returns the mean
+  // milliseconds per kernel step. Changes the weights and state; needs one
+  // Step first.
+  absl::StatusOr<double> TimeKernelMs(int iterations);
+
   // Whether this binary was built with the CUDA engine (nvcc was found).
   static bool BuiltWithCuda();
 

@@ -66,6 +66,8 @@ int CudaEngine::DeviceCount() { return 0; }
 
 bool CudaEngine::BuiltWithCuda() { return false; }
 
+absl::StatusOr<double> CudaEngine::TimeKernelMs(int) { return WithoutCuda(); }
+
 absl::StatusOr<double> CudaEngine::MeasureCopyBandwidthGBps(size_t, int) {
   return WithoutCuda();
 }
