@@ -207,6 +207,60 @@ absl::Status NormalizeOptimizer(v1::OptimizerSpec* opt) {
   return absl::OkStatus();
 }
 
+// Checks lo < value < hi (false for NaN).
+absl::Status CheckOpenInterval(absl::string_view field, double value, double lo,
+                               double hi) {
+  if (!(value > lo && value < hi)) {
+    return RangeError(field, absl::StrCat("in (", lo, ", ", hi, ")"), value);
+  }
+  return absl::OkStatus();
+}
+
+// The rank-local optimizer of EASGD: SGD only, with its own defaults
+// (learning rate 0.05, momentum 0.9), since the workers step with it.
+absl::Status NormalizeEasgdWorkerOptimizer(v1::OptimizerSpec* opt) {
+  if (opt->name().empty()) opt->set_name("sgd");
+  if (opt->name() != "sgd") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "easgd.worker_optimizer.name: only 'sgd' runs on the workers, got '",
+        opt->name(), "'"));
+  }
+  if (!opt->has_learning_rate()) opt->set_learning_rate(0.05);
+  MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite(
+      "easgd.worker_optimizer.learning_rate", opt->learning_rate()));
+  if (!opt->has_momentum()) opt->set_momentum(0.9);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckUnitInterval("easgd.worker_optimizer.momentum", opt->momentum()));
+  if (!opt->has_nesterov()) opt->set_nesterov(false);
+  if (opt->nesterov() && opt->momentum() == 0.0) {
+    return absl::InvalidArgumentError(
+        "easgd.worker_optimizer.nesterov requires "
+        "easgd.worker_optimizer.momentum > 0, got momentum 0");
+  }
+  if (!opt->has_weight_decay()) opt->set_weight_decay(0.0);
+  MPILEARN_RETURN_IF_ERROR(CheckNonNegativeFinite(
+      "easgd.worker_optimizer.weight_decay", opt->weight_decay()));
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeEasgd(v1::EasgdSpec* easgd) {
+  if (!easgd->has_alpha()) easgd->set_alpha(0.1);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckOpenInterval("easgd.alpha", easgd->alpha(), 0.0, 1.0));
+  return NormalizeEasgdWorkerOptimizer(easgd->mutable_worker_optimizer());
+}
+
+absl::Status NormalizeGem(v1::GemSpec* gem) {
+  if (!gem->has_learning_rate()) gem->set_learning_rate(0.01);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckPositiveFinite("gem.learning_rate", gem->learning_rate()));
+  if (!gem->has_momentum()) gem->set_momentum(0.9);
+  MPILEARN_RETURN_IF_ERROR(CheckUnitInterval("gem.momentum", gem->momentum()));
+  if (!gem->has_kappa()) gem->set_kappa(1.0);
+  MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite("gem.kappa", gem->kappa()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
@@ -214,10 +268,12 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeData(spec->mutable_data()));
   MPILEARN_RETURN_IF_ERROR(NormalizeOptimizer(spec->mutable_optimizer()));
   if (spec->algorithm().empty()) spec->set_algorithm("downpour");
-  if (spec->algorithm() != "downpour" && spec->algorithm() != "sync") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("algorithm: unknown algorithm '", spec->algorithm(),
-                     "'; available: 'downpour', 'sync'"));
+  const std::string& algorithm = spec->algorithm();
+  if (algorithm != "downpour" && algorithm != "sync" && algorithm != "easgd" &&
+      algorithm != "gem") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "algorithm: unknown algorithm '", algorithm,
+        "'; available: 'downpour', 'sync', 'easgd', 'gem'"));
   }
   if (!spec->has_epochs()) spec->set_epochs(5);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("epochs", spec->epochs(), 1, 100000));
@@ -228,6 +284,27 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(
       CheckIntRange("sync_every", spec->sync_every(), 1, 1 << 20));
   if (!spec->has_seed()) spec->set_seed(1);
+  if (!spec->has_max_staleness()) spec->set_max_staleness(0);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckIntRange("max_staleness", spec->max_staleness(), 0, 1 << 30));
+  if (spec->staleness_scaling().empty()) spec->set_staleness_scaling("none");
+  if (spec->staleness_scaling() != "none" &&
+      spec->staleness_scaling() != "inverse") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "staleness_scaling: unknown scaling '", spec->staleness_scaling(),
+        "'; available: 'none', 'inverse'"));
+  }
+  if (!spec->has_data_unit_size()) spec->set_data_unit_size(2048);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("data_unit_size",
+                                         spec->data_unit_size(), 1,
+                                         int64_t{1} << 40));
+  // The algorithms' own sections are filled in and checked only for the
+  // algorithm that uses them; the others are left as given.
+  if (algorithm == "easgd") {
+    MPILEARN_RETURN_IF_ERROR(NormalizeEasgd(spec->mutable_easgd()));
+  } else if (algorithm == "gem") {
+    MPILEARN_RETURN_IF_ERROR(NormalizeGem(spec->mutable_gem()));
+  }
   return absl::OkStatus();
 }
 

@@ -122,6 +122,61 @@ TEST(JobSpecTest, NewOptimizerFieldsAreKept) {
   EXPECT_DOUBLE_EQ(adagrad->optimizer().initial_accumulator_value(), 0.1);
 }
 
+TEST(JobSpecTest, TrainingAndDataFieldsGetDefaults) {
+  auto spec = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->has_max_staleness());
+  EXPECT_EQ(spec->max_staleness(), 0);
+  EXPECT_EQ(spec->staleness_scaling(), "none");
+  EXPECT_EQ(spec->data_unit_size(), 2048);
+  // Sections of algorithms the job does not use stay empty.
+  EXPECT_FALSE(spec->has_easgd());
+  EXPECT_FALSE(spec->has_gem());
+}
+
+TEST(JobSpecTest, EasgdGetsDefaults) {
+  auto spec = ParseJobSpecJson(R"({"algorithm": "easgd", "max_staleness": 4,
+      "staleness_scaling": "inverse", "data_unit_size": 100,
+      "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->max_staleness(), 4);
+  EXPECT_EQ(spec->staleness_scaling(), "inverse");
+  EXPECT_EQ(spec->data_unit_size(), 100);
+  EXPECT_DOUBLE_EQ(spec->easgd().alpha(), 0.1);
+  const v1::OptimizerSpec& local = spec->easgd().worker_optimizer();
+  EXPECT_EQ(local.name(), "sgd");
+  EXPECT_DOUBLE_EQ(local.learning_rate(), 0.05);
+  EXPECT_DOUBLE_EQ(local.momentum(), 0.9);
+  EXPECT_TRUE(local.has_nesterov());
+  EXPECT_FALSE(local.nesterov());
+  EXPECT_TRUE(local.has_weight_decay());
+  EXPECT_EQ(local.weight_decay(), 0.0);
+  EXPECT_FALSE(spec->has_gem());
+}
+
+TEST(JobSpecTest, EasgdKeepsValues) {
+  auto spec = ParseJobSpecJson(R"({"algorithm": "easgd",
+      "easgd": {"alpha": 0.3, "worker_optimizer": {"learning_rate": 0.2,
+                "momentum": 0.5, "nesterov": true, "weight_decay": 0.001}},
+      "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->easgd().alpha(), 0.3);
+  EXPECT_DOUBLE_EQ(spec->easgd().worker_optimizer().learning_rate(), 0.2);
+  EXPECT_DOUBLE_EQ(spec->easgd().worker_optimizer().momentum(), 0.5);
+  EXPECT_TRUE(spec->easgd().worker_optimizer().nesterov());
+  EXPECT_DOUBLE_EQ(spec->easgd().worker_optimizer().weight_decay(), 0.001);
+}
+
+TEST(JobSpecTest, GemGetsDefaults) {
+  auto spec = ParseJobSpecJson(R"({"algorithm": "gem", "gem": {"kappa": 2},
+      "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->gem().learning_rate(), 0.01);
+  EXPECT_DOUBLE_EQ(spec->gem().momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(spec->gem().kappa(), 2.0);
+  EXPECT_FALSE(spec->has_easgd());
+}
+
 TEST(JobSpecTest, ToJsonRoundTrips) {
   auto spec = ParseJobSpecJson(kMinimal);
   ASSERT_TRUE(spec.ok());
@@ -218,7 +273,52 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{R"({"optimizer": {"name": "adagrad", "centred": true},
                       )" DATA "}",
                   "centred"},
-        Rejection{R"({"algorithm": "allreduce", )" DATA "}", "algorithm"},
+        Rejection{R"({"algorithm": "allreduce", )" DATA "}",
+                  "available: 'downpour', 'sync', 'easgd', 'gem'"},
+        Rejection{R"({"max_staleness": -1, )" DATA "}",
+                  "max_staleness must be in [0, 1073741824], got -1"},
+        Rejection{R"({"max_staleness": 1073741825, )" DATA "}",
+                  "max_staleness"},
+        Rejection{R"({"staleness_scaling": "sqrt", )" DATA "}",
+                  "staleness_scaling: unknown scaling 'sqrt'"},
+        Rejection{R"({"data_unit_size": 0, )" DATA "}",
+                  "data_unit_size must be in [1, 1099511627776], got 0"},
+        Rejection{R"({"algorithm": "easgd", "easgd": {"alpha": 2}, )" DATA "}",
+                  "easgd.alpha must be in (0, 1), got 2"},
+        Rejection{R"({"algorithm": "easgd", "easgd": {"alpha": 0}, )" DATA "}",
+                  "easgd.alpha must be in (0, 1), got 0"},
+        Rejection{R"({"algorithm": "easgd", "easgd": {"alpha": 1}, )" DATA "}",
+                  "easgd.alpha"},
+        Rejection{R"({"algorithm": "easgd",
+                      "easgd": {"worker_optimizer": {"name": "adam"}}, )" DATA
+                  "}",
+                  "easgd.worker_optimizer.name: only 'sgd' runs on the workers"},
+        Rejection{R"({"algorithm": "easgd",
+                      "easgd": {"worker_optimizer": {"learning_rate": 0}},
+                      )" DATA "}",
+                  "easgd.worker_optimizer.learning_rate"},
+        Rejection{R"({"algorithm": "easgd",
+                      "easgd": {"worker_optimizer": {"momentum": 1}}, )" DATA
+                  "}",
+                  "easgd.worker_optimizer.momentum must be in [0, 1), got 1"},
+        Rejection{R"({"algorithm": "easgd",
+                      "easgd": {"worker_optimizer": {"momentum": 0,
+                                                     "nesterov": true}},
+                      )" DATA "}",
+                  "easgd.worker_optimizer.nesterov"},
+        Rejection{R"({"algorithm": "easgd",
+                      "easgd": {"worker_optimizer": {"weight_decay": -1}},
+                      )" DATA "}",
+                  "easgd.worker_optimizer.weight_decay"},
+        Rejection{R"({"algorithm": "gem", "gem": {"learning_rate": 0}, )" DATA
+                  "}",
+                  "gem.learning_rate"},
+        Rejection{R"({"algorithm": "gem", "gem": {"momentum": 1}, )" DATA "}",
+                  "gem.momentum must be in [0, 1), got 1"},
+        Rejection{R"({"algorithm": "gem", "gem": {"kappa": 0}, )" DATA "}",
+                  "gem.kappa"},
+        Rejection{R"({"algorithm": "gem", "gem": {"kappa": -1}, )" DATA "}",
+                  "gem.kappa must be a finite number > 0, got -1"},
         Rejection{R"({"epochs": 0, )" DATA "}", "epochs"},
         Rejection{R"({"batch_size": 0, )" DATA "}", "batch_size"},
         Rejection{R"({"sync_every": -1, )" DATA "}", "sync_every"},

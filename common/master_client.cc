@@ -179,6 +179,11 @@ absl::StatusOr<uint64_t> MasterClient::PullWeights(
   return version;
 }
 
+absl::StatusOr<v1::NextDataUnitResponse> MasterClient::NextDataUnit(
+    const v1::NextDataUnitRequest& request) {
+  return Call(&Stub::NextDataUnit, request);
+}
+
 absl::StatusOr<v1::JobState> MasterClient::ReportEpoch(
     const v1::ReportEpochRequest& request) {
   MPILEARN_ASSIGN_OR_RETURN(v1::ReportEpochResponse response,

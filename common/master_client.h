@@ -19,11 +19,12 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "grpcpp/grpcpp.h"
+#include "common/master_connection.h"
 #include "proto/mpilearn.grpc.pb.h"
 
 namespace mpilearn {
 
-class MasterClient {
+class MasterClient final : public MasterConnection {
  public:
   struct Options {
     // How long Connect waits for the master to answer.
@@ -40,16 +41,16 @@ class MasterClient {
     return Connect(address, Options());
   }
 
-  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec) override;
   absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
-      const v1::RegisterGroupRequest& request);
+      const v1::RegisterGroupRequest& request) override;
 
   // Offers initial weights laid out as `header`; returns whether the master
   // took them (false: another group's weights were taken first).
   absl::StatusOr<bool> InitWeights(const std::string& job_id,
                                    const std::string& group_id,
                                    const v1::TensorSetHeader& header,
-                                   absl::Span<const absl::Span<const float>> values);
+                                   absl::Span<const absl::Span<const float>> values) override;
 
   // Pushes a gradient (header.gradient() describes `gradient`) and writes the
   // weights the master returns into `weights`, which must match the job's
@@ -57,18 +58,22 @@ class MasterClient {
   absl::StatusOr<uint64_t> PushGradient(
       const v1::PushGradientRequest::Header& header,
       absl::Span<const absl::Span<const float>> gradient,
-      absl::Span<const absl::Span<float>> weights);
+      absl::Span<const absl::Span<float>> weights) override;
 
   // Writes the job's current weights into `weights`; returns their version.
   absl::StatusOr<uint64_t> PullWeights(const std::string& job_id,
                                        const std::string& group_id,
-                                       absl::Span<const absl::Span<float>> weights);
+                                       absl::Span<const absl::Span<float>> weights) override;
 
-  absl::StatusOr<v1::JobState> ReportEpoch(const v1::ReportEpochRequest& request);
+  // Reports the group's completed data units and gets its next one.
+  absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
+      const v1::NextDataUnitRequest& request) override;
+
+  absl::StatusOr<v1::JobState> ReportEpoch(const v1::ReportEpochRequest& request) override;
   absl::StatusOr<v1::JobState> Heartbeat(const std::string& job_id,
                                          const std::string& group_id);
-  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request);
-  absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id);
+  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override;
+  absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override;
   absl::StatusOr<std::vector<v1::JobStatus>> ListJobs();
 
   v1::Master::StubInterface& stub() { return *stub_; }

@@ -1,5 +1,8 @@
 #include "server/job.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,9 +10,90 @@
 #include "common/tensor_codec.h"
 
 namespace mpilearn::server {
+namespace {
+
+// What pushes to a job of `algorithm` carry. Anything but easgd and gem
+// (NormalizeJobSpec admits only downpour and sync besides) is a gradient.
+v1::UpdateKind UpdateKindFor(const std::string& algorithm) {
+  if (algorithm == "easgd") return v1::UPDATE_KIND_ELASTIC;
+  if (algorithm == "gem") return v1::UPDATE_KIND_DELTA;
+  return v1::UPDATE_KIND_GRADIENT;
+}
+
+// Index of the first tensor holding NaN or Inf, or -1.
+int FirstNonFinite(const std::vector<std::vector<float>>& values) {
+  for (size_t t = 0; t < values.size(); ++t) {
+    float sum = 0.0f;  // NaN/Inf anywhere makes the sum non-finite
+    for (float x : values[t]) sum += x * 0.0f;
+    if (!std::isfinite(sum)) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+// `what` names the tensors ("gradient", "update", "initial weight").
+absl::Status NonFiniteError(absl::string_view what, absl::string_view name) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " tensor '", name,
+      "' contains NaN or Inf; lower the learning rate or check the loss for "
+      "overflow"));
+}
+
+absl::Status NoWeightsError(const std::string& job_id) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", job_id, " has no weights yet; a group must call InitWeights"));
+}
+
+absl::Status InactiveGroupError(const std::string& job_id,
+                                const std::string& group_id) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("group ", group_id, " is not an active group of job ",
+                   job_id, "; restart the group to rejoin"));
+}
+
+// Builds the optimizer `spec` describes for `weights` with the state that
+// Job::Checkpoint saved in `saved` (whose tensors it moves from).
+absl::StatusOr<std::unique_ptr<Optimizer>> RestoreOptimizer(
+    const v1::OptimizerSpec& spec, const EngineOptions& engine,
+    const Float32Tensors& weights, Float32Tensors& saved) {
+  std::vector<size_t> sizes;
+  for (const auto& v : weights.values) sizes.push_back(v.size());
+  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                            CreateOptimizer(spec, sizes, engine));
+  const std::vector<std::string> buffers = StateBufferNames(optimizer->config());
+  if (saved.values.size() != buffers.size() * sizes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer state holds ", saved.values.size(), " tensors; ",
+        optimizer->name(), " over ", sizes.size(), " weight tensors needs ",
+        buffers.size() * sizes.size()));
+  }
+  OptimizerState state;
+  state.steps = static_cast<int64_t>(saved.header.version());
+  state.buffers.resize(buffers.size());
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const size_t k = b * sizes.size() + t;
+      const std::string want = absl::StrCat(
+          buffers[b], "/", weights.header.tensors(static_cast<int>(t)).name());
+      if (saved.header.tensors(static_cast<int>(k)).name() != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "optimizer state tensor ", k, " is '",
+            saved.header.tensors(static_cast<int>(k)).name(), "'; expected '",
+            want, "'"));
+      }
+      state.buffers[b].push_back(std::move(saved.values[k]));
+    }
+  }
+  MPILEARN_RETURN_IF_ERROR(optimizer->RestoreState(state));
+  return optimizer;
+}
+
+}  // namespace
 
 Job::Job(std::string id, v1::JobSpec spec, EngineOptions engine)
-    : id_(std::move(id)), spec_(std::move(spec)), engine_(std::move(engine)) {}
+    : id_(std::move(id)),
+      spec_(std::move(spec)),
+      engine_(std::move(engine)),
+      update_kind_(UpdateKindFor(spec_.algorithm())) {}
 
 v1::JobState Job::state() const {
   absl::MutexLock lock(&mu_);
@@ -64,12 +148,36 @@ absl::StatusOr<bool> Job::InitWeights(v1::TensorSetHeader header,
   if (header.tensors_size() == 0) {
     return absl::InvalidArgumentError("initial weights hold no tensors");
   }
+  // The service assembles `values` from `header`; in-process callers may not.
+  MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> bytes,
+                            TensorSetAssembler::ByteSizes(header));
+  if (values.size() != bytes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial weights: header lists ", bytes.size(),
+                     " tensors but ", values.size(), " were given"));
+  }
   std::vector<size_t> sizes;
-  for (const auto& v : values) sizes.push_back(v.size());
+  for (size_t t = 0; t < values.size(); ++t) {
+    const v1::TensorInfo& info = header.tensors(static_cast<int>(t));
+    if (info.dtype() != v1::DTYPE_FLOAT32 ||
+        values[t].size() * sizeof(float) != bytes[t]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "initial weight tensor '", info.name(), "' holds ", values[t].size(),
+          " fp32 values; its header says ", bytes[t], " bytes of ",
+          v1::DType_Name(info.dtype())));
+    }
+    sizes.push_back(values[t].size());
+  }
+  const int non_finite = FirstNonFinite(values);
+  if (non_finite >= 0) {
+    return NonFiniteError("initial weight", header.tensors(non_finite).name());
+  }
   absl::MutexLock lock(&mu_);
   if (weights_ != nullptr) return false;
-  MPILEARN_ASSIGN_OR_RETURN(optimizer_,
-                            CreateOptimizer(spec_.optimizer(), sizes, engine_));
+  if (update_kind_ == v1::UPDATE_KIND_GRADIENT) {
+    MPILEARN_ASSIGN_OR_RETURN(optimizer_,
+                              CreateOptimizer(spec_.optimizer(), sizes, engine_));
+  }
   header.set_version(0);
   weights_ = std::make_shared<WeightsSnapshot>();
   weights_->header = std::move(header);
@@ -79,20 +187,18 @@ absl::StatusOr<bool> Job::InitWeights(v1::TensorSetHeader header,
 
 absl::StatusOr<v1::TensorSetHeader> Job::Layout() const {
   absl::MutexLock lock(&mu_);
-  if (weights_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id_, " has no weights yet; a group must call InitWeights"));
-  }
+  if (weights_ == nullptr) return NoWeightsError(id_);
   return weights_->header;
 }
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     const GradientUpdate& update, absl::Time now) {
+  // The scan is the costly part of the checks; it needs no lock.
+  const int non_finite = FirstNonFinite(update.values);
   absl::MutexLock lock(&mu_);
-  if (weights_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id_, " has no weights yet; a group must call InitWeights"));
-  }
+  // Every check comes before the first change, so a refused update leaves
+  // the job as it was (except stale_rejected_, which counts refusals).
+  if (weights_ == nullptr) return NoWeightsError(id_);
   if (state_ != v1::JOB_STATE_RUNNING) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id_, " is ", v1::JobState_Name(state_),
@@ -100,41 +206,123 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   }
   auto group = groups_.find(update.group_id);
   if (group == groups_.end() || !group->second.alive) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group ", update.group_id, " is not an active group of job ", id_,
-        "; restart the group to rejoin"));
+    return InactiveGroupError(id_, update.group_id);
+  }
+  if (update.kind != update_kind_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update of kind ", v1::UpdateKind_Name(update.kind), " sent to job ",
+        id_, ", whose algorithm '", spec_.algorithm(), "' takes ",
+        v1::UpdateKind_Name(update_kind_)));
+  }
+  const absl::string_view what =
+      update_kind_ == v1::UPDATE_KIND_GRADIENT ? "gradient" : "update";
+  const std::vector<std::vector<float>>& weights = weights_->values;
+  if (update.values.size() != weights.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " holds ", update.values.size(), " tensors; job ",
+                     id_, "'s weights hold ", weights.size()));
+  }
+  for (size_t t = 0; t < weights.size(); ++t) {
+    if (update.values[t].size() != weights[t].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " tensor '", weights_->header.tensors(static_cast<int>(t)).name(),
+          "' holds ", update.values[t].size(), " values; the weights hold ",
+          weights[t].size()));
+    }
+  }
+  if (non_finite >= 0) {
+    return NonFiniteError(what, weights_->header.tensors(non_finite).name());
   }
   group->second.last_seen = now;
-  if (update.values.size() != weights_->values.size()) {
-    return absl::InvalidArgumentError("gradient does not match the weights");
+
+  const uint64_t version = weights_->header.version();
+  const uint64_t staleness =
+      update.base_version < version ? version - update.base_version : 0;
+  if (spec_.max_staleness() > 0 &&
+      staleness > static_cast<uint64_t>(spec_.max_staleness())) {
+    ++stale_rejected_;
+    return absl::AbortedError(absl::StrCat(
+        "stale update: computed on weight version ", update.base_version,
+        ", the master is at ", version, " (staleness ", staleness,
+        " > max_staleness ", spec_.max_staleness(),
+        "); pull the weights and continue"));
   }
-  // Copy-on-write: a reply may still be encoding the current snapshot.
-  if (weights_.use_count() > 1) {
+  const float scale =
+      spec_.staleness_scaling() == "inverse" && staleness > 1
+          ? static_cast<float>(1.0 / static_cast<double>(staleness))
+          : 1.0f;
+
+  // The reply: the new weights, or for easgd the centre before the move.
+  std::shared_ptr<const WeightsSnapshot> reply;
+  if (update_kind_ == v1::UPDATE_KIND_ELASTIC) {
+    reply = weights_;
+    weights_ = std::make_shared<WeightsSnapshot>(*weights_);
+  } else if (weights_.use_count() > 1) {
+    // Copy-on-write: a reply may still be encoding the current snapshot.
     weights_ = std::make_shared<WeightsSnapshot>(*weights_);
   }
-  std::vector<absl::Span<float>> params;
-  std::vector<absl::Span<const float>> grads;
-  params.reserve(update.values.size());
-  grads.reserve(update.values.size());
-  for (size_t i = 0; i < update.values.size(); ++i) {
-    params.emplace_back(weights_->values[i]);
-    grads.emplace_back(update.values[i]);
+  std::vector<std::vector<float>>& params = weights_->values;
+  switch (update_kind_) {
+    case v1::UPDATE_KIND_GRADIENT: {
+      std::vector<absl::Span<float>> param_spans;
+      std::vector<absl::Span<const float>> grads;
+      param_spans.reserve(params.size());
+      grads.reserve(params.size());
+      if (scale != 1.0f) scaled_.resize(params.size());
+      for (size_t t = 0; t < params.size(); ++t) {
+        param_spans.emplace_back(params[t]);
+        if (scale == 1.0f) {
+          grads.emplace_back(update.values[t]);
+          continue;
+        }
+        const std::vector<float>& g = update.values[t];
+        std::vector<float>& scaled = scaled_[t];
+        scaled.resize(g.size());
+        for (size_t i = 0; i < g.size(); ++i) scaled[i] = scale * g[i];
+        grads.emplace_back(scaled);
+      }
+      MPILEARN_RETURN_IF_ERROR(optimizer_->Step(param_spans, grads));
+      break;
+    }
+    case v1::UPDATE_KIND_ELASTIC: {
+      // c += alpha * (x - c); the rank makes the opposite move itself.
+      const float alpha = static_cast<float>(spec_.easgd().alpha() * scale);
+      for (size_t t = 0; t < params.size(); ++t) {
+        float* c = params[t].data();
+        const float* x = update.values[t].data();
+        for (size_t i = 0; i < params[t].size(); ++i) c[i] += alpha * (x[i] - c[i]);
+      }
+      break;
+    }
+    default: {  // UPDATE_KIND_DELTA
+      for (size_t t = 0; t < params.size(); ++t) {
+        float* c = params[t].data();
+        const float* d = update.values[t].data();
+        for (size_t i = 0; i < params[t].size(); ++i) c[i] += scale * d[i];
+      }
+      break;
+    }
   }
-  MPILEARN_RETURN_IF_ERROR(optimizer_->Step(params, grads));
-  weights_->header.set_version(weights_->header.version() + 1);
+  weights_->header.set_version(version + 1);
   ++updates_applied_;
-  samples_trained_ += update.samples;
-  return std::shared_ptr<const WeightsSnapshot>(weights_);
+  ++group->second.updates_applied;
+  max_staleness_seen_ = std::max(max_staleness_seen_, staleness);
+  staleness_sum_ += staleness;
+  ++staleness_count_;
+  if (reply == nullptr) reply = weights_;
+  return reply;
 }
 
 absl::StatusOr<JobCheckpoint> Job::Checkpoint() const {
   absl::MutexLock lock(&mu_);
-  if (weights_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id_, " has no weights yet; a group must call InitWeights"));
-  }
+  if (weights_ == nullptr) return NoWeightsError(id_);
   JobCheckpoint checkpoint;
   checkpoint.weights = ToTensorSet(weights_->header, weights_->values);
+  if (optimizer_ == nullptr) {  // easgd, gem: no master optimizer state
+    checkpoint.optimizer_state =
+        ToTensorSet(MakeFloat32Header(updates_applied_, {}, {}), {});
+    return checkpoint;
+  }
   MPILEARN_ASSIGN_OR_RETURN(OptimizerState state, optimizer_->SaveState());
   const std::vector<std::string> buffers = StateBufferNames(optimizer_->config());
   std::vector<std::string> names;
@@ -159,35 +347,17 @@ absl::Status Job::Restore(const JobCheckpoint& checkpoint) {
                             FromTensorSet(checkpoint.weights));
   MPILEARN_ASSIGN_OR_RETURN(Float32Tensors saved,
                             FromTensorSet(checkpoint.optimizer_state));
-  std::vector<size_t> sizes;
-  for (const auto& v : weights.values) sizes.push_back(v.size());
-  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                            CreateOptimizer(spec_.optimizer(), sizes, engine_));
-  const std::vector<std::string> buffers = StateBufferNames(optimizer->config());
-  if (saved.values.size() != buffers.size() * sizes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer state holds ", saved.values.size(), " tensors; ",
-        optimizer->name(), " over ", sizes.size(), " weight tensors needs ",
-        buffers.size() * sizes.size()));
-  }
-  OptimizerState state;
-  state.steps = static_cast<int64_t>(saved.header.version());
-  state.buffers.resize(buffers.size());
-  for (size_t b = 0; b < buffers.size(); ++b) {
-    for (size_t t = 0; t < sizes.size(); ++t) {
-      const size_t k = b * sizes.size() + t;
-      const std::string want = absl::StrCat(
-          buffers[b], "/", weights.header.tensors(static_cast<int>(t)).name());
-      if (saved.header.tensors(static_cast<int>(k)).name() != want) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "optimizer state tensor ", k, " is '",
-            saved.header.tensors(static_cast<int>(k)).name(), "'; expected '",
-            want, "'"));
-      }
-      state.buffers[b].push_back(std::move(saved.values[k]));
+  std::unique_ptr<Optimizer> optimizer;
+  if (update_kind_ != v1::UPDATE_KIND_GRADIENT) {
+    if (!saved.values.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state holds ", saved.values.size(), " tensors; job ", id_,
+          " (", spec_.algorithm(), ") keeps no optimizer state on the master"));
     }
+  } else {
+    MPILEARN_ASSIGN_OR_RETURN(
+        optimizer, RestoreOptimizer(spec_.optimizer(), engine_, weights, saved));
   }
-  MPILEARN_RETURN_IF_ERROR(optimizer->RestoreState(state));
   absl::MutexLock lock(&mu_);
   if (weights_ != nullptr) {
     return absl::FailedPreconditionError(
@@ -202,20 +372,29 @@ absl::Status Job::Restore(const JobCheckpoint& checkpoint) {
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::Weights() const {
   absl::MutexLock lock(&mu_);
-  if (weights_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id_, " has no weights yet; a group must call InitWeights"));
-  }
+  if (weights_ == nullptr) return NoWeightsError(id_);
   return std::shared_ptr<const WeightsSnapshot>(weights_);
 }
 
 absl::Status Job::RecordEpoch(const v1::EpochRecord& record, absl::Time now) {
   absl::MutexLock lock(&mu_);
+  if (record.epoch() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch must be >= 1 (epochs are numbered from 1), got ",
+        record.epoch()));
+  }
+  if (static_cast<size_t>(record.epoch()) > history_.size()) {
+    return absl::NotFoundError(absl::StrCat(
+        "epoch ", record.epoch(), " of job ", id_, " is not finished (",
+        history_.size(),
+        " are); report an epoch once NextDataUnit lists it in finished_epochs"));
+  }
   auto group = groups_.find(record.group_id());
   if (group != groups_.end()) group->second.last_seen = now;
-  v1::EpochRecord stored = record;
-  stored.set_updates_applied(updates_applied_);
-  history_.push_back(std::move(stored));
+  v1::EpochRecord& stored = history_[static_cast<size_t>(record.epoch() - 1)];
+  stored.set_val_loss(record.val_loss());
+  stored.set_val_accuracy(record.val_accuracy());
+  stored.set_group_id(record.group_id());
   return absl::OkStatus();
 }
 
@@ -229,6 +408,7 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request) {
   }
   const bool was_alive = group->second.alive;
   group->second.alive = false;
+  ReleaseGroupLocked(request.group_id(), group->second);
   const bool ended =
       state_ == v1::JOB_STATE_COMPLETED || state_ == v1::JOB_STATE_FAILED;
   if (ended || !was_alive) {
@@ -262,6 +442,7 @@ int Job::ReapLostGroups(absl::Time now, absl::Duration timeout) {
   for (auto& [group_id, group] : groups_) {
     if (group.alive && now - group.last_seen > timeout) {
       group.alive = false;
+      ReleaseGroupLocked(group_id, group);
       ++lost;
       message_ = absl::StrCat("group ", group_id, " lost after ",
                               absl::FormatDuration(timeout),
@@ -270,6 +451,186 @@ int Job::ReapLostGroups(absl::Time now, absl::Duration timeout) {
   }
   if (lost > 0) RequeueIfOrphanedLocked();
   return lost;
+}
+
+absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
+    const v1::NextDataUnitRequest& request, absl::Time now) {
+  const std::string& group_id = request.group_id();
+  absl::MutexLock lock(&mu_);
+  auto found = groups_.find(group_id);
+  if (found == groups_.end() || !found->second.alive) {
+    return InactiveGroupError(id_, group_id);
+  }
+  Group& group = found->second;
+  if (state_ == v1::JOB_STATE_FAILED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id_, " has FAILED (", message_, ")"));
+  }
+  v1::NextDataUnitResponse response;
+  if (state_ == v1::JOB_STATE_COMPLETED) {
+    group.last_seen = now;
+    response.set_action(v1::NextDataUnitResponse::DONE);
+    return response;
+  }
+
+  // Every check comes before the first change, so a refused request leaves
+  // the job as it was.
+  const int64_t epochs = spec_.epochs();
+  const int64_t unit_size = spec_.data_unit_size();
+  if (epochs < 1 || unit_size < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id_, " has epochs ", epochs, " and data_unit_size ", unit_size,
+        "; its spec was not normalized (NormalizeJobSpec)"));
+  }
+  const int64_t asked = request.train_samples();
+  if (asked < 0 || (asked == 0 && train_samples_ == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train_samples must be > 0 (the training samples group ", group_id,
+        " sees after train_limit and the validation hold-out), got ", asked));
+  }
+  if (train_samples_ != 0 && asked != 0 && asked != train_samples_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group ", group_id, " sees ", asked, " samples but job ", id_, " has ",
+        train_samples_,
+        "; do all groups read the same data files with the same train_limit?"));
+  }
+  const int64_t samples = train_samples_ != 0 ? train_samples_ : asked;
+  const int64_t units_per_epoch =
+      samples / unit_size + (samples % unit_size != 0 ? 1 : 0);
+  if (units_per_epoch > std::numeric_limits<int64_t>::max() / epochs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train_samples ", samples, " in units of ", unit_size, " over ", epochs,
+        " epochs makes too many data units; raise data_unit_size"));
+  }
+  bool listed_held = false;
+  for (const v1::CompletedUnit& done : request.completed()) {
+    if (group.held_unit == kNoUnit || done.unit_id() != group.held_unit ||
+        listed_held) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group ", group_id, " lists unit ", done.unit_id(),
+          " as completed but ",
+          group.held_unit == kNoUnit
+              ? std::string("holds no unit")
+              : absl::StrCat("holds unit ", group.held_unit,
+                             listed_held ? ", already listed" : "")));
+    }
+    listed_held = true;
+    const v1::DataUnit unit = UnitLocked(done.unit_id());
+    const uint64_t unit_samples = static_cast<uint64_t>(unit.end() - unit.begin());
+    if (done.samples() != unit_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unit ", done.unit_id(), " covers ", unit_samples,
+          " samples but group ", group_id, " reports ", done.samples()));
+    }
+  }
+  if (group.held_unit != kNoUnit && !listed_held) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group ", group_id, " still holds unit ", group.held_unit,
+        "; list it in completed"));
+  }
+
+  group.last_seen = now;
+  if (train_samples_ == 0) {
+    train_samples_ = samples;
+    units_per_epoch_ = units_per_epoch;
+  }
+  for (const v1::CompletedUnit& done : request.completed()) {
+    const int32_t epoch = static_cast<int32_t>(done.unit_id() / units_per_epoch_);
+    EpochProgress& progress = open_epochs_[epoch];
+    ++progress.units_completed;
+    progress.samples += done.samples();
+    progress.loss_sum += done.loss_sum();
+    if (progress.units_completed == units_per_epoch_) {
+      progress.completed_at = now;
+      progress.updates_at_completion = updates_applied_;
+    }
+    ++group.units_completed;
+    group.samples_trained += done.samples();
+    samples_trained_ += done.samples();
+    group.held_unit = kNoUnit;
+  }
+  RecordCompletedEpochsLocked(response.mutable_finished_epochs());
+
+  if (static_cast<int64_t>(history_.size()) >= epochs) {
+    // Every unit of every epoch is done. The group that completed the last
+    // one finishes the job; if it left or was lost (ReleaseGroupLocked
+    // cleared finisher_), the next group to ask does.
+    if (finisher_.empty()) finisher_ = group_id;
+    response.set_action(v1::NextDataUnitResponse::DONE);
+    response.set_finish(finisher_ == group_id);
+    return response;
+  }
+  int64_t unit = kNoUnit;
+  if (!requeued_units_.empty()) {
+    unit = requeued_units_.front();
+    requeued_units_.pop_front();
+  } else if (next_epoch_ < epochs &&
+             next_epoch_ <= static_cast<int64_t>(history_.size()) + 1) {
+    // next_epoch_ is at most one past the oldest unfinished epoch.
+    unit = next_epoch_ * units_per_epoch_ + next_unit_;
+    if (next_unit_ == 0) open_epochs_[next_epoch_].first_handout = now;
+    if (++next_unit_ == units_per_epoch_) {
+      ++next_epoch_;
+      next_unit_ = 0;
+    }
+  }
+  if (unit == kNoUnit) {
+    // Every unit that may be handed out now is held by another group.
+    response.set_action(v1::NextDataUnitResponse::WAIT);
+    return response;
+  }
+  group.held_unit = unit;
+  response.set_action(v1::NextDataUnitResponse::TRAIN);
+  *response.mutable_unit() = UnitLocked(unit);
+  return response;
+}
+
+v1::DataUnit Job::UnitLocked(int64_t unit_id) const {
+  const int64_t index = unit_id % units_per_epoch_;
+  v1::DataUnit unit;
+  unit.set_epoch(static_cast<int32_t>(unit_id / units_per_epoch_));
+  unit.set_unit_id(unit_id);
+  unit.set_begin(index * spec_.data_unit_size());
+  unit.set_end(std::min(train_samples_, unit.begin() + spec_.data_unit_size()));
+  return unit;
+}
+
+void Job::RecordCompletedEpochsLocked(
+    google::protobuf::RepeatedField<int32_t>* finished) {
+  for (;;) {
+    const int32_t epoch = static_cast<int32_t>(history_.size());
+    auto it = open_epochs_.find(epoch);
+    if (it == open_epochs_.end() ||
+        it->second.units_completed < units_per_epoch_) {
+      return;
+    }
+    const EpochProgress& progress = it->second;
+    v1::EpochRecord record;
+    record.set_epoch(epoch + 1);
+    record.set_samples(progress.samples);
+    record.set_train_loss(progress.samples > 0
+                              ? progress.loss_sum /
+                                    static_cast<double>(progress.samples)
+                              : 0.0);
+    const double seconds =
+        absl::ToDoubleSeconds(progress.completed_at - progress.first_handout);
+    record.set_wall_seconds(seconds);
+    record.set_samples_per_second(
+        seconds > 0.0 ? static_cast<double>(progress.samples) / seconds : 0.0);
+    record.set_updates_applied(progress.updates_at_completion);
+    history_.push_back(std::move(record));
+    open_epochs_.erase(it);
+    finished->Add(epoch);
+  }
+}
+
+void Job::ReleaseGroupLocked(const std::string& group_id, Group& group) {
+  if (group.held_unit != kNoUnit) {
+    requeued_units_.push_back(group.held_unit);
+    ++units_requeued_;
+    group.held_unit = kNoUnit;
+  }
+  if (finisher_ == group_id) finisher_.clear();
 }
 
 int Job::LiveGroupsLocked() const {
@@ -300,6 +661,13 @@ v1::JobStatus Job::Status(bool with_history, absl::Time now) const {
   status.set_updates_applied(updates_applied_);
   status.set_samples_trained(samples_trained_);
   status.set_epochs_done(static_cast<int32_t>(history_.size()));
+  status.set_stale_rejected(stale_rejected_);
+  status.set_max_staleness_seen(max_staleness_seen_);
+  status.set_mean_staleness(
+      staleness_count_ > 0 ? static_cast<double>(staleness_sum_) /
+                                 static_cast<double>(staleness_count_)
+                           : 0.0);
+  status.set_units_requeued(units_requeued_);
   if (with_history) {
     for (const auto& record : history_) *status.add_history() = record;
   }
@@ -310,6 +678,9 @@ v1::JobStatus Job::Status(bool with_history, absl::Time now) const {
     info->set_host(group.host);
     info->set_alive(group.alive);
     info->set_seconds_since_seen(absl::ToDoubleSeconds(now - group.last_seen));
+    info->set_units_completed(group.units_completed);
+    info->set_samples_trained(group.samples_trained);
+    info->set_updates_applied(group.updates_applied);
   }
   if (has_test_result_) {
     status.set_test_loss(test_loss_);

@@ -1,20 +1,45 @@
-// One training job on the master: its spec, weights, optimizer, progress and
-// the groups serving it.
+// One training job on the master: its spec, weights, optimizer, progress,
+// data queue and the groups serving it.
 //
 // Threading: every public method is thread-safe; one mutex per job, so jobs
-// never wait on each other. ApplyGradient holds the job's mutex only for the
-// optimizer step and the bookkeeping; the gradient is assembled by the caller
-// beforehand and the reply weights are handed out as an immutable snapshot
-// that is encoded after the lock is released.
+// never wait on each other. ApplyGradient checks the update for NaN/Inf
+// before taking the job's mutex and holds it only for the update and the
+// bookkeeping; the update is assembled by the caller beforehand and the reply
+// weights are handed out as an immutable snapshot that is encoded after the
+// lock is released.
 //
 // Lifecycle: QUEUED -> RUNNING (a group registered) -> COMPLETED (a group
 // left having trained every epoch) or FAILED (a group reported an error).
 // A RUNNING job whose groups are all lost or gone goes back to QUEUED, keeping
 // its weights and progress, so the next group continues it.
+//
+// Updates, by spec().algorithm():
+//   downpour, sync  UPDATE_KIND_GRADIENT: one step of the job's optimizer.
+//   easgd           UPDATE_KIND_ELASTIC: the rank's weights x; the centre c
+//                   moves by alpha * (x - c); the reply is c before the move.
+//   gem             UPDATE_KIND_DELTA: c += delta.
+// An update computed on version B while the master is at W has staleness
+// s = W - B. With max_staleness > 0, s > max_staleness is refused (ABORTED);
+// with staleness_scaling "inverse" the gradient (downpour, sync), alpha
+// (easgd) or delta (gem) is scaled by 1 / max(1, s).
+//
+// Data queue (NextDataUnit): each epoch's training order is cut into units of
+// data_unit_size samples; groups ask for one unit at a time and report it done
+// with their next request, so a faster group trains more units. Epoch e + 1
+// is handed out once every unit of epoch e has been, but never while epoch
+// e - 1 is unfinished: at most one epoch runs ahead of the oldest unfinished
+// one. A unit held by a group that leaves or is declared lost goes back to
+// the front of the queue. The master writes an epoch's record (train loss,
+// samples, time) when its last unit completes; the group whose request
+// completed it validates and merges its metrics with ReportEpoch
+// (RecordEpoch). The group that completes the job's last unit finishes the
+// job (test set, Leave(completed)); if it leaves or is lost first, the next
+// group to ask does.
 #ifndef MPILEARN_SERVER_JOB_H_
 #define MPILEARN_SERVER_JOB_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,11 +62,15 @@ struct WeightsSnapshot {
   std::vector<std::vector<float>> values;
 };
 
-// A gradient assembled from a PushGradient stream.
+// An update assembled from a PushGradient stream (or built in process).
 struct GradientUpdate {
   std::string group_id;
   int rank = 0;
-  uint64_t base_version = 0;  // weight version the gradient was computed on
+  // What `values` holds; must match the job's algorithm (see Job).
+  v1::UpdateKind kind = v1::UPDATE_KIND_GRADIENT;
+  uint64_t base_version = 0;  // weight version the update was computed on
+  // Informational: samples are counted from completed data units
+  // (NextDataUnit), not from pushes.
   uint64_t samples = 0;
   double train_loss = 0.0;
   std::vector<std::vector<float>> values;  // laid out as the job's weights
@@ -50,7 +79,9 @@ struct GradientUpdate {
 // A job's weights and optimizer state as the state directory stores them.
 // optimizer_state lists, for each state buffer B of the optimizer and each
 // weight tensor W, a tensor named "B/W" shaped like W; its header's version
-// is the optimizer's step count.
+// is the optimizer's step count. Jobs without a master optimizer (easgd, gem)
+// store an optimizer_state with no tensors whose version is the number of
+// updates applied.
 struct JobCheckpoint {
   v1::TensorSet weights;
   v1::TensorSet optimizer_state;
@@ -80,8 +111,9 @@ class Job {
   // FAILED_PRECONDITION for one declared lost or gone.
   absl::Status Touch(const std::string& group_id, absl::Time now);
 
-  // Installs the initial weights and builds the optimizer for them. Returns
-  // false (not an error) when weights were already installed.
+  // Installs the initial weights and builds the optimizer for them (downpour,
+  // sync). Returns false (not an error) when weights were already installed.
+  // INVALID_ARGUMENT when `values` do not match `header` or hold NaN/Inf.
   absl::StatusOr<bool> InitWeights(v1::TensorSetHeader header,
                                    std::vector<std::vector<float>> values);
 
@@ -89,13 +121,30 @@ class Job {
   // InitWeights.
   absl::StatusOr<v1::TensorSetHeader> Layout() const;
 
-  // Applies one update with the job's optimizer and returns the new weights.
-  // The update must match Layout() (the caller checks it while assembling).
+  // Applies one update as the job's algorithm says (see the class comment)
+  // and returns the weights for the reply: the new weights, or for easgd the
+  // centre before the move. Errors, each leaving the job unchanged:
+  // INVALID_ARGUMENT for a kind other than the algorithm's, tensors that do
+  // not match Layout() in count or size, or NaN/Inf; FAILED_PRECONDITION
+  // before InitWeights, when the job is not RUNNING or the group not active;
+  // ABORTED (counted in stale_rejected) beyond max_staleness.
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ApplyGradient(
       const GradientUpdate& update, absl::Time now);
 
+  // The data queue (see the class comment and NextDataUnitRequest in the
+  // proto): records the units the group completed and hands it the next
+  // one, or tells it to wait or that the data is done. Errors, each leaving
+  // the job unchanged: INVALID_ARGUMENT for train_samples <= 0 before the
+  // job's count is fixed, a completed unit the group does not hold (or with
+  // a wrong sample count), or asking while holding an unlisted unit;
+  // FAILED_PRECONDITION for another train_samples than the job's, an
+  // inactive group or a FAILED job. A COMPLETED job answers DONE.
+  absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
+      const v1::NextDataUnitRequest& request, absl::Time now);
+
   // Weights and optimizer state, for the state directory;
-  // FAILED_PRECONDITION before InitWeights.
+  // FAILED_PRECONDITION before InitWeights. The data queue's progress is not
+  // part of it yet: a restored job starts its queue afresh.
   absl::StatusOr<JobCheckpoint> Checkpoint() const;
 
   // Installs weights and optimizer state from a checkpoint (instead of
@@ -107,47 +156,120 @@ class Job {
   // Current weights; FAILED_PRECONDITION before InitWeights.
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Weights() const;
 
-  // Appends an epoch's metrics to the history.
+  // Merges a group's validation metrics (val_loss, val_accuracy, group_id)
+  // into the master's record of epoch record.epoch(), which the data queue
+  // wrote when the epoch's last unit completed; the master's train_loss,
+  // samples, wall_seconds, samples_per_second and updates_applied are kept.
+  // INVALID_ARGUMENT for an epoch outside [1, epochs], NOT_FOUND for one not
+  // finished yet.
   absl::Status RecordEpoch(const v1::EpochRecord& record, absl::Time now);
 
   // A group leaves: completed => COMPLETED, error => FAILED, else the group
-  // is removed and the job re-queued if no group is left.
+  // is removed and the job re-queued if no group is left. The group's data
+  // unit, if any, goes back to the queue.
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request);
 
-  // Declares groups silent for longer than `timeout` lost; returns how many.
+  // Declares groups silent for longer than `timeout` lost and re-queues
+  // their data units; returns how many groups.
   int ReapLostGroups(absl::Time now, absl::Duration timeout);
 
   v1::JobStatus Status(bool with_history, absl::Time now) const;
 
  private:
+  // No unit held.
+  static constexpr int64_t kNoUnit = -1;
+
   struct Group {
     int ranks = 0;
     std::string host;
     absl::Time last_seen;
     bool alive = true;
+    // The data unit this group trains now, or kNoUnit. Invariant: kNoUnit
+    // once the group is not alive (its unit went back to the queue).
+    int64_t held_unit = kNoUnit;
+    uint64_t units_completed = 0;
+    uint64_t samples_trained = 0;
+    uint64_t updates_applied = 0;
+  };
+
+  // An epoch some of whose units were handed out and whose record is not
+  // written yet.
+  struct EpochProgress {
+    int64_t units_completed = 0;
+    uint64_t samples = 0;
+    double loss_sum = 0.0;
+    absl::Time first_handout;
+    // Set when units_completed reaches units_per_epoch_ (an epoch can
+    // complete before the one before it, whose record comes first).
+    absl::Time completed_at;
+    uint64_t updates_at_completion = 0;
   };
 
   int LiveGroupsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RUNNING -> QUEUED when no live group is left.
   void RequeueIfOrphanedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts the group's held unit back at the queue's front; the group stops
+  // being the job's finisher.
+  void ReleaseGroupLocked(const std::string& group_id, Group& group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The unit's range within its epoch; unit_id < epochs * units_per_epoch_.
+  v1::DataUnit UnitLocked(int64_t unit_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the records of the oldest epochs while they are complete,
+  // appending their 0-based numbers to `finished`.
+  void RecordCompletedEpochsLocked(
+      google::protobuf::RepeatedField<int32_t>* finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string id_;
   const v1::JobSpec spec_;
   const EngineOptions engine_;
+  // What pushes carry, from spec_.algorithm().
+  const v1::UpdateKind update_kind_;
 
   mutable absl::Mutex mu_;
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_QUEUED;
   std::string message_ ABSL_GUARDED_BY(mu_);
-  // Invariant: weights_ and optimizer_ are both null before InitWeights and
-  // both set after it. A snapshot handed out is never mutated: an update
-  // steps weights_ in place only while nobody else holds it and copies it
+  // Invariant: weights_ is null before InitWeights (or Restore) and set
+  // after it; optimizer_ is set with it when update_kind_ is
+  // UPDATE_KIND_GRADIENT and null otherwise (easgd and gem have their own
+  // master-side rule). A snapshot handed out is never mutated: an update
+  // changes weights_ in place only while nobody else holds it and copies it
   // first otherwise (copy-on-write).
   std::shared_ptr<WeightsSnapshot> weights_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  // Scratch for gradients scaled for staleness; reused to spare the hot
+  // path an allocation per update.
+  std::vector<std::vector<float>> scaled_ ABSL_GUARDED_BY(mu_);
   uint64_t updates_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  // Samples of completed data units.
   uint64_t samples_trained_ ABSL_GUARDED_BY(mu_) = 0;
+  // Staleness of applied updates, and updates refused by max_staleness.
+  uint64_t stale_rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_staleness_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t staleness_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t staleness_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // One record per finished epoch, in epoch order: history_[e] is epoch
+  // e + 1 (1-based, as EpochRecord numbers them).
   std::vector<v1::EpochRecord> history_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+
+  // The data queue. train_samples_ is 0 until the first NextDataUnit fixes
+  // it; then units_per_epoch_ = ceil(train_samples_ / data_unit_size) and
+  // unit i of epoch e has id e * units_per_epoch_ + i.
+  int64_t train_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t units_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Units given back by groups that left or were lost, handed out first.
+  std::deque<int64_t> requeued_units_ ABSL_GUARDED_BY(mu_);
+  uint64_t units_requeued_ ABSL_GUARDED_BY(mu_) = 0;
+  // The next fresh unit: unit next_unit_ of epoch next_epoch_. Every unit
+  // before it has been handed out at least once.
+  int32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_unit_ ABSL_GUARDED_BY(mu_) = 0;
+  // Keyed by 0-based epoch; holds epochs history_.size() and on.
+  std::map<int32_t, EpochProgress> open_epochs_ ABSL_GUARDED_BY(mu_);
+  // The group told to finish the job (finish = true), or empty.
+  std::string finisher_ ABSL_GUARDED_BY(mu_);
   bool has_test_result_ ABSL_GUARDED_BY(mu_) = false;
   double test_loss_ ABSL_GUARDED_BY(mu_) = 0.0;
   double test_accuracy_ ABSL_GUARDED_BY(mu_) = 0.0;

@@ -122,6 +122,28 @@ JobRegistry::ApplyGradient(Job& job, const GradientUpdate& update) {
   return job.ApplyGradient(update, Now());
 }
 
+absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
+    const v1::NextDataUnitRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
+                            FindJob(request.job_id()));
+  MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), Now()));
+  MPILEARN_ASSIGN_OR_RETURN(v1::NextDataUnitResponse response,
+                            job->NextDataUnit(request, Now()));
+  if (!response.finished_epochs().empty()) {
+    for (int32_t epoch : response.finished_epochs()) {
+      LOG(INFO) << "job " << job->id() << ": epoch " << epoch + 1
+                << " finished; group " << request.group_id()
+                << " validates it";
+    }
+    PersistHistory(*job);
+  }
+  if (response.finish()) {
+    VLOG(1) << "job " << job->id() << ": group " << request.group_id()
+            << " is to finish the job";
+  }
+  return response;
+}
+
 absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
     const std::string& job_id, const v1::EpochRecord& record) {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));

@@ -63,9 +63,20 @@ class JobRegistry {
       const std::string& job_id, const std::string& group_id,
       v1::TensorSetHeader header, std::vector<std::vector<float>> values);
 
+  // Applies an update (gradient, elastic or delta; see job.h). Checks it in
+  // full (kind, layout sizes, NaN/Inf, staleness), so in-process callers
+  // need no checks of their own.
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ApplyGradient(
       Job& job, const GradientUpdate& update);
 
+  // The data queue: marks the group as seen, records its completed units
+  // and hands out the next one (Job::NextDataUnit). Persists the history
+  // when the request finished an epoch.
+  absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
+      const v1::NextDataUnitRequest& request);
+
+  // Merges the group's validation metrics into the master's record of a
+  // finished epoch (Job::RecordEpoch) and persists the history.
   absl::StatusOr<v1::JobState> ReportEpoch(const std::string& job_id,
                                            const v1::EpochRecord& record);
   absl::StatusOr<v1::JobState> Heartbeat(const std::string& job_id,

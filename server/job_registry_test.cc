@@ -56,6 +56,24 @@ class JobRegistryTest : public ::testing::Test {
     EXPECT_TRUE(response->accepted());
   }
 
+  // Completes `completed` (a loss of 0.5 per sample) and asks for the next
+  // data unit.
+  absl::StatusOr<v1::NextDataUnitResponse> NextUnit(
+      const std::string& job_id, const std::string& group_id,
+      int64_t train_samples, const std::vector<v1::DataUnit>& completed) {
+    v1::NextDataUnitRequest request;
+    request.set_job_id(job_id);
+    request.set_group_id(group_id);
+    request.set_train_samples(train_samples);
+    for (const v1::DataUnit& unit : completed) {
+      v1::CompletedUnit* done = request.add_completed();
+      done->set_unit_id(unit.unit_id());
+      done->set_samples(static_cast<uint64_t>(unit.end() - unit.begin()));
+      done->set_loss_sum(0.5 * static_cast<double>(done->samples()));
+    }
+    return registry_->NextDataUnit(request);
+  }
+
   std::string state_dir_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<JobRegistry> registry_;
@@ -97,7 +115,12 @@ TEST_F(JobRegistryTest, GradientUpdatesWeightsAndVersion) {
 
   auto status = registry_->Status(job_id).value();
   EXPECT_EQ(status.updates_applied(), 2u);
-  EXPECT_EQ(status.samples_trained(), 128u);
+  // Samples are counted from completed data units, not from pushes.
+  EXPECT_EQ(status.samples_trained(), 0u);
+  ASSERT_EQ(status.groups_size(), 2);
+  EXPECT_EQ(status.groups(0).group_id(), group.group_id());
+  EXPECT_EQ(status.groups(0).updates_applied(), 2u);
+  EXPECT_EQ(status.groups(1).updates_applied(), 0u);
   EXPECT_EQ(status.version(), 2u);
   EXPECT_EQ(status.parameters(), 4u);
   EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
@@ -156,13 +179,26 @@ TEST_F(JobRegistryTest, LostGroupRequeuesJobKeepingWeights) {
 }
 
 TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
   const auto group = Register(job_id);
   InitWeights(job_id, group.group_id());
   v1::EpochRecord record;
   record.set_epoch(1);
   record.set_val_accuracy(0.75);
   record.set_group_id(group.group_id());
+  // The epoch is not finished before its data units are.
+  EXPECT_EQ(registry_->ReportEpoch(job_id, record).status().code(),
+            absl::StatusCode::kNotFound);
+  auto unit = NextUnit(job_id, group.group_id(), 1000, {});
+  ASSERT_TRUE(unit.ok()) << unit.status();
+  ASSERT_EQ(unit->action(), v1::NextDataUnitResponse::TRAIN);
+  auto done = NextUnit(job_id, group.group_id(), 1000, {unit->unit()});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(done->finish());
+  EXPECT_EQ(done->finished_epochs_size(), 1);
   ASSERT_TRUE(registry_->ReportEpoch(job_id, record).ok());
 
   v1::LeaveRequest leave;
@@ -230,6 +266,76 @@ TEST_F(JobRegistryTest, GroupErrorFailsJobWithMessage) {
   EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_FAILED);
   EXPECT_NE(registry_->Status(job_id)->message().find("cannot open"),
             std::string::npos);
+}
+
+// A group lost in the middle of an epoch: the unit it held goes back to the
+// queue and to the group still training, and the epoch still covers every
+// sample once.
+TEST_F(JobRegistryTest, LostGroupsUnitGoesToTheOtherGroup) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  spec.set_data_unit_size(100);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string a = Register(job_id).group_id();
+  const std::string b = Register(job_id).group_id();
+  constexpr int64_t kSamples = 450;  // 5 units, the last of 50
+
+  auto held_a = NextUnit(job_id, a, kSamples, {}).value();
+  auto held_b = NextUnit(job_id, b, kSamples, {}).value();
+  ASSERT_EQ(held_b.action(), v1::NextDataUnitResponse::TRAIN);
+  const int64_t lost_unit = held_b.unit().unit_id();
+  EXPECT_EQ(lost_unit, 1);
+  // a keeps working; b goes silent past the group timeout (10 s).
+  for (int i = 0; i < 2; ++i) {
+    now_ += absl::Seconds(6);
+    held_a = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  }
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.units_requeued(), 1u);
+
+  // The lost group is refused; its unit is a's next.
+  EXPECT_EQ(NextUnit(job_id, b, kSamples, {held_b.unit()}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  held_a = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  ASSERT_EQ(held_a.action(), v1::NextDataUnitResponse::TRAIN);
+  EXPECT_EQ(held_a.unit().unit_id(), lost_unit);
+  EXPECT_EQ(held_a.unit().begin(), 100);
+  EXPECT_EQ(held_a.unit().end(), 200);
+  held_a = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  EXPECT_EQ(held_a.unit().end(), kSamples);
+  auto last = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  EXPECT_EQ(last.action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(last.finish());
+  ASSERT_EQ(last.finished_epochs_size(), 1);
+
+  status = registry_->Status(job_id).value();
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_EQ(status.history(0).samples(), static_cast<uint64_t>(kSamples));
+  EXPECT_DOUBLE_EQ(status.history(0).train_loss(), 0.5);
+  EXPECT_EQ(status.samples_trained(), static_cast<uint64_t>(kSamples));
+  EXPECT_EQ(status.units_requeued(), 1u);
+  EXPECT_EQ(status.epochs_done(), 1);
+  for (const v1::GroupInfo& group : status.groups()) {
+    EXPECT_EQ(group.units_completed(), group.group_id() == a ? 5u : 0u);
+    EXPECT_EQ(group.samples_trained(),
+              group.group_id() == a ? static_cast<uint64_t>(kSamples) : 0u);
+  }
+  // The finished epoch is already on disk.
+  std::ifstream history(state_dir_ + "/jobs/" + job_id + "/history.json");
+  std::string text((std::istreambuf_iterator<char>(history)),
+                   std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"train_loss\": 0.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"units_requeued\": \"1\""), std::string::npos) << text;
+}
+
+TEST_F(JobRegistryTest, NextDataUnitNeedsARegisteredGroup) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  EXPECT_EQ(NextUnit(job_id, "g-99", 100, {}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(NextUnit("job-999999", "g-1", 100, {}).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

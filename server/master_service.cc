@@ -1,7 +1,5 @@
 #include "server/master_service.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -56,23 +54,6 @@ auto ChunkSource(Reader& reader, Request& message, absl::string_view rpc) {
     }
     return &message.chunk();
   };
-}
-
-// `what` names the tensors in the message ("gradient", "initial weight").
-absl::Status CheckFinite(absl::string_view what, const v1::TensorSetHeader& header,
-                         const IncomingTensors& in) {
-  for (size_t t = 0; t < in.values.size(); ++t) {
-    const std::vector<float>& v = in.values[t];
-    float sum = 0.0f;  // NaN/Inf anywhere makes the sum non-finite
-    for (float x : v) sum += x * 0.0f;
-    if (!std::isfinite(sum)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " tensor '", header.tensors(static_cast<int>(t)).name(),
-          "' contains NaN or Inf; lower the learning rate or check the loss "
-          "for overflow"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 // Streams a weights snapshot: header, then chunks.
@@ -137,7 +118,6 @@ grpc::Status MasterServiceImpl::InitWeights(
         IncomingTensors in,
         ReceiveTensors(header.weights(),
                        ChunkSource(*reader, message, "InitWeights")));
-    MPILEARN_RETURN_IF_ERROR(CheckFinite("initial weight", header.weights(), in));
     MPILEARN_ASSIGN_OR_RETURN(
         *response, registry_.InitWeights(header.job_id(), header.group_id(),
                                          header.weights(), std::move(in.values)));
@@ -162,10 +142,10 @@ grpc::Status MasterServiceImpl::PushGradient(
         IncomingTensors in,
         ReceiveTensors(header.gradient(),
                        ChunkSource(*stream, message, "PushGradient")));
-    MPILEARN_RETURN_IF_ERROR(CheckFinite("gradient", header.gradient(), in));
     GradientUpdate update;
     update.group_id = header.group_id();
     update.rank = header.rank();
+    update.kind = header.kind();
     update.base_version = header.gradient().version();
     update.samples = header.samples();
     update.train_loss = header.train_loss();
@@ -194,6 +174,15 @@ grpc::Status MasterServiceImpl::PullWeights(
     return SendWeights(*weights, writer);
   };
   return ToGrpcStatus(handle());
+}
+
+grpc::Status MasterServiceImpl::NextDataUnit(
+    grpc::ServerContext*, const v1::NextDataUnitRequest* request,
+    v1::NextDataUnitResponse* response) {
+  auto next = registry_.NextDataUnit(*request);
+  if (!next.ok()) return ToGrpcStatus(next.status());
+  *response = std::move(next).value();
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterServiceImpl::ReportEpoch(

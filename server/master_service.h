@@ -30,6 +30,9 @@ class MasterServiceImpl final : public v1::Master::Service {
   grpc::Status PullWeights(grpc::ServerContext* context,
                            const v1::PullWeightsRequest* request,
                            grpc::ServerWriter<v1::WeightsPart>* writer) override;
+  grpc::Status NextDataUnit(grpc::ServerContext* context,
+                            const v1::NextDataUnitRequest* request,
+                            v1::NextDataUnitResponse* response) override;
   grpc::Status ReportEpoch(grpc::ServerContext* context,
                            const v1::ReportEpochRequest* request,
                            v1::ReportEpochResponse* response) override;

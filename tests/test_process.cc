@@ -148,6 +148,7 @@ void ChildProcess::Stop(absl::Duration grace) {
 absl::StatusOr<std::unique_ptr<MasterProcess>> MasterProcess::Start(
     const std::string& state_dir, const std::vector<std::string>& extra_flags) {
   const std::string port_file = state_dir + "/port";
+  std::filesystem::create_directories(state_dir);
   std::filesystem::remove(port_file);
   std::vector<std::string> argv = {Runfile("server/mpilearn-master"),
                                    "--listen=127.0.0.1:0",

@@ -60,7 +60,13 @@ TEST_P(TrainingTest, TwoRanksTrainWellAboveChance) {
   EXPECT_EQ(status->samples_trained(), static_cast<uint64_t>(train * kEpochs));
   // Downpour: each rank pushes each of its batches; sync: the leader pushes
   // one averaged gradient per step.
-  const int64_t steps_per_rank = (train / 2 + kBatch - 1) / kBatch;
+  // The master hands out units of data_unit_size (default 2048) samples;
+  // each rank trains its half of a unit in ceil(half / batch) steps.
+  int64_t steps_per_rank = 0;
+  for (int64_t begin = 0; begin < train; begin += 2048) {
+    const int64_t unit = std::min<int64_t>(2048, train - begin);
+    steps_per_rank += ((unit + 1) / 2 + kBatch - 1) / kBatch;
+  }
   const int64_t expected_updates =
       (algorithm == "downpour" ? 2 : 1) * steps_per_rank * kEpochs;
   EXPECT_EQ(status->updates_applied(), static_cast<uint64_t>(expected_updates));

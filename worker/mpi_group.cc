@@ -90,6 +90,8 @@ void MpiGroup::AllreduceSum(absl::Span<double> values) {
 
 void MpiGroup::Barrier() { MPI_Barrier(Comm(comm_)); }
 
+void SingleProcessGroup::Abort(int exit_code) { std::_Exit(exit_code); }
+
 void MpiGroup::Abort(int exit_code) {
   MPI_Abort(Comm(comm_), exit_code);
   std::_Exit(exit_code);

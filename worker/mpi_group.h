@@ -36,6 +36,19 @@ class Collectives {
   [[noreturn]] virtual void Abort(int exit_code) = 0;
 };
 
+// A group of one process without MPI: the local baseline mode.
+class SingleProcessGroup final : public Collectives {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void Broadcast(std::string*, int) override {}
+  void Broadcast(absl::Span<float>, int) override {}
+  void AllreduceSum(absl::Span<float>) override {}
+  void AllreduceSum(absl::Span<double>) override {}
+  void Barrier() override {}
+  [[noreturn]] void Abort(int exit_code) override;
+};
+
 class MpiGroup final : public Collectives {
  public:
   // Initializes MPI. FAILED_PRECONDITION when the process was not started by

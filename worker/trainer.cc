@@ -1,10 +1,13 @@
 #include "worker/trainer.h"
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -24,9 +27,42 @@ std::vector<absl::Span<const float>> ConstViews(
   return std::vector<absl::Span<const float>>(views.begin(), views.end());
 }
 
+// Per-tensor views into `flat`, laid out like `params`.
+std::vector<absl::Span<float>> ViewsLike(const std::vector<torch::Tensor>& params,
+                                         std::vector<float>& flat) {
+  std::vector<absl::Span<float>> views;
+  size_t offset = 0;
+  for (const torch::Tensor& p : params) {
+    views.emplace_back(flat.data() + offset, p.numel());
+    offset += p.numel();
+  }
+  return views;
+}
+
+// Broadcasts the leader's outcome: every rank returns the leader's status
+// (non-leaders as ABORTED: they stop on the leader's word).
+absl::Status AgreeOnLeaderStatus(Collectives& group, const absl::Status& status) {
+  std::string message = status.ok() ? "" : std::string(status.message());
+  group.Broadcast(&message, 0);
+  if (message.empty()) return absl::OkStatus();
+  if (group.rank() == 0) return status;
+  return absl::AbortedError("the leader failed: " + message);
+}
+
+torch::Tensor SummedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& y) {
+  return torch::nn::functional::cross_entropy(
+      logits, y,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+bool IsStaleRejection(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted &&
+         absl::StrContains(status.message(), "stale update");
+}
+
 }  // namespace
 
-Trainer::Trainer(Collectives& group, MasterClient& master,
+Trainer::Trainer(Collectives& group, MasterConnection& master,
                  v1::RegisterGroupResponse registration, DatasetSplits data,
                  TrainerOptions options)
     : group_(group),
@@ -56,10 +92,17 @@ absl::Status Trainer::BuildModelAndInitWeights() {
   }
   layout_ = MakeFloat32Header(0, names, shapes);
   grad_.assign(total, 0.0f);
-  size_t offset = 0;
-  for (const torch::Tensor& p : params_) {
-    grad_views_.emplace_back(grad_.data() + offset, p.numel());
-    offset += p.numel();
+  grad_views_ = ViewsLike(params_, grad_);
+  scratch_.assign(total, 0.0f);
+  scratch_views_ = ViewsLike(params_, scratch_);
+
+  if (algorithm() == "easgd") {
+    const v1::OptimizerSpec& local = spec_.easgd().worker_optimizer();
+    local_optimizer_ = std::make_unique<torch::optim::SGD>(
+        params_, torch::optim::SGDOptions(local.learning_rate())
+                     .momentum(local.momentum())
+                     .nesterov(local.nesterov())
+                     .weight_decay(local.weight_decay()));
   }
 
   if (leader() && !registration_.weights_initialized()) {
@@ -71,12 +114,20 @@ absl::Status Trainer::BuildModelAndInitWeights() {
               << (accepted ? "installed on the master"
                            : "from another group are used");
   }
-  return SyncToMasterWeights();
+  MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
+  if (algorithm() == "gem") {
+    // GEM's "stale" copy starts at the weights every rank starts from, so
+    // the first update sees no central-variable movement.
+    gem_moment_.assign(total, 0.0f);
+    for (size_t i = 0; i < param_views_.size(); ++i) {
+      std::copy(param_views_[i].begin(), param_views_[i].end(),
+                scratch_views_[i].begin());
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::SyncToMasterWeights() {
-  // The leader's status decides for everyone: broadcast it first so no
-  // rank waits in a collective the leader never enters.
   absl::Status pulled = absl::OkStatus();
   if (leader()) {
     absl::StatusOr<uint64_t> version = master_.PullWeights(
@@ -87,22 +138,18 @@ absl::Status Trainer::SyncToMasterWeights() {
       pulled = version.status();
     }
   }
-  std::string message = pulled.ok() ? "" : std::string(pulled.message());
-  group_.Broadcast(&message, 0);
-  if (!message.empty()) {
-    return leader() ? pulled : absl::AbortedError("the leader failed: " + message);
-  }
+  MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(group_, pulled));
   for (absl::Span<float> view : param_views_) group_.Broadcast(view, 0);
-  std::vector<double> version = {static_cast<double>(version_)};
-  group_.AllreduceSum(absl::MakeSpan(version));  // only rank 0's is non-zero
-  version_ = leader() ? version_ : static_cast<uint64_t>(version[0]);
+  std::vector<double> version = {leader() ? static_cast<double>(version_) : 0.0};
+  group_.AllreduceSum(absl::MakeSpan(version));
+  version_ = static_cast<uint64_t>(version[0]);
   return absl::OkStatus();
 }
 
 void Trainer::TakeGradients() {
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& grad = params_[i].mutable_grad();
-    float* dest = const_cast<float*>(grad_views_[i].data());
+    float* dest = grad_views_[i].data();
     if (grad.defined()) {
       std::memcpy(dest, grad.data_ptr<float>(), grad_views_[i].size() * sizeof(float));
       grad.zero_();
@@ -112,52 +159,221 @@ void Trainer::TakeGradients() {
   }
 }
 
-absl::Status Trainer::Exchange(double samples, StepTimes& times) {
-  absl::Time start = absl::Now();
+absl::Status Trainer::Push(v1::UpdateKind kind,
+                           absl::Span<const absl::Span<const float>> payload,
+                           absl::Span<const absl::Span<float>> reply,
+                           double samples) {
+  const absl::Time start = absl::Now();
+  v1::PushGradientRequest::Header header;
+  header.set_job_id(registration_.job_id());
+  header.set_group_id(registration_.group_id());
+  header.set_rank(group_.rank());
+  *header.mutable_gradient() = layout_;
+  header.mutable_gradient()->set_version(version_);
+  header.set_samples(static_cast<uint64_t>(samples));
+  header.set_kind(kind);
+  absl::StatusOr<uint64_t> version = master_.PushGradient(header, payload, reply);
+  if (!version.ok() && IsStaleRejection(version.status())) {
+    // Dropped as too stale: continue from the newest weights.
+    ++stale_dropped_;
+    VLOG(1) << "[rank " << group_.rank() << "] " << version.status().message();
+    version = master_.PullWeights(registration_.job_id(),
+                                  registration_.group_id(), reply);
+  }
+  times_.master += SecondsSince(start);
+  if (!version.ok()) return version.status();
+  version_ = *version;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Exchange(double samples) {
+  const std::string& algo = algorithm();
+  if (algo == "easgd") {
+    // Local steps were taken batch by batch; now the elastic exchange:
+    // the master moves the centre c toward x and returns c as it was,
+    // and x moves toward it by the same force.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < param_views_.size(); ++i) {
+      std::copy(param_views_[i].begin(), param_views_[i].end(),
+                grad_views_[i].begin());
+    }
+    MPILEARN_RETURN_IF_ERROR(Push(v1::UPDATE_KIND_ELASTIC, ConstViews(grad_views_),
+                                  scratch_views_, samples));
+    const float alpha = static_cast<float>(spec_.easgd().alpha());
+    for (size_t i = 0; i < param_views_.size(); ++i) {
+      float* x = param_views_[i].data();
+      const float* c = scratch_views_[i].data();
+      for (size_t k = 0; k < param_views_[i].size(); ++k) x[k] -= alpha * (x[k] - c[k]);
+    }
+    return absl::OkStatus();
+  }
+
   TakeGradients();
-  const bool sync = spec_.algorithm() == "sync";
-  if (sync) {
-    // Sum of gradient sums and of sample counts, then the mean.
+  if (algo == "sync") {
+    // Sum of gradient sums and of sample counts over the group, then the
+    // mean; the leader pushes it and everyone takes the returned weights.
+    absl::Time start = absl::Now();
     group_.AllreduceSum(absl::MakeSpan(grad_));
     std::vector<double> count = {samples};
     group_.AllreduceSum(absl::MakeSpan(count));
     samples = count[0];
-    times.mpi += SecondsSince(start);
+    times_.mpi += SecondsSince(start);
+    if (samples <= 0) return absl::OkStatus();
+    const float scale = static_cast<float>(1.0 / samples);
+    for (float& g : grad_) g *= scale;
+    absl::Status pushed = absl::OkStatus();
+    if (leader()) {
+      pushed = Push(v1::UPDATE_KIND_GRADIENT, ConstViews(grad_views_),
+                    param_views_, samples);
+    }
+    start = absl::Now();
+    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(group_, pushed));
+    for (absl::Span<float> view : param_views_) group_.Broadcast(view, 0);
+    times_.mpi += SecondsSince(start);
+    return absl::OkStatus();
   }
+
   if (samples <= 0) return absl::OkStatus();
   const float scale = static_cast<float>(1.0 / samples);
   for (float& g : grad_) g *= scale;
-
-  if (!sync || leader()) {
-    start = absl::Now();
-    v1::PushGradientRequest::Header header;
-    header.set_job_id(registration_.job_id());
-    header.set_group_id(registration_.group_id());
-    header.set_rank(group_.rank());
-    *header.mutable_gradient() = layout_;
-    header.mutable_gradient()->set_version(version_);
-    header.set_samples(static_cast<uint64_t>(samples));
-    absl::StatusOr<uint64_t> version =
-        master_.PushGradient(header, grad_views_, param_views_);
-    times.master += SecondsSince(start);
-    if (!version.ok()) {
-      if (!sync) return version.status();
-      // Tell the other ranks before they wait for weights forever.
-      std::string message(version.status().message());
-      group_.Broadcast(&message, 0);
-      return version.status();
+  if (algo == "gem") {
+    // mpi_learn's GEM: the local update u = -lr * g feeds the rank's
+    // momentum proxy; the central variable's movement since the last
+    // exchange is measured against it, and u is scaled elementwise by
+    // pi = clip((kappa |moment| - |centre movement|) / |u|, 0, 5).
+    const float lr = static_cast<float>(spec_.gem().learning_rate());
+    const float momentum = static_cast<float>(spec_.gem().momentum());
+    const float kappa = static_cast<float>(spec_.gem().kappa());
+    constexpr float kEpsilon = 1e-12f;
+    size_t offset = 0;
+    for (size_t i = 0; i < param_views_.size(); ++i) {
+      const float* w = param_views_[i].data();
+      float* stale = scratch_views_[i].data();
+      float* g = grad_views_[i].data();
+      float* m = gem_moment_.data() + offset;
+      for (size_t k = 0; k < param_views_[i].size(); ++k) {
+        const float u = -lr * g[k];
+        m[k] = momentum * m[k] + u;
+        const float centre_moved = w[k] - stale[k];
+        stale[k] = w[k];
+        float pi = (kappa * std::fabs(m[k]) - std::fabs(centre_moved)) /
+                   std::fabs(u + kEpsilon);
+        pi = std::min(5.0f, std::max(0.0f, pi));
+        g[k] = u * pi;  // the delta the master adds
+      }
+      offset += param_views_[i].size();
     }
-    version_ = *version;
+    return Push(v1::UPDATE_KIND_DELTA, ConstViews(grad_views_), param_views_,
+                samples);
   }
-  if (sync) {
-    start = absl::Now();
-    std::string message;
-    group_.Broadcast(&message, 0);  // empty: the push succeeded
-    if (!message.empty()) return absl::AbortedError("the leader failed: " + message);
-    for (absl::Span<float> view : param_views_) group_.Broadcast(view, 0);
-    times.mpi += SecondsSince(start);
+  return Push(v1::UPDATE_KIND_GRADIENT, ConstViews(grad_views_), param_views_,
+              samples);
+}
+
+const torch::Tensor& Trainer::EpochOrder(int epoch) {
+  auto it = orders_.find(epoch);
+  if (it == orders_.end()) {
+    // Only the current and the next epoch are ever in use.
+    while (orders_.size() > 2) orders_.erase(orders_.begin());
+    it = orders_
+             .emplace(epoch, torch::randperm(
+                                 data_.train.size(),
+                                 torch::make_generator<at::CPUGeneratorImpl>(
+                                     spec_.seed() * 1000003 +
+                                     static_cast<uint64_t>(epoch))))
+             .first;
   }
-  return absl::OkStatus();
+  return it->second;
+}
+
+absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
+  const int rank = group_.rank();
+  const int world = group_.size();
+  const int64_t n = unit.end() - unit.begin();
+  const int64_t batch = spec_.batch_size();
+  // Shards differ by at most one sample; every rank runs as many steps as
+  // the largest shard needs, so the sync collectives always pair up.
+  const int64_t largest_shard = (n + world - 1) / world;
+  const int64_t steps = (largest_shard + batch - 1) / batch;
+  torch::Tensor mine = EpochOrder(unit.epoch())
+                           .slice(0, unit.begin() + n * rank / world,
+                                  unit.begin() + n * (rank + 1) / world);
+  const bool local_steps = algorithm() == "easgd";
+  double loss_sum = 0.0;
+  double window_samples = 0.0;
+  for (int64_t step = 0; step < steps; ++step) {
+    absl::Time t = absl::Now();
+    const int64_t begin = std::min(step * batch, mine.size(0));
+    const int64_t end = std::min(begin + batch, mine.size(0));
+    if (end > begin) {
+      torch::Tensor index = mine.slice(0, begin, end);
+      torch::Tensor x = data_.train.images.index_select(0, index);
+      torch::Tensor y = data_.train.labels.index_select(0, index);
+      times_.data += SecondsSince(t);
+      t = absl::Now();
+      // Summed (not averaged) loss: gradients of several batches and
+      // ranks add up, and Exchange divides by the sample count once.
+      torch::Tensor loss = SummedCrossEntropy(model_->forward(x), y);
+      loss.backward();
+      loss_sum += loss.item<double>();
+      window_samples += static_cast<double>(end - begin);
+      if (local_steps) {
+        // EASGD's local optimizer steps on the batch mean.
+        torch::NoGradGuard no_grad;
+        for (torch::Tensor& p : params_) {
+          if (p.grad().defined()) p.mutable_grad().div_(static_cast<double>(end - begin));
+        }
+        local_optimizer_->step();
+        local_optimizer_->zero_grad();
+      }
+      times_.compute += SecondsSince(t);
+    }
+    if (options_.slowdown_ms_per_batch > 0) {
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(options_.slowdown_ms_per_batch));
+    }
+    if ((step + 1) % spec_.sync_every() == 0 || step + 1 == steps) {
+      MPILEARN_RETURN_IF_ERROR(Exchange(window_samples));
+      window_samples = 0.0;
+    }
+  }
+  double totals[2] = {loss_sum, static_cast<double>(mine.size(0))};
+  const absl::Time t = absl::Now();
+  group_.AllreduceSum(absl::MakeSpan(totals, 2));
+  times_.mpi += SecondsSince(t);
+  v1::CompletedUnit completed;
+  completed.set_unit_id(unit.unit_id());
+  completed.set_loss_sum(totals[0]);
+  completed.set_samples(static_cast<uint64_t>(totals[1]));
+  return completed;
+}
+
+absl::StatusOr<v1::NextDataUnitResponse> Trainer::NextUnit(
+    const std::vector<v1::CompletedUnit>& completed) {
+  std::string payload;
+  absl::Status asked = absl::OkStatus();
+  if (leader()) {
+    v1::NextDataUnitRequest request;
+    request.set_job_id(registration_.job_id());
+    request.set_group_id(registration_.group_id());
+    request.set_train_samples(data_.train.size());
+    for (const v1::CompletedUnit& unit : completed) *request.add_completed() = unit;
+    const absl::Time start = absl::Now();
+    absl::StatusOr<v1::NextDataUnitResponse> response = master_.NextDataUnit(request);
+    times_.master += SecondsSince(start);
+    if (response.ok()) {
+      payload = response->SerializeAsString();
+    } else {
+      asked = response.status();
+    }
+  }
+  MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(group_, asked));
+  group_.Broadcast(&payload, 0);
+  v1::NextDataUnitResponse response;
+  if (!response.ParseFromString(payload)) {
+    return absl::InternalError("could not decode the broadcast data unit");
+  }
+  return response;
 }
 
 Evaluation Trainer::Evaluate(const Dataset& data) {
@@ -172,11 +388,7 @@ Evaluation Trainer::Evaluate(const Dataset& data) {
       torch::Tensor x = mine.images.slice(0, begin, end);
       torch::Tensor y = mine.labels.slice(0, begin, end);
       torch::Tensor logits = model_->forward(x);
-      sums[0] += torch::nn::functional::cross_entropy(
-                     logits, y,
-                     torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                         torch::kSum))
-                     .item<double>();
+      sums[0] += SummedCrossEntropy(logits, y).item<double>();
       sums[1] += logits.argmax(1).eq(y).sum().item<double>();
       sums[2] += static_cast<double>(end - begin);
     }
@@ -192,126 +404,111 @@ Evaluation Trainer::Evaluate(const Dataset& data) {
   return result;
 }
 
+absl::Status Trainer::ValidateEpoch(int epoch) {
+  // Validate the master's newest weights (other groups and ranks may have
+  // moved them since this rank's last exchange). EASGD ranks keep their own
+  // weights between exchanges, so theirs are put back afterwards.
+  std::vector<float> own;
+  if (algorithm() == "easgd") {
+    for (const auto& view : param_views_) own.insert(own.end(), view.begin(), view.end());
+  }
+  MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
+  const Evaluation validation = Evaluate(data_.validation);
+  if (!own.empty()) {
+    size_t offset = 0;
+    for (auto& view : param_views_) {
+      std::copy(own.begin() + offset, own.begin() + offset + view.size(), view.begin());
+      offset += view.size();
+    }
+  }
+
+  absl::Status reported = absl::OkStatus();
+  if (leader()) {
+    v1::ReportEpochRequest report;
+    report.set_job_id(registration_.job_id());
+    v1::EpochRecord* record = report.mutable_record();
+    record->set_epoch(epoch + 1);
+    record->set_val_loss(validation.loss);
+    record->set_val_accuracy(validation.accuracy);
+    record->set_group_id(registration_.group_id());
+    absl::StatusOr<v1::JobState> state = master_.ReportEpoch(report);
+    absl::StatusOr<v1::JobStatus> status =
+        state.ok() ? master_.GetJobStatus(registration_.job_id())
+                   : absl::StatusOr<v1::JobStatus>(state.status());
+    if (!status.ok()) {
+      reported = status.status();
+    } else if (options_.print_epochs) {
+      v1::EpochRecord merged;
+      for (const v1::EpochRecord& r : status->history()) {
+        if (r.epoch() == epoch + 1) merged = r;
+      }
+      const double total = times_.total();
+      auto share = [&](double s) { return total > 0 ? 100.0 * s / total : 0.0; };
+      std::printf(
+          "epoch %d/%d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  "
+          "samples/s=%.0f  elapsed=%.1fs  [group %s: data %.0f%% compute %.0f%% "
+          "master %.0f%% mpi %.0f%%]\n",
+          epoch + 1, spec_.epochs(), merged.train_loss(), validation.loss,
+          validation.accuracy, merged.samples_per_second(),
+          SecondsSince(run_start_),
+          registration_.group_id().c_str(), share(times_.data),
+          share(times_.compute), share(times_.master), share(times_.mpi));
+      std::fflush(stdout);
+    }
+  }
+  return AgreeOnLeaderStatus(group_, reported);
+}
+
 absl::StatusOr<TrainResult> Trainer::Run() {
-  const absl::Time run_start = absl::Now();
+  run_start_ = absl::Now();
   MPILEARN_RETURN_IF_ERROR(BuildModelAndInitWeights());
   model_->train();
 
-  const int rank = group_.rank();
-  const int world = group_.size();
-  const int64_t n = data_.train.size();
-  const int64_t batch = spec_.batch_size();
-  // Shards differ by at most one sample; every rank runs as many steps as
-  // the largest shard needs, so the sync collectives always pair up.
-  const int64_t largest_shard = (n + world - 1) / world;
-  const int64_t steps = (largest_shard + batch - 1) / batch;
-  const int64_t shard_begin = n * rank / world;
-  const int64_t shard_end = n * (rank + 1) / world;
-
   TrainResult result;
-  double train_seconds = 0.0;
-  int64_t trained_samples = 0;
-  for (int epoch = registration_.epochs_done(); epoch < spec_.epochs(); ++epoch) {
-    const absl::Time epoch_start = absl::Now();
-    StepTimes times;
-    torch::Tensor order = torch::randperm(
-        n, torch::make_generator<at::CPUGeneratorImpl>(
-               spec_.seed() * 1000003 + static_cast<uint64_t>(epoch)));
-    torch::Tensor mine = order.slice(0, shard_begin, shard_end);
-    double loss_sum = 0.0;
-    double window_samples = 0.0;
-    for (int64_t step = 0; step < steps; ++step) {
-      absl::Time t = absl::Now();
-      const int64_t begin = std::min(step * batch, mine.size(0));
-      const int64_t end = std::min(begin + batch, mine.size(0));
-      if (end > begin) {
-        torch::Tensor index = mine.slice(0, begin, end);
-        torch::Tensor x = data_.train.images.index_select(0, index);
-        torch::Tensor y = data_.train.labels.index_select(0, index);
-        times.data += SecondsSince(t);
-        t = absl::Now();
-        // Summed (not averaged) loss: gradients of several batches and
-        // ranks add up, and Exchange divides by the sample count once.
-        torch::Tensor loss = torch::nn::functional::cross_entropy(
-            model_->forward(x), y,
-            torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                torch::kSum));
-        loss.backward();
-        loss_sum += loss.item<double>();
-        window_samples += static_cast<double>(end - begin);
-        times.compute += SecondsSince(t);
-      }
-      if ((step + 1) % spec_.sync_every() == 0 || step + 1 == steps) {
-        MPILEARN_RETURN_IF_ERROR(Exchange(window_samples, times));
-        window_samples = 0.0;
-      }
+  std::vector<v1::CompletedUnit> completed;
+  while (true) {
+    MPILEARN_ASSIGN_OR_RETURN(v1::NextDataUnitResponse next, NextUnit(completed));
+    completed.clear();
+    for (int epoch : next.finished_epochs()) {
+      MPILEARN_RETURN_IF_ERROR(ValidateEpoch(epoch));
+      ++result.epochs_reported;
     }
-    const double epoch_train_seconds = SecondsSince(epoch_start);
-    train_seconds += epoch_train_seconds;
-
-    // Downpour ranks end the epoch on different weights: agree on the
-    // master's newest before validating.
-    if (spec_.algorithm() != "sync") {
-      absl::Time t = absl::Now();
-      group_.Barrier();
-      times.mpi += SecondsSince(t);
-      MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
-    }
-    double train[2] = {loss_sum, static_cast<double>(mine.size(0))};
-    group_.AllreduceSum(absl::MakeSpan(train, 2));
-    trained_samples += static_cast<int64_t>(train[1]);
-    const Evaluation validation = Evaluate(data_.validation);
-    result.validation = validation;
-    result.epochs_trained = epoch + 1;
-
-    v1::EpochRecord record;
-    record.set_epoch(epoch + 1);
-    record.set_train_loss(train[1] > 0 ? train[0] / train[1] : 0.0);
-    record.set_val_loss(validation.loss);
-    record.set_val_accuracy(validation.accuracy);
-    record.set_wall_seconds(SecondsSince(epoch_start));
-    record.set_samples(static_cast<uint64_t>(train[1]));
-    record.set_samples_per_second(train[1] / epoch_train_seconds);
-    record.set_group_id(registration_.group_id());
-    std::string stop;  // non-empty: the leader says stop, with the reason
-    if (leader()) {
-      v1::ReportEpochRequest report;
-      report.set_job_id(registration_.job_id());
-      *report.mutable_record() = record;
-      absl::StatusOr<v1::JobState> state = master_.ReportEpoch(report);
-      if (!state.ok()) {
-        stop = std::string(state.status().message());
-      } else if (*state != v1::JOB_STATE_RUNNING) {
-        stop = absl::StrCat("the master reports the job as ",
-                            v1::JobState_Name(*state));
+    if (next.action() == v1::NextDataUnitResponse::DONE) {
+      if (next.finish()) {
+        MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
+        result.finished_job = true;
+        result.test = Evaluate(data_.test);
       }
-      if (options_.print_epochs) {
-        const double step_total =
-            times.data + times.compute + times.master + times.mpi;
-        auto share = [&](double s) {
-          return step_total > 0 ? 100.0 * s / step_total : 0.0;
-        };
-        std::printf(
-            "epoch %d/%d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  "
-            "samples/s=%.0f (%.0f per rank)  elapsed=%.1fs  "
-            "[data %.0f%% compute %.0f%% master %.0f%% mpi %.0f%%]\n",
-            epoch + 1, spec_.epochs(), record.train_loss(), validation.loss,
-            validation.accuracy, record.samples_per_second(),
-            record.samples_per_second() / world, SecondsSince(run_start),
-            share(times.data), share(times.compute), share(times.master),
-            share(times.mpi));
-        std::fflush(stdout);
-      }
+      break;
     }
-    group_.Broadcast(&stop, 0);
-    if (!stop.empty()) return absl::AbortedError(stop);
+    if (next.action() == v1::NextDataUnitResponse::WAIT) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (next.action() != v1::NextDataUnitResponse::TRAIN) {
+      return absl::InternalError(absl::StrCat("unexpected action ",
+                                              static_cast<int>(next.action()),
+                                              " from the master's data queue"));
+    }
+    const absl::Time unit_start = absl::Now();
+    MPILEARN_ASSIGN_OR_RETURN(v1::CompletedUnit done, TrainUnit(next.unit()));
+    result.train_seconds += SecondsSince(unit_start);
+    result.units += 1;
+    result.samples += static_cast<int64_t>(done.samples());
+    completed.push_back(done);
   }
 
-  result.test = Evaluate(data_.test);
-  result.seconds = SecondsSince(run_start);
+  // Group-wide figures: every rank's step times summed.
+  double times[4] = {times_.data, times_.compute, times_.master, times_.mpi};
+  group_.AllreduceSum(absl::MakeSpan(times, 4));
+  result.times = {times[0], times[1], times[2], times[3]};
+  std::vector<double> stale = {static_cast<double>(stale_dropped_)};
+  group_.AllreduceSum(absl::MakeSpan(stale));
+  result.stale_dropped = static_cast<uint64_t>(stale[0]);
+  result.seconds = SecondsSince(run_start_);
   result.samples_per_second =
-      train_seconds > 0 ? static_cast<double>(trained_samples) / train_seconds : 0;
-  result.samples_per_second_per_rank = result.samples_per_second / world;
+      result.train_seconds > 0 ? result.samples / result.train_seconds : 0.0;
+  result.samples_per_second_per_rank = result.samples_per_second / group_.size();
   return result;
 }
 

@@ -4,19 +4,31 @@
 //   Trainer trainer(group, master, registration, std::move(data), options);
 //   MPILEARN_ASSIGN_OR_RETURN(TrainResult result, trainer.Run());
 //
-// Per epoch, every rank draws the same permutation of the training set (from
-// the job's seed and the epoch number) and trains on its contiguous share of
-// it. How gradients reach the master depends on the job's algorithm:
-//   downpour: each rank pushes its own gradient every `sync_every` batches
-//             and continues from the weights the master returns, without
-//             waiting for the other ranks;
+// Data comes from the master's queue in units (NextDataUnit): the leader
+// asks for the next unit, broadcasts it, and every rank trains on its
+// contiguous share of the unit's range of the epoch's shuffled order (a
+// permutation every worker draws identically from the job's seed and the
+// epoch). A faster group simply asks more often, so it trains more units.
+//
+// How updates reach the master depends on the job's algorithm:
+//   downpour: each rank pushes its gradient every `sync_every` batches and
+//             continues from the weights the master returns, without waiting
+//             for the other ranks;
 //   sync:     the ranks average their gradients with MPI_Allreduce, the
-//             leader (rank 0) pushes the average, and broadcasts the returned
-//             weights with MPI_Bcast, so all ranks stay identical.
-// At each epoch end the ranks agree on the master's newest weights, split the
-// validation set, reduce the metrics, and the leader reports them. After the
-// last epoch the test set is evaluated the same way and the leader tells the
-// master the job is complete.
+//             leader pushes the average and broadcasts the returned weights
+//             with MPI_Bcast, so all ranks stay identical;
+//   easgd:    each rank takes local SGD steps and every `sync_every` batches
+//             exchanges its weights with the master's centre through the
+//             elastic force alpha (both move toward each other);
+//   gem:      each rank scales its local update elementwise by gradient
+//             energy matching and the master adds it (mpi_learn's GEM).
+// An update the master rejects as too stale (max_staleness) is dropped: the
+// rank pulls the newest weights and goes on.
+//
+// When the master says a unit finished an epoch, the group agrees on the
+// master's newest weights, splits the validation set over its ranks, reduces
+// the metrics and the leader reports them. When the master says the job's
+// data is done, the group that finished it evaluates the test set.
 //
 // Threading: one thread per rank (the MPI thread). Errors from the master or
 // the data come back as a Status; the caller decides how to end the group.
@@ -24,13 +36,16 @@
 #define MPILEARN_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
-#include "common/master_client.h"
+#include "absl/time/time.h"
+#include "common/master_connection.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/dataset.h"
 #include "worker/mpi_group.h"
@@ -42,6 +57,8 @@ struct TrainerOptions {
   int64_t eval_batch_size = 1000;
   // Print the per-epoch line on the leader's stdout.
   bool print_epochs = true;
+  // Test aid: sleep this long after every batch, to make a slow group.
+  int64_t slowdown_ms_per_batch = 0;
 };
 
 // Loss and accuracy over a data set, reduced over the group.
@@ -51,43 +68,65 @@ struct Evaluation {
   int64_t samples = 0;
 };
 
+// Seconds spent in each part of training, summed over this group's ranks.
+struct StepTimes {
+  double data = 0, compute = 0, master = 0, mpi = 0;
+  double total() const { return data + compute + master + mpi; }
+};
+
 struct TrainResult {
-  int epochs_trained = 0;
-  Evaluation validation;  // after the last epoch
-  Evaluation test;        // samples == 0 when the job has no test set
+  int epochs_reported = 0;   // epochs this group validated
+  uint64_t units = 0;        // data units this group trained
+  int64_t samples = 0;       // training samples this group trained
+  uint64_t stale_dropped = 0;  // updates the master rejected as stale
+  Evaluation validation;     // the last validation this group ran
+  // Set when this group finished the job (`finished_job`): the test set.
+  bool finished_job = false;
+  Evaluation test;
   double seconds = 0.0;
-  double samples_per_second = 0.0;           // whole group, training only
+  double train_seconds = 0.0;  // training units only (no validation, waits)
+  StepTimes times;
+  double samples_per_second = 0.0;  // this group, training only
   double samples_per_second_per_rank = 0.0;
 };
 
 class Trainer {
  public:
-  Trainer(Collectives& group, MasterClient& master,
+  Trainer(Collectives& group, MasterConnection& master,
           v1::RegisterGroupResponse registration, DatasetSplits data,
           TrainerOptions options);
 
   absl::StatusOr<TrainResult> Run();
 
  private:
-  // Seconds spent in each part of a training step, summed over an epoch.
-  struct StepTimes {
-    double data = 0, compute = 0, master = 0, mpi = 0;
-  };
-
   absl::Status BuildModelAndInitWeights();
-  // Sends the accumulated gradient (sum over `samples` samples) to the
-  // master per the algorithm and installs the weights that come back.
-  absl::Status Exchange(double samples, StepTimes& times);
+  // Leader asks the master for the next unit (reporting `completed`); every
+  // rank receives the answer or the leader's error.
+  absl::StatusOr<v1::NextDataUnitResponse> NextUnit(
+      const std::vector<v1::CompletedUnit>& completed);
+  // Trains this rank's share of `unit`; returns {loss sum, samples} summed
+  // over the group.
+  absl::StatusOr<v1::CompletedUnit> TrainUnit(const v1::DataUnit& unit);
+  // Ends a window of `samples` local samples per the algorithm.
+  absl::Status Exchange(double samples);
+  // Pushes `payload` (gradient, weights or delta) and installs the reply in
+  // `reply`; a stale rejection pulls the newest weights instead.
+  absl::Status Push(v1::UpdateKind kind, absl::Span<const absl::Span<const float>> payload,
+                    absl::Span<const absl::Span<float>> reply, double samples);
   // Leader pulls the master's newest weights; all ranks receive them.
   absl::Status SyncToMasterWeights();
+  // Validates after `epoch` (0-based) finished and the leader reports it.
+  absl::Status ValidateEpoch(int epoch);
   Evaluation Evaluate(const Dataset& data);
   // Copies every parameter's gradient into grad_ and zeroes the gradients.
   void TakeGradients();
+  const torch::Tensor& EpochOrder(int epoch);
 
   bool leader() const { return group_.rank() == 0; }
+  const std::string& algorithm() const { return spec_.algorithm(); }
 
   Collectives& group_;
-  MasterClient& master_;
+  MasterConnection& master_;
   const v1::RegisterGroupResponse registration_;
   const v1::JobSpec& spec_;  // registration_.spec()
   DatasetSplits data_;
@@ -98,10 +137,21 @@ class Trainer {
   v1::TensorSetHeader layout_;
   // Views of the parameters' storage, for receiving weights in place.
   std::vector<absl::Span<float>> param_views_;
-  // The flat gradient buffer and its per-tensor views.
+  // Flat buffers, each with per-tensor views: the gradient (or GEM's delta),
+  // and a scratch copy of weights (EASGD's centre, GEM's last centre).
   std::vector<float> grad_;
-  std::vector<absl::Span<const float>> grad_views_;
-  uint64_t version_ = 0;  // weight version the parameters hold
+  std::vector<absl::Span<float>> grad_views_;
+  std::vector<float> scratch_;
+  std::vector<absl::Span<float>> scratch_views_;
+  // GEM: the rank's momentum proxy.
+  std::vector<float> gem_moment_;
+  // EASGD: the rank-local optimizer.
+  std::unique_ptr<torch::optim::Optimizer> local_optimizer_;
+  uint64_t version_ = 0;  // weight version the parameters are based on
+  std::map<int, torch::Tensor> orders_;  // epoch -> shuffled order
+  StepTimes times_;
+  uint64_t stale_dropped_ = 0;
+  absl::Time run_start_;
 };
 
 }  // namespace mpilearn::worker

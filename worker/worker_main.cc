@@ -21,9 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/master_client.h"
+#include "common/master_connection.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/dataset.h"
+#include "worker/local_master.h"
 #include "worker/mpi_group.h"
 #include "worker/trainer.h"
 
@@ -37,6 +39,19 @@ ABSL_FLAG(int, threads, 0,
           "Compute threads per rank; 0 divides this node's cores among its "
           "ranks.");
 ABSL_FLAG(double, connect_timeout_s, 10, "Seconds to wait for the master.");
+ABSL_FLAG(bool, local, false,
+          "Local baseline mode: one process, no mpirun, no master: the "
+          "master's optimizer runs in this process (needs --job). The "
+          "reference point for scaling studies.");
+ABSL_FLAG(std::string, local_state_dir, "mpilearn-local-state",
+          "--local: where the job's history and final weights are written.");
+ABSL_FLAG(int, optimizer_threads, 1,
+          "--local: CPU threads of the in-process optimizer.");
+ABSL_FLAG(std::string, summary_json, "",
+          "Write this group's figures (samples/s, time shares, accuracy) as "
+          "one JSON object to this file when done (leader only).");
+ABSL_FLAG(int, slowdown_ms_per_batch, 0,
+          "Testing aid: sleep this long after every batch (a slow group).");
 ABSL_FLAG(double, rpc_timeout_s, 120, "Deadline of each call to the master.");
 
 namespace mpilearn::worker {
@@ -61,7 +76,7 @@ std::string HostName() {
 // Leader: submits (--job) and registers; the result is broadcast so every
 // rank sees the same registration or the same error.
 absl::StatusOr<v1::RegisterGroupResponse> ObtainJob(Collectives& group,
-                                                    MasterClient& master) {
+                                                    MasterConnection& master) {
   std::string payload;  // "E<message>" or "R<serialized response>"
   if (group.rank() == 0) {
     auto obtain = [&]() -> absl::StatusOr<v1::RegisterGroupResponse> {
@@ -104,6 +119,40 @@ absl::StatusOr<DatasetSplits> LoadOnAllRanks(Collectives& group,
   return absl::AbortedError("another rank could not load the data");
 }
 
+// --summary_json: one JSON object with this group's figures.
+void WriteSummary(const v1::RegisterGroupResponse& registration, int ranks,
+                  bool local, const TrainResult& result) {
+  const std::string path = absl::GetFlag(FLAGS_summary_json);
+  if (path.empty()) return;
+  const double total = result.times.total();
+  auto share = [&](double s) { return total > 0 ? s / total : 0.0; };
+  const double epochs =
+      std::max(1.0, static_cast<double>(registration.spec().epochs()));
+  FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) {
+    std::fprintf(stderr, "mpilearn-worker: cannot write --summary_json %s\n",
+                 path.c_str());
+    return;
+  }
+  std::fprintf(out,
+               "{\"mode\": \"%s\", \"ranks\": %d, \"job_id\": \"%s\", "
+               "\"samples_per_s\": %.3f, \"samples_per_s_per_rank\": %.3f, "
+               "\"epoch_s\": %.4f, \"train_s\": %.4f, \"units\": %llu, "
+               "\"samples\": %lld, \"stale_dropped\": %llu, "
+               "\"share\": {\"data\": %.4f, \"compute\": %.4f, "
+               "\"master\": %.4f, \"mpi\": %.4f}, \"test_accuracy\": %.4f}\n",
+               local ? "local" : registration.spec().algorithm().c_str(), ranks,
+               registration.job_id().c_str(), result.samples_per_second,
+               result.samples_per_second_per_rank, result.train_seconds / epochs,
+               result.train_seconds, static_cast<unsigned long long>(result.units),
+               static_cast<long long>(result.samples),
+               static_cast<unsigned long long>(result.stale_dropped),
+               share(result.times.data), share(result.times.compute),
+               share(result.times.master), share(result.times.mpi),
+               result.test.accuracy);
+  std::fclose(out);
+}
+
 int Main(int argc, char** argv) {
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view path) {
@@ -116,54 +165,83 @@ int Main(int argc, char** argv) {
       "\n"
       "  mpirun -np 2 mpilearn-worker --master 127.0.0.1:7070 --job spec.json\n"
       "  mpirun -np 4 mpilearn-worker --master HOST:7070   # next queued job\n"
+      "  mpilearn-worker --local --job spec.json   # one process, no master\n"
       "\n"
       "The job spec format is in docs/protocol.md; examples in docs/examples/.");
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
 
-  if (absl::GetFlag(FLAGS_master).empty()) {
+  const bool local = absl::GetFlag(FLAGS_local);
+  if (local && absl::GetFlag(FLAGS_job).empty()) {
+    std::fprintf(stderr, "mpilearn-worker: --local needs --job SPEC.json\n");
+    return 2;
+  }
+  if (!local && absl::GetFlag(FLAGS_master).empty()) {
     std::fprintf(stderr,
-                 "mpilearn-worker: --master HOST:PORT is required; see --help\n");
+                 "mpilearn-worker: --master HOST:PORT is required (or --local "
+                 "--job SPEC.json for the single-process baseline); see --help\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<MpiGroup>> mpi = MpiGroup::Init(&argc, &argv);
-  if (!mpi.ok()) {
-    std::fprintf(stderr, "mpilearn-worker: %s\n",
-                 std::string(mpi.status().message()).c_str());
-    return 2;
+  std::unique_ptr<MpiGroup> mpi;
+  SingleProcessGroup single;
+  if (!local) {
+    absl::StatusOr<std::unique_ptr<MpiGroup>> started = MpiGroup::Init(&argc, &argv);
+    if (!started.ok()) {
+      std::fprintf(stderr, "mpilearn-worker: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 2;
+    }
+    mpi = std::move(started).value();
   }
-  MpiGroup& group = **mpi;
+  Collectives& group = local ? static_cast<Collectives&>(single) : *mpi;
   const std::string tag = absl::StrCat("[rank ", group.rank(), "/",
                                        group.size(), "] ");
 
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    threads = std::max(1, cores / std::max(1, group.local_size()));
+    threads = std::max(1, cores / std::max(1, local ? 1 : mpi->local_size()));
   }
   torch::set_num_threads(threads);
   SetBlasThreads(threads);
 
-  MasterClient::Options client_options;
-  client_options.connect_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-  client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
-  absl::StatusOr<std::unique_ptr<MasterClient>> master =
-      MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
   // Every rank talks to the master (downpour pushes from each rank).
-  std::vector<double> unreachable = {master.ok() ? 0.0 : 1.0};
+  std::unique_ptr<MasterConnection> master;
+  absl::Status connected = absl::OkStatus();
+  if (local) {
+    server::EngineOptions engine;
+    engine.threads = absl::GetFlag(FLAGS_optimizer_threads);
+    auto created = LocalMaster::Create(absl::GetFlag(FLAGS_local_state_dir), engine);
+    if (created.ok()) {
+      master = std::move(created).value();
+    } else {
+      connected = created.status();
+    }
+  } else {
+    MasterClient::Options client_options;
+    client_options.connect_timeout =
+        absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+    client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+    auto client = MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
+    if (client.ok()) {
+      master = std::move(client).value();
+    } else {
+      connected = client.status();
+    }
+  }
+  std::vector<double> unreachable = {connected.ok() ? 0.0 : 1.0};
   group.AllreduceSum(absl::MakeSpan(unreachable));
   if (unreachable[0] > 0) {
-    if (!master.ok()) {
+    if (!connected.ok()) {
       std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
-                   std::string(master.status().message()).c_str());
+                   std::string(connected.message()).c_str());
     }
     return 1;
   }
 
   absl::StatusOr<v1::RegisterGroupResponse> registration =
-      ObtainJob(group, **master);
+      ObtainJob(group, *master);
   if (!registration.ok()) {
     if (group.rank() == 0) {
       std::fprintf(stderr, "mpilearn-worker: %s\n",
@@ -189,7 +267,7 @@ int Main(int argc, char** argv) {
       leave.set_job_id(job_id);
       leave.set_group_id(registration->group_id());
       leave.set_error(std::string(error.message()));
-      (void)(*master)->Leave(leave);
+      (void)master->Leave(leave);
     }
   };
 
@@ -204,8 +282,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
-  Trainer trainer(group, **master, *registration, std::move(data).value(),
-                  TrainerOptions());
+  TrainerOptions trainer_options;
+  trainer_options.slowdown_ms_per_batch = absl::GetFlag(FLAGS_slowdown_ms_per_batch);
+  Trainer trainer(group, *master, *registration, std::move(data).value(),
+                  trainer_options);
   absl::StatusOr<TrainResult> result = trainer.Run();
   if (!result.ok()) {
     // Aborted: every rank stopped together on the leader's word. Anything
@@ -226,27 +306,38 @@ int Main(int argc, char** argv) {
   }
 
   if (group.rank() == 0) {
+    // The group that finished the job's data reports the test result and
+    // completes the job; any other group just leaves.
     v1::LeaveRequest leave;
     leave.set_job_id(job_id);
     leave.set_group_id(registration->group_id());
-    leave.set_completed(true);
-    if (result->test.samples > 0) {
+    leave.set_completed(result->finished_job);
+    if (result->finished_job && result->test.samples > 0) {
       leave.set_test_loss(result->test.loss);
       leave.set_test_accuracy(result->test.accuracy);
     }
-    absl::StatusOr<v1::JobState> state = (*master)->Leave(leave);
+    absl::StatusOr<v1::JobState> state = master->Leave(leave);
     if (!state.ok()) {
       std::fprintf(stderr, "mpilearn-worker: could not report completion: %s\n",
                    std::string(state.status().message()).c_str());
     }
-    std::printf("job %s done: %d epochs in %.1fs, %.0f samples/s (%.0f per rank)\n",
-                job_id.c_str(), result->epochs_trained, result->seconds,
-                result->samples_per_second, result->samples_per_second_per_rank);
-    if (result->test.samples > 0) {
+    std::printf("job %s: group %s trained %llu units (%lld samples) in %.1fs, "
+                "%.0f samples/s (%.0f per rank)%s\n",
+                job_id.c_str(), registration->group_id().c_str(),
+                static_cast<unsigned long long>(result->units),
+                static_cast<long long>(result->samples), result->seconds,
+                result->samples_per_second, result->samples_per_second_per_rank,
+                result->stale_dropped > 0
+                    ? absl::StrCat(", ", result->stale_dropped,
+                                   " stale updates dropped")
+                          .c_str()
+                    : "");
+    if (result->finished_job && result->test.samples > 0) {
       std::printf("test_loss=%.4f\ntest_accuracy=%.4f\n", result->test.loss,
                   result->test.accuracy);
     }
     std::fflush(stdout);
+    WriteSummary(*registration, group.size(), local, *result);
     if (!state.ok()) return 1;
   }
   return 0;

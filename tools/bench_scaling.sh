@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# bench_scaling: training throughput of the local baseline (one process, the
+# master's optimizer in-process, no RPC) against real groups (a real master,
+# mpirun with 1 and 2 ranks) for each algorithm, measured in one run, with
+# the share of step time spent on data, compute, the master and MPI.
+#
+#   bazel run //tools:bench_scaling -- [--json] [--train N] [--epochs E]
+#                                      [--algorithms "downpour sync easgd gem"]
+#
+# Each configuration trains the default MLP on a Fashion-MNIST subset with
+# one compute thread per rank. speedup = samples/s / local baseline samples/s.
+set -euo pipefail
+
+json=false
+train=20000
+epochs=1
+algorithms="downpour sync easgd gem"
+ranks_list="1 2"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --json) json=true ;;
+    --train) train=$2; shift ;;
+    --epochs) epochs=$2; shift ;;
+    --algorithms) algorithms=$2; shift ;;
+    --ranks) ranks_list=$2; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "bench_scaling: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+here=$(cd "$(dirname "$0")" && pwd)
+runfiles=${RUNFILES_DIR:-$0.runfiles}
+bin_dir="$runfiles/mpilearn"
+[ -x "$bin_dir/worker/mpilearn-worker" ] || bin_dir="$here/.."
+master_bin="$bin_dir/server/mpilearn-master"
+worker_bin="$bin_dir/worker/mpilearn-worker"
+data=/usr/share/datasets/fashion-mnist
+[ -f "$data/train-images-idx3-ubyte.gz" ] || {
+  echo "bench_scaling: needs Debian's dataset-fashion-mnist (tools/install_deps.sh)" >&2
+  exit 1
+}
+
+work=$(mktemp -d -t mpilearn-bench-scaling.XXXXXX)
+master_pid=""
+cleanup() {
+  if [ -n "$master_pid" ] && kill -0 "$master_pid" 2>/dev/null; then
+    kill -TERM "$master_pid"; wait "$master_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+spec() {  # spec ALGORITHM FILE
+  cat > "$2" <<JSON
+{"name": "bench-$1", "model": {"name": "mlp"},
+ "data": {"train_images": "$data/train-images-idx3-ubyte.gz",
+          "train_labels": "$data/train-labels-idx1-ubyte.gz",
+          "train_limit": $((train + 2000)), "validation_count": 2000},
+ "algorithm": "$1", "epochs": $epochs, "batch_size": 64, "seed": 1}
+JSON
+}
+
+"$master_bin" --listen 127.0.0.1:0 --port_file "$work/port" --state_dir "$work/state" \
+  2>"$work/master.log" &
+master_pid=$!
+for _ in $(seq 1 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+[ -s "$work/port" ] || { cat "$work/master.log" >&2; exit 1; }
+port=$(cat "$work/port")
+mpi_flags=(--oversubscribe)
+[ "$(id -u)" -ne 0 ] || mpi_flags+=(--allow-run-as-root)
+
+results=()
+run() {  # run MODE RANKS
+  local mode=$1 ranks=$2 out="$work/$1-$2.json"
+  spec "$([ "$mode" = local ] && echo sync || echo "$mode")" "$work/spec-$mode.json"
+  if [ "$mode" = local ]; then
+    "$worker_bin" --local --job "$work/spec-$mode.json" --threads 1 \
+      --local_state_dir "$work/local" --summary_json "$out" >"$work/$mode.log" 2>&1
+  else
+    mpirun "${mpi_flags[@]}" -np "$ranks" "$worker_bin" --master "127.0.0.1:$port" \
+      --job "$work/spec-$mode.json" --threads 1 --summary_json "$out" \
+      >"$work/$mode-$ranks.log" 2>&1
+  fi || { echo "bench_scaling: $mode with $ranks rank(s) failed:" >&2;
+          tail -5 "$work/$mode-$ranks.log" "$work/$mode.log" 2>/dev/null >&2; exit 1; }
+  results+=("$(cat "$out")")
+  $json || echo "  measured $mode, $ranks rank(s)" >&2
+}
+
+run local 1
+for algorithm in $algorithms; do
+  for ranks in $ranks_list; do run "$algorithm" "$ranks"; done
+done
+
+# Numbers out of the summaries (flat keys are unique enough to grep).
+field() { sed -E "s/.*\"$2\": ([0-9.eE+-]+).*/\1/" <<<"$1"; }
+mode_of() { sed -E 's/.*"mode": "([a-z]+)".*/\1/' <<<"$1"; }
+base=$(field "${results[0]}" samples_per_s)
+
+if $json; then
+  rows=()
+  for r in "${results[@]}"; do
+    speedup=$(awk -v a="$(field "$r" samples_per_s)" -v b="$base" 'BEGIN{printf "%.4f", a/b}')
+    rows+=("${r%\}}, \"speedup_vs_local\": $speedup}")
+  done
+  printf '{"machine": {"cores": %d, "train_samples": %d, "epochs": %d}, "results": [%s]}\n' \
+    "$(nproc)" "$train" "$epochs" "$(IFS=,; echo "${rows[*]}")"
+  exit 0
+fi
+
+printf '%-9s %5s %12s %9s %8s %6s %8s %7s %6s\n' mode ranks samples/s epoch_s speedup data compute master mpi
+for r in "${results[@]}"; do
+  awk -v mode="$(mode_of "$r")" -v ranks="$(field "$r" ranks)" \
+      -v sps="$(field "$r" samples_per_s)" -v ep="$(field "$r" epoch_s)" -v base="$base" \
+      -v d="$(field "$r" data)" -v c="$(field "$r" compute)" \
+      -v m="$(field "$r" master)" -v p="$(field "$r" mpi)" \
+      'BEGIN{printf "%-9s %5d %12.0f %9.2f %7.2fx %5.0f%% %7.0f%% %6.0f%% %5.0f%%\n",
+             mode, ranks, sps, ep, sps/base, 100*d, 100*c, 100*m, 100*p}'
+done

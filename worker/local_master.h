@@ -1,0 +1,57 @@
+// The master of the local baseline mode: the master's own core
+// (server::JobRegistry, its jobs and optimizers) in the worker's process, with
+// no RPC. `mpilearn-worker --local --job SPEC` trains through it with the
+// same Trainer as a distributed group, which makes it the reference point
+// for scaling studies and for checking that the distributed path computes
+// what it should.
+//
+// Threading: the registry is thread-safe; this wrapper adds no state.
+#ifndef MPILEARN_WORKER_LOCAL_MASTER_H_
+#define MPILEARN_WORKER_LOCAL_MASTER_H_
+
+#include <memory>
+#include <string>
+
+#include "common/master_connection.h"
+#include "server/job_registry.h"
+#include "server/optimizer.h"
+
+namespace mpilearn::worker {
+
+class LocalMaster final : public MasterConnection {
+ public:
+  // Job files go under `state_dir` as with mpilearn-master --state_dir.
+  static absl::StatusOr<std::unique_ptr<LocalMaster>> Create(
+      const std::string& state_dir, const server::EngineOptions& engine);
+
+  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec) override;
+  absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
+      const v1::RegisterGroupRequest& request) override;
+  absl::StatusOr<bool> InitWeights(
+      const std::string& job_id, const std::string& group_id,
+      const v1::TensorSetHeader& header,
+      absl::Span<const absl::Span<const float>> values) override;
+  absl::StatusOr<uint64_t> PushGradient(
+      const v1::PushGradientRequest::Header& header,
+      absl::Span<const absl::Span<const float>> gradient,
+      absl::Span<const absl::Span<float>> weights) override;
+  absl::StatusOr<uint64_t> PullWeights(
+      const std::string& job_id, const std::string& group_id,
+      absl::Span<const absl::Span<float>> weights) override;
+  absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
+      const v1::NextDataUnitRequest& request) override;
+  absl::StatusOr<v1::JobState> ReportEpoch(
+      const v1::ReportEpochRequest& request) override;
+  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override;
+  absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override;
+
+ private:
+  explicit LocalMaster(std::unique_ptr<server::JobRegistry> registry)
+      : registry_(std::move(registry)) {}
+
+  std::unique_ptr<server::JobRegistry> registry_;
+};
+
+}  // namespace mpilearn::worker
+
+#endif  // MPILEARN_WORKER_LOCAL_MASTER_H_
