@@ -87,6 +87,13 @@ run() {  # run MODE RANKS
   $json || echo "  measured $mode, $ranks rank(s)" >&2
 }
 
+# Warm-up (not reported): the master's first job pays for page faults and
+# channel set-up that later runs do not.
+spec sync "$work/spec-warmup.json"
+mpirun "${mpi_flags[@]}" -np 1 "$worker_bin" --master "127.0.0.1:$port" \
+  --job "$work/spec-warmup.json" --threads 1 >"$work/warmup.log" 2>&1 \
+  || { echo "bench_scaling: warm-up run failed:" >&2; tail -5 "$work/warmup.log" >&2; exit 1; }
+
 run local 1
 for algorithm in $algorithms; do
   for ranks in $ranks_list; do run "$algorithm" "$ranks"; done
