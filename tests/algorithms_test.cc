@@ -125,14 +125,14 @@ TEST(AlgorithmsTest, OneRankSyncMatchesLocalBaseline) {
   EXPECT_LE(max_diff, 1e-5) << "weights differ by up to " << max_diff;
 }
 
-// max_staleness bounds how old an update may be: with two asynchronous
+// max_staleness bounds how old an update may be: with three asynchronous
 // ranks and a bound of 1 version, updates computed on weights two or more
 // versions old are rejected, counted, and the ranks go on from fresh weights.
 TEST(AlgorithmsTest, StalenessBoundRejectsAndCounts) {
   if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   v1::JobSpec spec = FashionMnistSubset("downpour", 6000, 1);
   spec.set_max_staleness(1);
-  const Trained run = TrainOnMaster(NewTempDir("staleness"), spec, 2);
+  const Trained run = TrainOnMaster(NewTempDir("staleness"), spec, 3);
   EXPECT_EQ(run.status.state(), v1::JOB_STATE_COMPLETED) << run.status.message();
   EXPECT_GT(run.status.stale_rejected(), 0u) << run.log;
   EXPECT_LE(run.status.max_staleness_seen(), 1u);

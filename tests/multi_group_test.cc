@@ -15,32 +15,12 @@
 namespace mpilearn::testing {
 namespace {
 
-template <typename Predicate>
-absl::StatusOr<v1::JobStatus> WaitForStatus(MasterClient& client,
-                                            const std::string& job_id,
-                                            absl::Duration timeout,
-                                            Predicate done) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::StatusOr<v1::JobStatus> status;
-  while (absl::Now() < deadline) {
-    status = client.GetJobStatus(job_id);
-    if (!status.ok() || done(*status)) return status;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return absl::DeadlineExceededError("condition not reached");
-}
 
 const v1::GroupInfo* FindGroup(const v1::JobStatus& status, const std::string& id) {
   for (const v1::GroupInfo& g : status.groups()) {
     if (g.group_id() == id) return &g;
   }
   return nullptr;
-}
-
-std::string CommandLine(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  return std::string((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
 }
 
 TEST(MultiGroupTest, TwoGroupsShareEpochsAndTheSlowOneTakesFewerUnits) {

@@ -189,6 +189,27 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
   return ChildProcess::Start(argv, log_path);
 }
 
+absl::StatusOr<v1::JobStatus> WaitForStatus(
+    MasterClient& client, const std::string& job_id, absl::Duration timeout,
+    const std::function<bool(const v1::JobStatus&)>& done) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<v1::JobStatus> status;
+  while (absl::Now() < deadline) {
+    status = client.GetJobStatus(job_id);
+    if (!status.ok() || done(*status)) return status;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      "condition not reached; last status: " +
+      (status.ok() ? status->ShortDebugString() : status.status().ToString()));
+}
+
+std::string CommandLine(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
 bool HaveFashionMnist() {
   return std::filesystem::exists(std::string(kFashionMnist) +
                                  "train-images-idx3-ubyte.gz");

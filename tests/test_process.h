@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/master_client.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::testing {
@@ -78,6 +80,15 @@ class MasterProcess {
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
     int ranks, const std::string& master, const std::vector<std::string>& worker_flags,
     const std::string& log_path);
+
+// Polls the job's status (every 50 ms) until `done` holds or `timeout`
+// passes; DEADLINE_EXCEEDED (with the last status) in the latter case.
+absl::StatusOr<v1::JobStatus> WaitForStatus(
+    MasterClient& client, const std::string& job_id, absl::Duration timeout,
+    const std::function<bool(const v1::JobStatus&)>& done);
+
+// The command line of a running process (NUL-separated, from /proc).
+std::string CommandLine(pid_t pid);
 
 // A job spec on a Fashion-MNIST subset (Debian's dataset-fashion-mnist).
 v1::JobSpec FashionMnistSubset(const std::string& algorithm, int64_t train,

@@ -16,28 +16,6 @@ namespace mpilearn::testing {
 namespace {
 
 // Polls the job's status until `done` holds or `timeout` passes.
-template <typename Predicate>
-absl::StatusOr<v1::JobStatus> WaitForStatus(MasterClient& client,
-                                            const std::string& job_id,
-                                            absl::Duration timeout,
-                                            Predicate done) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::StatusOr<v1::JobStatus> status;
-  while (absl::Now() < deadline) {
-    status = client.GetJobStatus(job_id);
-    if (!status.ok() || done(*status)) return status;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return absl::DeadlineExceededError("condition not reached; last status: " +
-                                     status->DebugString());
-}
-
-std::string CommandLine(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string cmdline((std::istreambuf_iterator<char>(in)),
-                      std::istreambuf_iterator<char>());
-  return cmdline;
-}
 
 TEST(WorkerFailureTest, KilledRankIsDetectedAndJobResumesOnNewGroup) {
   if (!HaveFashionMnist()) {
