@@ -415,7 +415,8 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request) {
     // A group that was declared lost (or leaves twice), or one leaving a job
     // that already ended, changes nothing: the job may be serving another
     // group by now, or its outcome is settled.
-    if (!request.error().empty()) {
+    // An ended job keeps the message that explains its outcome.
+    if (!ended && !request.error().empty()) {
       message_ = absl::StrCat("group ", request.group_id(),
                               " (no longer active) reported: ", request.error());
     }

@@ -251,13 +251,22 @@ int Main(int argc, char** argv) {
   }
   const std::string& job_id = registration->job_id();
   if (group.rank() == 0) {
+    const v1::JobSpec& spec = registration->spec();
+    std::string update_rule;
+    if (spec.algorithm() == "easgd") {
+      update_rule = absl::StrCat("local sgd lr ", spec.easgd().worker_optimizer().learning_rate(),
+                                 ", alpha ", spec.easgd().alpha());
+    } else if (spec.algorithm() == "gem") {
+      update_rule = absl::StrCat("gem lr ", spec.gem().learning_rate(), ", kappa ",
+                                 spec.gem().kappa());
+    } else {
+      update_rule = absl::StrCat("optimizer ", spec.optimizer().name());
+    }
     std::printf("job %s: group %s with %d rank(s), %d thread(s) each; model %s, "
-                "%s, optimizer %s, %d epochs, batch %d per rank\n",
+                "%s, %s, %d epochs, batch %d per rank\n",
                 job_id.c_str(), registration->group_id().c_str(), group.size(),
-                threads, registration->spec().model().name().c_str(),
-                registration->spec().algorithm().c_str(),
-                registration->spec().optimizer().name().c_str(),
-                registration->spec().epochs(), registration->spec().batch_size());
+                threads, spec.model().name().c_str(), spec.algorithm().c_str(),
+                update_rule.c_str(), spec.epochs(), spec.batch_size());
     std::fflush(stdout);
   }
 
