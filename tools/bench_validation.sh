@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# bench_validation: what a validation pool costs training, and what it saves.
+#
+#   bazel run //tools:bench_validation -- [--json] [--train N] [--epochs E] [--repeats R]
+#
+# In one run, on a real master:
+#   off:    a training group with validation off (no pool, no in-band);
+#   pool:   the same group while a validation pool (`--role validate`)
+#           validates snapshots published every 50 updates and at epoch ends;
+#   inband: the same group validating in-band at each epoch end (no pool).
+# The training group and the master run on core 0 and the pool on core 1
+# (taskset), as they would on separate nodes of a cluster. Reported:
+#   throughput_ratio_pool_vs_off = samples/s with the pool / samples/s off
+#   inband_validation_share     = in-band validation time / run time, the
+#                                 share of a run the pool takes off the group.
+set -euo pipefail
+
+json=false
+train=20000
+epochs=2
+repeats=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --json) json=true ;;
+    --train) train=$2; shift ;;
+    --epochs) epochs=$2; shift ;;
+    --repeats) repeats=$2; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "bench_validation: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+runfiles=${RUNFILES_DIR:-$0.runfiles}
+bin_dir="$runfiles/mpilearn"
+[ -x "$bin_dir/worker/mpilearn-worker" ] || bin_dir="$(cd "$(dirname "$0")/.." && pwd)"
+master_bin="$bin_dir/server/mpilearn-master"
+worker_bin="$bin_dir/worker/mpilearn-worker"
+data=/usr/share/datasets/fashion-mnist
+[ -f "$data/train-images-idx3-ubyte.gz" ] || {
+  echo "bench_validation: needs Debian's dataset-fashion-mnist (tools/install_deps.sh)" >&2
+  exit 1
+}
+cores=$(nproc)
+train_cpu=0
+pool_cpu=$(( cores > 1 ? 1 : 0 ))
+
+work=$(mktemp -d -t mpilearn-bench-validation.XXXXXX)
+master_pid=""
+pool_pid=""
+cleanup() {
+  for pid in $pool_pid $master_pid; do
+    if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; fi
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+spec() {  # spec FILE INBAND SNAPSHOT_EVERY
+  cat > "$1" <<JSON
+{"name": "bench-validation", "model": {"name": "mlp"},
+ "data": {"train_images": "$data/train-images-idx3-ubyte.gz",
+          "train_labels": "$data/train-labels-idx1-ubyte.gz",
+          "train_limit": $((train + 5000)), "validation_count": 5000},
+ "algorithm": "sync", "epochs": $epochs, "batch_size": 64, "seed": 1,
+ "inband_validation": $2,
+ "snapshots": {"every_updates": $3, "at_epoch_end": $([ "$3" -gt 0 ] && echo true || echo false)}}
+JSON
+}
+
+taskset -c "$train_cpu" "$master_bin" --listen 127.0.0.1:0 --port_file "$work/port" \
+  --state_dir "$work/state" 2>"$work/master.log" &
+master_pid=$!
+for _ in $(seq 1 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+[ -s "$work/port" ] || { cat "$work/master.log" >&2; exit 1; }
+master="127.0.0.1:$(cat "$work/port")"
+mpi_flags=(--oversubscribe --bind-to none)
+[ "$(id -u)" -ne 0 ] || mpi_flags+=(--allow-run-as-root)
+
+train_run() {  # train_run NAME INBAND SNAPSHOT_EVERY -> prints the summary JSON
+  spec "$work/$1.json" "$2" "$3"
+  taskset -c "$train_cpu" mpirun "${mpi_flags[@]}" -np 1 "$worker_bin" --master "$master" \
+    --job "$work/$1.json" --threads 1 --summary_json "$work/$1.out" >"$work/$1.log" 2>&1 \
+    || { echo "bench_validation: run $1 failed:" >&2; tail -5 "$work/$1.log" >&2; exit 1; }
+  cat "$work/$1.out"
+}
+field() { sed -E "s/.*\"$2\": ([0-9.eE+-]+).*/\1/" <<<"$1"; }
+
+# The pool follows every job on the master; it idles between runs.
+taskset -c "$pool_cpu" mpirun "${mpi_flags[@]}" -np 1 "$worker_bin" --master "$master" \
+  --role validate --threads 1 >"$work/pool.log" 2>&1 &
+pool_pid=$!
+
+off_sum=0; pool_sum=0
+for i in $(seq 1 "$repeats"); do
+  off=$(train_run "off-$i" false 0)
+  with_pool=$(train_run "pool-$i" false 50)
+  off_sum=$(awk -v a="$off_sum" -v b="$(field "$off" samples_per_s)" 'BEGIN{print a+b}')
+  pool_sum=$(awk -v a="$pool_sum" -v b="$(field "$with_pool" samples_per_s)" 'BEGIN{print a+b}')
+  $json || echo "  repeat $i: off $(field "$off" samples_per_s) samples/s, with pool $(field "$with_pool" samples_per_s) samples/s" >&2
+done
+inband=$(train_run inband true 0)
+validated=$(grep -c '^validated ' "$work/pool.log" || true)
+
+ratio=$(awk -v p="$pool_sum" -v o="$off_sum" 'BEGIN{printf "%.4f", p/o}')
+share=$(awk -v v="$(field "$inband" validation_s)" -v t="$(field "$inband" total_s)" \
+  'BEGIN{printf "%.4f", v/t}')
+off_mean=$(awk -v s="$off_sum" -v n="$repeats" 'BEGIN{printf "%.1f", s/n}')
+pool_mean=$(awk -v s="$pool_sum" -v n="$repeats" 'BEGIN{printf "%.1f", s/n}')
+
+if $json; then
+  printf '{"machine": {"cores": %d, "train_cpu": %d, "pool_cpu": %d}, "train_samples": %d, "epochs": %d, "repeats": %d, "samples_per_s_off": %s, "samples_per_s_with_pool": %s, "throughput_ratio_pool_vs_off": %s, "inband_validation_share": %s, "inband_validation_s": %s, "inband_total_s": %s, "pool_validations": %d}\n' \
+    "$cores" "$train_cpu" "$pool_cpu" "$train" "$epochs" "$repeats" "$off_mean" "$pool_mean" \
+    "$ratio" "$share" "$(field "$inband" validation_s)" "$(field "$inband" total_s)" "$validated"
+else
+  echo "training samples/s, validation off:        $off_mean"
+  echo "training samples/s, pool validating:       $pool_mean  (pool validated $validated snapshots)"
+  echo "throughput ratio pool vs off:               $ratio  (target >= 0.95)"
+  echo "in-band validation share of a run:          $share  (time the pool takes off the group)"
+fi
