@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -261,6 +263,80 @@ absl::Status NormalizeGem(v1::GemSpec* gem) {
   return absl::OkStatus();
 }
 
+// `field: unknown metric 'X'; available: 'a', 'b'` unless `metric` is one of
+// `allowed`.
+absl::Status CheckMetric(absl::string_view field, const std::string& metric,
+                         std::initializer_list<absl::string_view> allowed) {
+  for (absl::string_view name : allowed) {
+    if (metric == name) return absl::OkStatus();
+  }
+  std::vector<std::string> quoted;
+  for (absl::string_view name : allowed) {
+    quoted.push_back(absl::StrCat("'", name, "'"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": unknown metric '", metric, "'; available: ",
+                   absl::StrJoin(quoted, ", ")));
+}
+
+absl::Status NormalizeEarlyStopping(v1::EarlyStoppingSpec* stopping) {
+  if (stopping->metric().empty()) stopping->set_metric("val_loss");
+  MPILEARN_RETURN_IF_ERROR(CheckMetric("early_stopping.metric",
+                                       stopping->metric(),
+                                       {"val_loss", "val_accuracy"}));
+  if (!stopping->has_patience()) stopping->set_patience(4);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("early_stopping.patience",
+                                         stopping->patience(), 1, 1000000));
+  if (!stopping->has_min_delta()) stopping->set_min_delta(0.0);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckNonNegativeFinite("early_stopping.min_delta", stopping->min_delta()));
+  if (!stopping->has_smoothing()) stopping->set_smoothing(1);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("early_stopping.smoothing",
+                                         stopping->smoothing(), 1, 1000));
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeTarget(v1::TargetSpec* target) {
+  if (target->metric().empty()) target->set_metric("val_accuracy");
+  MPILEARN_RETURN_IF_ERROR(CheckMetric("target.metric", target->metric(),
+                                       {"val_loss", "val_accuracy"}));
+  if (!target->has_value()) return absl::OkStatus();  // the rule is off
+  if (!std::isfinite(target->value())) {
+    return RangeError("target.value", "a finite number", target->value());
+  }
+  if (target->metric() == "val_accuracy" &&
+      !(target->value() >= 0.0 && target->value() <= 1.0)) {
+    return RangeError("target.value", "in [0, 1] for val_accuracy",
+                      target->value());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeCheckpoint(v1::CheckpointSpec* checkpoint) {
+  if (!checkpoint->has_every_updates()) checkpoint->set_every_updates(0);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("checkpoint.every_updates",
+                                         checkpoint->every_updates(), 0,
+                                         int64_t{1} << 40));
+  if (!checkpoint->has_every_seconds()) checkpoint->set_every_seconds(60.0);
+  MPILEARN_RETURN_IF_ERROR(CheckNonNegativeFinite("checkpoint.every_seconds",
+                                                  checkpoint->every_seconds()));
+  if (!checkpoint->has_keep()) checkpoint->set_keep(3);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckIntRange("checkpoint.keep", checkpoint->keep(), 1, 1000));
+  if (checkpoint->best_metric().empty()) checkpoint->set_best_metric("val_loss");
+  return CheckMetric("checkpoint.best_metric", checkpoint->best_metric(),
+                     {"val_loss", "val_accuracy", "none"});
+}
+
+absl::Status NormalizeSnapshots(v1::SnapshotSpec* snapshots) {
+  if (!snapshots->has_every_updates()) snapshots->set_every_updates(0);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("snapshots.every_updates",
+                                         snapshots->every_updates(), 0,
+                                         int64_t{1} << 40));
+  if (!snapshots->has_at_epoch_end()) snapshots->set_at_epoch_end(true);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
@@ -305,6 +381,18 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   } else if (algorithm == "gem") {
     MPILEARN_RETURN_IF_ERROR(NormalizeGem(spec->mutable_gem()));
   }
+  // Early stopping is on only when its section is present; the target rule
+  // only when target.value is set.
+  if (spec->has_early_stopping()) {
+    MPILEARN_RETURN_IF_ERROR(
+        NormalizeEarlyStopping(spec->mutable_early_stopping()));
+  }
+  if (spec->has_target()) {
+    MPILEARN_RETURN_IF_ERROR(NormalizeTarget(spec->mutable_target()));
+  }
+  MPILEARN_RETURN_IF_ERROR(NormalizeCheckpoint(spec->mutable_checkpoint()));
+  MPILEARN_RETURN_IF_ERROR(NormalizeSnapshots(spec->mutable_snapshots()));
+  if (!spec->has_inband_validation()) spec->set_inband_validation(true);
   return absl::OkStatus();
 }
 

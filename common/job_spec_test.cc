@@ -177,6 +177,63 @@ TEST(JobSpecTest, GemGetsDefaults) {
   EXPECT_FALSE(spec->has_easgd());
 }
 
+// Checkpoints, snapshots and in-band validation are always defaulted; early
+// stopping and the target rule stay off (absent) unless given.
+TEST(JobSpecTest, StopRulesAndCheckpointsGetDefaults) {
+  auto spec = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_early_stopping());
+  EXPECT_FALSE(spec->has_target());
+  EXPECT_EQ(spec->checkpoint().every_updates(), 0);
+  EXPECT_DOUBLE_EQ(spec->checkpoint().every_seconds(), 60.0);
+  EXPECT_EQ(spec->checkpoint().keep(), 3);
+  EXPECT_EQ(spec->checkpoint().best_metric(), "val_loss");
+  EXPECT_EQ(spec->snapshots().every_updates(), 0);
+  EXPECT_TRUE(spec->snapshots().at_epoch_end());
+  EXPECT_TRUE(spec->inband_validation());
+
+  auto rules = ParseJobSpecJson(R"({"early_stopping": {}, "target": {},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  ASSERT_TRUE(rules->has_early_stopping());
+  EXPECT_EQ(rules->early_stopping().metric(), "val_loss");
+  EXPECT_EQ(rules->early_stopping().patience(), 4);
+  EXPECT_EQ(rules->early_stopping().min_delta(), 0.0);
+  EXPECT_EQ(rules->early_stopping().smoothing(), 1);
+  EXPECT_EQ(rules->target().metric(), "val_accuracy");
+  EXPECT_FALSE(rules->target().has_value());  // present but off
+}
+
+TEST(JobSpecTest, StopRulesAndCheckpointsKeepValues) {
+  auto spec = ParseJobSpecJson(R"({
+    "early_stopping": {"metric": "val_accuracy", "patience": 2,
+                       "min_delta": 0.01, "smoothing": 3},
+    "target": {"metric": "val_loss", "value": 0.25},
+    "checkpoint": {"every_updates": 500, "every_seconds": 0, "keep": 1,
+                   "best_metric": "none"},
+    "snapshots": {"every_updates": 100, "at_epoch_end": false},
+    "inband_validation": false,
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->early_stopping().metric(), "val_accuracy");
+  EXPECT_EQ(spec->early_stopping().patience(), 2);
+  EXPECT_DOUBLE_EQ(spec->early_stopping().min_delta(), 0.01);
+  EXPECT_EQ(spec->early_stopping().smoothing(), 3);
+  EXPECT_EQ(spec->target().metric(), "val_loss");
+  EXPECT_DOUBLE_EQ(spec->target().value(), 0.25);
+  EXPECT_EQ(spec->checkpoint().every_updates(), 500);
+  EXPECT_EQ(spec->checkpoint().every_seconds(), 0.0);
+  EXPECT_EQ(spec->checkpoint().keep(), 1);
+  EXPECT_EQ(spec->checkpoint().best_metric(), "none");
+  EXPECT_EQ(spec->snapshots().every_updates(), 100);
+  EXPECT_FALSE(spec->snapshots().at_epoch_end());
+  EXPECT_FALSE(spec->inband_validation());
+  // A target loss may be any finite number.
+  auto negative = ParseJobSpecJson(R"({"target": {"metric": "val_loss",
+    "value": -3}, "data": {"train_images": "a", "train_labels": "b"}})");
+  EXPECT_TRUE(negative.ok()) << negative.status();
+}
+
 TEST(JobSpecTest, ToJsonRoundTrips) {
   auto spec = ParseJobSpecJson(kMinimal);
   ASSERT_TRUE(spec.ok());
@@ -319,6 +376,48 @@ INSTANTIATE_TEST_SUITE_P(
                   "gem.kappa"},
         Rejection{R"({"algorithm": "gem", "gem": {"kappa": -1}, )" DATA "}",
                   "gem.kappa must be a finite number > 0, got -1"},
+        Rejection{R"({"early_stopping": {"metric": "loss"}, )" DATA "}",
+                  "early_stopping.metric: unknown metric 'loss'; available: "
+                  "'val_loss', 'val_accuracy'"},
+        Rejection{R"({"early_stopping": {"patience": 0}, )" DATA "}",
+                  "early_stopping.patience must be in [1, 1000000], got 0"},
+        Rejection{R"({"early_stopping": {"patience": 1000001}, )" DATA "}",
+                  "early_stopping.patience"},
+        Rejection{R"({"early_stopping": {"min_delta": -0.1}, )" DATA "}",
+                  "early_stopping.min_delta must be a finite number >= 0, "
+                  "got -0.1"},
+        Rejection{R"({"early_stopping": {"min_delta": "Infinity"}, )" DATA "}",
+                  "early_stopping.min_delta"},
+        Rejection{R"({"early_stopping": {"smoothing": 0}, )" DATA "}",
+                  "early_stopping.smoothing must be in [1, 1000], got 0"},
+        Rejection{R"({"early_stopping": {"smoothing": 1001}, )" DATA "}",
+                  "early_stopping.smoothing"},
+        Rejection{R"({"target": {"metric": "accuracy", "value": 0.5}, )" DATA
+                  "}",
+                  "target.metric: unknown metric 'accuracy'"},
+        Rejection{R"({"target": {"value": 1.5}, )" DATA "}",
+                  "target.value must be in [0, 1] for val_accuracy, got 1.5"},
+        Rejection{R"({"target": {"value": -0.1}, )" DATA "}", "target.value"},
+        Rejection{R"({"target": {"metric": "val_loss", "value": "NaN"}, )" DATA
+                  "}",
+                  "target.value must be a finite number, got nan"},
+        Rejection{R"({"checkpoint": {"every_updates": -1}, )" DATA "}",
+                  "checkpoint.every_updates must be in [0, 1099511627776], "
+                  "got -1"},
+        Rejection{R"({"checkpoint": {"every_seconds": -1}, )" DATA "}",
+                  "checkpoint.every_seconds must be a finite number >= 0"},
+        Rejection{R"({"checkpoint": {"every_seconds": "Infinity"}, )" DATA "}",
+                  "checkpoint.every_seconds"},
+        Rejection{R"({"checkpoint": {"keep": 0}, )" DATA "}",
+                  "checkpoint.keep must be in [1, 1000], got 0"},
+        Rejection{R"({"checkpoint": {"keep": 1001}, )" DATA "}",
+                  "checkpoint.keep"},
+        Rejection{R"({"checkpoint": {"best_metric": "train_loss"}, )" DATA "}",
+                  "checkpoint.best_metric: unknown metric 'train_loss'; "
+                  "available: 'val_loss', 'val_accuracy', 'none'"},
+        Rejection{R"({"snapshots": {"every_updates": -5}, )" DATA "}",
+                  "snapshots.every_updates must be in [0, 1099511627776], "
+                  "got -5"},
         Rejection{R"({"epochs": 0, )" DATA "}", "epochs"},
         Rejection{R"({"batch_size": 0, )" DATA "}", "batch_size"},
         Rejection{R"({"sync_every": -1, )" DATA "}", "sync_every"},

@@ -71,6 +71,19 @@ absl::StatusOr<uint64_t> ReadWeightsStream(
   return header.version();
 }
 
+// Adds "master at <address>" context to transport errors.
+absl::Status AnnotateStatus(const std::string& address,
+                            const grpc::Status& status) {
+  absl::Status converted = FromGrpcStatus(status);
+  if (converted.code() == absl::StatusCode::kUnavailable ||
+      converted.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::Status(converted.code(),
+                        absl::StrCat("master at ", address, ": ",
+                                     converted.message()));
+  }
+  return converted;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MasterClient>> MasterClient::Connect(
@@ -100,14 +113,7 @@ std::unique_ptr<grpc::ClientContext> MasterClient::NewContext() const {
 }
 
 absl::Status MasterClient::Annotate(const grpc::Status& status) const {
-  absl::Status converted = FromGrpcStatus(status);
-  if (converted.code() == absl::StatusCode::kUnavailable ||
-      converted.code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::Status(converted.code(),
-                        absl::StrCat("master at ", address_, ": ",
-                                     converted.message()));
-  }
-  return converted;
+  return AnnotateStatus(address_, status);
 }
 
 absl::StatusOr<std::string> MasterClient::SubmitJob(const v1::JobSpec& spec) {
@@ -207,6 +213,34 @@ absl::StatusOr<v1::JobState> MasterClient::Leave(const v1::LeaveRequest& request
   return response.state();
 }
 
+absl::StatusOr<v1::JobState> MasterClient::ReportValidation(
+    const v1::ReportValidationRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(v1::ReportValidationResponse response,
+                            Call(&Stub::ReportValidation, request));
+  return response.state();
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStream>> MasterClient::SubscribeSnapshots(
+    const v1::SubscribeSnapshotsRequest& request) {
+  auto context = std::make_unique<grpc::ClientContext>();  // no deadline
+  auto reader = stub_->SubscribeSnapshots(context.get(), request);
+  std::unique_ptr<SnapshotStream> stream(
+      new SnapshotStream(address_, std::move(context), std::move(reader)));
+  // The master sends this metadata once subscribed; a refused call ends
+  // without it.
+  stream->reader_->WaitForInitialMetadata();
+  const auto& metadata = stream->context_->GetServerInitialMetadata();
+  if (metadata.find(kSubscribedMetadataKey) == metadata.end()) {
+    absl::Status status = stream->Finish();
+    if (status.ok()) {
+      status = absl::UnavailableError(absl::StrCat(
+          "master at ", address_, " ended the snapshot stream at once"));
+    }
+    return status;
+  }
+  return stream;
+}
+
 absl::StatusOr<v1::JobStatus> MasterClient::GetJobStatus(
     const std::string& job_id) {
   v1::GetJobStatusRequest request;
@@ -219,6 +253,77 @@ absl::StatusOr<std::vector<v1::JobStatus>> MasterClient::ListJobs() {
                             Call(&Stub::ListJobs, v1::ListJobsRequest()));
   return std::vector<v1::JobStatus>(response.jobs().begin(),
                                     response.jobs().end());
+}
+
+SnapshotStream::~SnapshotStream() {
+  if (!finished_) {
+    Cancel();
+    (void)Finish();
+  }
+}
+
+void SnapshotStream::Cancel() {
+  cancelled_ = true;
+  context_->TryCancel();
+}
+
+absl::Status SnapshotStream::Finish() {
+  finished_ = true;
+  v1::SnapshotPart part;
+  while (reader_->Read(&part)) {
+  }
+  grpc::Status status = reader_->Finish();
+  if (cancelled_) return absl::OkStatus();
+  if (status.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "master at ", address_, " ended the snapshot stream"));
+  }
+  return AnnotateStatus(address_, status);
+}
+
+absl::StatusOr<bool> SnapshotStream::Next(
+    v1::SnapshotHeader* header, std::vector<std::vector<float>>* weights) {
+  if (finished_) {
+    if (cancelled_) return false;
+    return absl::FailedPreconditionError("the snapshot stream has ended");
+  }
+  // An end of stream: false when we cancelled it, else the master's error.
+  auto ended = [this]() -> absl::StatusOr<bool> {
+    absl::Status status = Finish();
+    if (!status.ok()) return status;
+    return false;
+  };
+  v1::SnapshotPart part;
+  if (!reader_->Read(&part)) return ended();
+  if (!part.has_header()) {
+    return absl::InternalError("snapshot stream: expected a header");
+  }
+  header->Swap(part.mutable_header());
+  MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
+                            TensorSetAssembler::ByteSizes(header->weights()));
+  weights->resize(sizes.size());
+  std::vector<absl::Span<char>> dest;
+  dest.reserve(sizes.size());
+  size_t total = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    (*weights)[i].resize(sizes[i] / sizeof(float));
+    dest.push_back(AsWritableBytes(absl::MakeSpan((*weights)[i])));
+    total += sizes[i];
+  }
+  MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
+                            TensorSetAssembler::Create(header->weights(), dest));
+  // The header gives the size, so the snapshot ends after its last byte.
+  size_t received = 0;
+  while (received < total) {
+    if (!reader_->Read(&part)) return ended();
+    if (!part.has_chunk()) {
+      return absl::InternalError("snapshot stream: expected chunks after the header");
+    }
+    received += part.chunk().data().size();
+    MPILEARN_RETURN_IF_ERROR(assembler.Add(part.chunk()));
+  }
+  MPILEARN_RETURN_IF_ERROR(assembler.Finish());
+  return true;
 }
 
 }  // namespace mpilearn

@@ -5,12 +5,14 @@
 //   MPILEARN_ASSIGN_OR_RETURN(auto master, MasterClient::Connect("host:7070"));
 //   MPILEARN_ASSIGN_OR_RETURN(std::string job_id, master->SubmitJob(spec));
 //
-// Every call has a deadline (Options::rpc_timeout) and returns the master's
-// status unchanged (code and message), so callers can show it to users.
+// Every call but the snapshot stream has a deadline (Options::rpc_timeout)
+// and returns the master's status unchanged (code and message), so callers
+// can show it to users.
 // Threading: thread-compatible; give each thread its own client.
 #ifndef MPILEARN_COMMON_MASTER_CLIENT_H_
 #define MPILEARN_COMMON_MASTER_CLIENT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,60 @@
 #include "proto/mpilearn.grpc.pb.h"
 
 namespace mpilearn {
+
+// Initial metadata the master sends once a SubscribeSnapshots call is
+// subscribed (server/master_service.cc sends the same key).
+inline constexpr char kSubscribedMetadataKey[] = "mpilearn-subscribed";
+
+// A subscription to the master's weight snapshots (SubscribeSnapshots),
+// from MasterClient::SubscribeSnapshots. The stream has no deadline: it runs
+// until Cancel, the master's shutdown, or an error.
+//
+//   MPILEARN_ASSIGN_OR_RETURN(auto stream, master->SubscribeSnapshots(request));
+//   v1::SnapshotHeader header;
+//   std::vector<std::vector<float>> weights;
+//   while (true) {
+//     MPILEARN_ASSIGN_OR_RETURN(bool got, stream->Next(&header, &weights));
+//     if (!got) break;  // cancelled
+//     ...
+//   }
+//
+// Threading: one thread calls Next; Cancel may be called from any thread.
+class SnapshotStream {
+ public:
+  SnapshotStream(const SnapshotStream&) = delete;
+  SnapshotStream& operator=(const SnapshotStream&) = delete;
+  // Cancels the stream if it is still open.
+  ~SnapshotStream();
+
+  // Blocks for the next snapshot: its header into `header` and its tensors,
+  // laid out as header->weights(), into `weights` (resized as needed).
+  // Returns false once Cancel was called; the master's error otherwise when
+  // the stream ends (UNAVAILABLE when it shuts down).
+  absl::StatusOr<bool> Next(v1::SnapshotHeader* header,
+                            std::vector<std::vector<float>>* weights);
+
+  // Ends the stream; a Next blocked in another thread returns false.
+  void Cancel();
+
+ private:
+  friend class MasterClient;
+  SnapshotStream(std::string address,
+                 std::unique_ptr<grpc::ClientContext> context,
+                 std::unique_ptr<grpc::ClientReaderInterface<v1::SnapshotPart>> reader)
+      : address_(std::move(address)),
+        context_(std::move(context)),
+        reader_(std::move(reader)) {}
+
+  // The stream's final status as a Status (OK only if cancelled by us).
+  absl::Status Finish();
+
+  const std::string address_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderInterface<v1::SnapshotPart>> reader_;
+  std::atomic<bool> cancelled_{false};
+  bool finished_ = false;  // Finish() was called (by the Next thread)
+};
 
 class MasterClient final : public MasterConnection {
  public:
@@ -73,6 +129,16 @@ class MasterClient final : public MasterConnection {
   absl::StatusOr<v1::JobState> Heartbeat(const std::string& job_id,
                                          const std::string& group_id);
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override;
+  // A validation pool's result for one snapshot; returns the job's state.
+  absl::StatusOr<v1::JobState> ReportValidation(
+      const v1::ReportValidationRequest& request);
+
+  // Subscribes to weight snapshots; returns once the master has registered
+  // the subscription (snapshots published from then on are delivered).
+  // NOT_FOUND for an unknown job id in request.job_ids().
+  absl::StatusOr<std::unique_ptr<SnapshotStream>> SubscribeSnapshots(
+      const v1::SubscribeSnapshotsRequest& request);
+
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override;
   absl::StatusOr<std::vector<v1::JobStatus>> ListJobs();
 

@@ -87,13 +87,27 @@ absl::StatusOr<std::unique_ptr<Optimizer>> RestoreOptimizer(
   return optimizer;
 }
 
+double ToUnixSecondsDouble(absl::Time time) {
+  return absl::ToDoubleSeconds(time - absl::UnixEpoch());
+}
+
+absl::Time FromUnixSecondsDouble(double seconds) {
+  return absl::UnixEpoch() + absl::Seconds(seconds);
+}
+
+absl::Status BadQueueError(const std::string& job_id, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat(
+      "checkpoint of job ", job_id, " has an inconsistent data queue: ", what));
+}
+
 }  // namespace
 
 Job::Job(std::string id, v1::JobSpec spec, EngineOptions engine)
     : id_(std::move(id)),
       spec_(std::move(spec)),
       engine_(std::move(engine)),
-      update_kind_(UpdateKindFor(spec_.algorithm())) {}
+      update_kind_(UpdateKindFor(spec_.algorithm())),
+      rules_(spec_) {}
 
 v1::JobState Job::state() const {
   absl::MutexLock lock(&mu_);
@@ -182,6 +196,7 @@ absl::StatusOr<bool> Job::InitWeights(v1::TensorSetHeader header,
   weights_ = std::make_shared<WeightsSnapshot>();
   weights_->header = std::move(header);
   weights_->values = std::move(values);
+  ++changes_;
   return true;
 }
 
@@ -192,13 +207,29 @@ absl::StatusOr<v1::TensorSetHeader> Job::Layout() const {
 }
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
-    const GradientUpdate& update, absl::Time now) {
+    const GradientUpdate& update, absl::Time now, AppliedUpdate* applied) {
   // The scan is the costly part of the checks; it needs no lock.
   const int non_finite = FirstNonFinite(update.values);
   absl::MutexLock lock(&mu_);
   // Every check comes before the first change, so a refused update leaves
   // the job as it was (except stale_rejected_, which counts refusals).
   if (weights_ == nullptr) return NoWeightsError(id_);
+  if (StoppedLocked()) {
+    // The weights are frozen; a group still training its last unit gets
+    // them back and learns the job is done at its next NextDataUnit.
+    auto group = groups_.find(update.group_id);
+    if (group == groups_.end() || !group->second.alive) {
+      return InactiveGroupError(id_, update.group_id);
+    }
+    group->second.last_seen = now;
+    if (applied != nullptr) {
+      *applied = AppliedUpdate();
+      applied->weights = weights_;
+      applied->updates_applied = updates_applied_;
+      applied->epochs_done = static_cast<int>(history_.size());
+    }
+    return std::shared_ptr<const WeightsSnapshot>(weights_);
+  }
   if (state_ != v1::JOB_STATE_RUNNING) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id_, " is ", v1::JobState_Name(state_),
@@ -309,12 +340,27 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   max_staleness_seen_ = std::max(max_staleness_seen_, staleness);
   staleness_sum_ += staleness;
   ++staleness_count_;
+  ++changes_;
   if (reply == nullptr) reply = weights_;
+  if (applied != nullptr) {
+    applied->applied = true;
+    applied->weights = weights_;
+    applied->updates_applied = updates_applied_;
+    applied->epochs_done = static_cast<int>(history_.size());
+    const int64_t every = spec_.checkpoint().every_updates();
+    applied->checkpoint_due =
+        every > 0 && version + 1 - version_at_checkpoint_ >=
+                         static_cast<uint64_t>(every);
+  }
   return reply;
 }
 
 absl::StatusOr<JobCheckpoint> Job::Checkpoint() const {
   absl::MutexLock lock(&mu_);
+  return CheckpointLocked();
+}
+
+absl::StatusOr<JobCheckpoint> Job::CheckpointLocked() const {
   if (weights_ == nullptr) return NoWeightsError(id_);
   JobCheckpoint checkpoint;
   checkpoint.weights = ToTensorSet(weights_->header, weights_->values);
@@ -370,6 +416,218 @@ absl::Status Job::Restore(const JobCheckpoint& checkpoint) {
   return absl::OkStatus();
 }
 
+bool Job::CheckpointDue(CheckpointTrigger trigger, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  if (weights_ == nullptr) return false;
+  const v1::CheckpointSpec& spec = spec_.checkpoint();
+  switch (trigger) {
+    case CheckpointTrigger::kUpdates:
+      return spec.every_updates() > 0 &&
+             weights_->header.version() - version_at_checkpoint_ >=
+                 static_cast<uint64_t>(spec.every_updates());
+    case CheckpointTrigger::kSeconds:
+      return spec.every_seconds() > 0 && !EndedLocked() &&
+             changes_ != changes_at_checkpoint_ &&
+             now - checkpoint_time_ >= absl::Seconds(spec.every_seconds());
+    case CheckpointTrigger::kChanges:
+      return changes_ != changes_at_checkpoint_;
+  }
+  return false;
+}
+
+absl::StatusOr<v1::JobCheckpointFile> Job::SaveCheckpoint(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  MPILEARN_ASSIGN_OR_RETURN(JobCheckpoint tensors, CheckpointLocked());
+  v1::JobCheckpointFile file;
+  *file.mutable_status() = StatusLocked(/*with_history=*/true, now);
+  *file.mutable_weights() = std::move(tensors.weights);
+  *file.mutable_optimizer_state() = std::move(tensors.optimizer_state);
+  v1::CheckpointQueue* queue = file.mutable_queue();
+  queue->set_train_samples(train_samples_);
+  queue->set_next_epoch(next_epoch_);
+  queue->set_next_unit(next_unit_);
+  for (const auto& [epoch, progress] : open_epochs_) {
+    v1::CheckpointEpochProgress* out = queue->add_open_epochs();
+    out->set_epoch(epoch);
+    for (size_t i = 0; i < progress.completed.size(); ++i) {
+      if (progress.completed[i]) {
+        out->add_completed_units(epoch * units_per_epoch_ +
+                                 static_cast<int64_t>(i));
+      }
+    }
+    out->set_samples(progress.samples);
+    out->set_loss_sum(progress.loss_sum);
+    out->set_first_handout_unix_seconds(
+        ToUnixSecondsDouble(progress.first_handout));
+    if (progress.units_completed == units_per_epoch_) {
+      out->set_completed_unix_seconds(ToUnixSecondsDouble(progress.completed_at));
+      out->set_updates_at_completion(progress.updates_at_completion);
+    }
+  }
+  file.set_staleness_sum(staleness_sum_);
+  file.set_staleness_count(staleness_count_);
+  file.set_created_unix_seconds(ToUnixSecondsDouble(now));
+  version_at_checkpoint_ = weights_->header.version();
+  changes_at_checkpoint_ = changes_;
+  checkpoint_time_ = now;
+  return file;
+}
+
+void Job::CheckpointWritten(uint64_t version) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_version_ = version;
+}
+
+absl::Status Job::Resume(v1::JobCheckpointFile checkpoint) {
+  JobCheckpoint tensors;
+  tensors.weights = std::move(*checkpoint.mutable_weights());
+  tensors.optimizer_state = std::move(*checkpoint.mutable_optimizer_state());
+  MPILEARN_RETURN_IF_ERROR(Restore(tensors));
+  const v1::JobStatus& status = checkpoint.status();
+  absl::MutexLock lock(&mu_);
+  if (status.history_size() > spec_.epochs()) {
+    return BadQueueError(id_, absl::StrCat(status.history_size(),
+                                           " epochs recorded of ",
+                                           spec_.epochs()));
+  }
+  history_.assign(status.history().begin(), status.history().end());
+  MPILEARN_RETURN_IF_ERROR(ResumeQueueLocked(checkpoint.queue()));
+  updates_applied_ = status.updates_applied();
+  samples_trained_ = status.samples_trained();
+  stale_rejected_ = status.stale_rejected();
+  max_staleness_seen_ = status.max_staleness_seen();
+  staleness_sum_ = checkpoint.staleness_sum();
+  staleness_count_ = checkpoint.staleness_count();
+  units_requeued_ += status.units_requeued();
+  for (const v1::ValidationRecord& record : status.validations()) {
+    validations_.push_back(record);
+    rules_.Add(record);
+  }
+  has_test_result_ = status.has_test_accuracy();
+  test_loss_ = status.test_loss();
+  test_accuracy_ = status.test_accuracy();
+  message_ = status.message();
+  stop_reason_ = status.stop_reason();
+  state_ = status.state() == v1::JOB_STATE_COMPLETED ||
+                   status.state() == v1::JOB_STATE_FAILED
+               ? status.state()
+               : v1::JOB_STATE_QUEUED;
+  version_at_checkpoint_ = weights_->header.version();
+  checkpoint_version_ = version_at_checkpoint_;
+  changes_at_checkpoint_ = changes_;
+  return absl::OkStatus();
+}
+
+absl::Status Job::ResumeQueueLocked(const v1::CheckpointQueue& queue) {
+  const int64_t epochs = spec_.epochs();
+  const int64_t unit_size = spec_.data_unit_size();
+  if (queue.train_samples() == 0) {
+    if (queue.next_epoch() != 0 || queue.next_unit() != 0 ||
+        queue.open_epochs_size() != 0 || !history_.empty()) {
+      return BadQueueError(id_, "progress without train_samples");
+    }
+    return absl::OkStatus();
+  }
+  if (queue.train_samples() < 0 || epochs < 1 || unit_size < 1) {
+    return BadQueueError(id_, absl::StrCat("train_samples ",
+                                           queue.train_samples(), ", epochs ",
+                                           epochs, ", data_unit_size ",
+                                           unit_size));
+  }
+  const int64_t samples = queue.train_samples();
+  const int64_t per_epoch = samples / unit_size + (samples % unit_size != 0);
+  const int64_t recorded = static_cast<int64_t>(history_.size());
+  if (queue.next_epoch() < recorded || queue.next_epoch() > epochs ||
+      queue.next_unit() < 0 || queue.next_unit() >= per_epoch ||
+      (queue.next_epoch() == epochs && queue.next_unit() != 0)) {
+    return BadQueueError(id_, absl::StrCat("next unit ", queue.next_unit(),
+                                           " of epoch ", queue.next_epoch()));
+  }
+  train_samples_ = samples;
+  units_per_epoch_ = per_epoch;
+  next_epoch_ = queue.next_epoch();
+  next_unit_ = queue.next_unit();
+  // Units of epoch e handed out so far.
+  auto handed_out = [this](int64_t epoch) {
+    return epoch < next_epoch_ ? units_per_epoch_
+                               : epoch == next_epoch_ ? next_unit_ : 0;
+  };
+  for (const v1::CheckpointEpochProgress& in : queue.open_epochs()) {
+    const int32_t epoch = in.epoch();
+    if (epoch < recorded || epoch >= epochs || handed_out(epoch) == 0 ||
+        open_epochs_.count(epoch) != 0) {
+      return BadQueueError(id_, absl::StrCat("open epoch ", epoch));
+    }
+    EpochProgress& progress = open_epochs_[epoch];
+    progress.completed.assign(static_cast<size_t>(units_per_epoch_), false);
+    for (int64_t unit_id : in.completed_units()) {
+      const int64_t index = unit_id - epoch * units_per_epoch_;
+      if (index < 0 || index >= handed_out(epoch) ||
+          progress.completed[static_cast<size_t>(index)]) {
+        return BadQueueError(
+            id_, absl::StrCat("unit ", unit_id, " completed in epoch ", epoch));
+      }
+      progress.completed[static_cast<size_t>(index)] = true;
+      ++progress.units_completed;
+    }
+    progress.samples = in.samples();
+    progress.loss_sum = in.loss_sum();
+    progress.first_handout = FromUnixSecondsDouble(in.first_handout_unix_seconds());
+    if (progress.units_completed == units_per_epoch_) {
+      progress.completed_at = FromUnixSecondsDouble(in.completed_unix_seconds());
+      progress.updates_at_completion = in.updates_at_completion();
+    }
+  }
+  // What was handed out and not completed was in flight: hand it out again,
+  // oldest first.
+  for (int64_t epoch = recorded; epoch < epochs; ++epoch) {
+    const int64_t count = handed_out(epoch);
+    if (count == 0) break;
+    auto progress = open_epochs_.find(static_cast<int32_t>(epoch));
+    if (progress == open_epochs_.end()) {
+      return BadQueueError(id_, absl::StrCat("epoch ", epoch,
+                                             " has units handed out but no "
+                                             "progress"));
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (progress->second.completed[static_cast<size_t>(i)]) continue;
+      requeued_units_.push_back(epoch * units_per_epoch_ + i);
+      ++units_requeued_;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Job::ResumeEnded(const v1::JobStatus& status) {
+  if (status.state() != v1::JOB_STATE_COMPLETED &&
+      status.state() != v1::JOB_STATE_FAILED) {
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  state_ = status.state();
+  message_ = status.message();
+  stop_reason_ = status.stop_reason();
+  if (status.has_test_accuracy()) {
+    has_test_result_ = true;
+    test_loss_ = status.test_loss();
+    test_accuracy_ = status.test_accuracy();
+  }
+  if (weights_ != nullptr) return;
+  resumed_version_ = status.version();
+  resumed_parameters_ = status.parameters();
+  updates_applied_ = status.updates_applied();
+  samples_trained_ = status.samples_trained();
+  stale_rejected_ = status.stale_rejected();
+  max_staleness_seen_ = status.max_staleness_seen();
+  units_requeued_ = status.units_requeued();
+  history_.assign(status.history().begin(), status.history().end());
+  validations_.clear();
+  for (const v1::ValidationRecord& record : status.validations()) {
+    validations_.push_back(record);
+    rules_.Add(record);
+  }
+}
+
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::Weights() const {
   absl::MutexLock lock(&mu_);
   if (weights_ == nullptr) return NoWeightsError(id_);
@@ -395,10 +653,34 @@ absl::Status Job::RecordEpoch(const v1::EpochRecord& record, absl::Time now) {
   stored.set_val_loss(record.val_loss());
   stored.set_val_accuracy(record.val_accuracy());
   stored.set_group_id(record.group_id());
+  ++changes_;
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request) {
+absl::Status Job::RecordValidation(const v1::ValidationRecord& record,
+                                   absl::Time now, ValidationEffect* effect) {
+  absl::MutexLock lock(&mu_);
+  validations_.push_back(record);
+  v1::ValidationRecord& stored = validations_.back();
+  if (stored.unix_seconds() == 0) {
+    stored.set_unix_seconds(ToUnixSecondsDouble(now));
+  }
+  ++changes_;
+  const StopRules::Outcome outcome = rules_.Add(stored);
+  ValidationEffect done;
+  done.best_improved = outcome.best_improved;
+  if (!outcome.stop_reason.empty() && !EndedLocked()) {
+    state_ = v1::JOB_STATE_COMPLETED;
+    stop_reason_ = outcome.stop_reason;
+    message_ = outcome.stop_reason;
+    done.stopped = true;
+  }
+  if (effect != nullptr) *effect = done;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
+                                        LeaveEffect* effect) {
   absl::MutexLock lock(&mu_);
   auto group = groups_.find(request.group_id());
   if (group == groups_.end()) {
@@ -409,9 +691,20 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request) {
   const bool was_alive = group->second.alive;
   group->second.alive = false;
   ReleaseGroupLocked(request.group_id(), group->second);
-  const bool ended =
-      state_ == v1::JOB_STATE_COMPLETED || state_ == v1::JOB_STATE_FAILED;
-  if (ended || !was_alive) {
+  ++changes_;
+  LeaveEffect done;
+  const bool ended = EndedLocked();
+  if (StoppedLocked() && was_alive && request.completed() &&
+      request.error().empty() && !stop_finished_) {
+    // The group that finished a job a stop rule ended.
+    stop_finished_ = true;
+    if (request.has_test_accuracy()) {
+      has_test_result_ = true;
+      test_loss_ = request.test_loss();
+      test_accuracy_ = request.test_accuracy();
+      done.test_result_recorded = true;
+    }
+  } else if (ended || !was_alive) {
     // A group that was declared lost (or leaves twice), or one leaving a job
     // that already ended, changes nothing: the job may be serving another
     // group by now, or its outcome is settled.
@@ -424,6 +717,7 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request) {
     state_ = v1::JOB_STATE_FAILED;
     message_ = absl::StrCat("group ", request.group_id(),
                             " failed: ", request.error());
+    done.ended = true;
   } else if (request.completed() && state_ == v1::JOB_STATE_RUNNING) {
     state_ = v1::JOB_STATE_COMPLETED;
     if (request.has_test_accuracy()) {
@@ -431,9 +725,11 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request) {
       test_loss_ = request.test_loss();
       test_accuracy_ = request.test_accuracy();
     }
+    done.ended = true;
   } else {
     RequeueIfOrphanedLocked();
   }
+  if (effect != nullptr) *effect = done;
   return state_;
 }
 
@@ -471,6 +767,15 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   if (state_ == v1::JOB_STATE_COMPLETED) {
     group.last_seen = now;
     response.set_action(v1::NextDataUnitResponse::DONE);
+    if (StoppedLocked()) {
+      // A stop rule ended the job: the unit the group trained is dropped,
+      // and one group finishes the job (test set, Leave(completed)).
+      group.held_unit = kNoUnit;
+      if (!stop_finished_) {
+        if (finisher_.empty()) finisher_ = group_id;
+        response.set_finish(finisher_ == group_id);
+      }
+    }
     return response;
   }
 
@@ -538,7 +843,13 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   for (const v1::CompletedUnit& done : request.completed()) {
     const int32_t epoch = static_cast<int32_t>(done.unit_id() / units_per_epoch_);
     EpochProgress& progress = open_epochs_[epoch];
+    if (progress.completed.empty()) {
+      progress.completed.assign(static_cast<size_t>(units_per_epoch_), false);
+    }
+    progress.completed[static_cast<size_t>(done.unit_id() % units_per_epoch_)] =
+        true;
     ++progress.units_completed;
+    ++changes_;
     progress.samples += done.samples();
     progress.loss_sum += done.loss_sum();
     if (progress.units_completed == units_per_epoch_) {
@@ -626,11 +937,11 @@ void Job::RecordCompletedEpochsLocked(
 }
 
 void Job::ReleaseGroupLocked(const std::string& group_id, Group& group) {
-  if (group.held_unit != kNoUnit) {
+  if (group.held_unit != kNoUnit && !EndedLocked()) {
     requeued_units_.push_back(group.held_unit);
     ++units_requeued_;
-    group.held_unit = kNoUnit;
   }
+  group.held_unit = kNoUnit;
   if (finisher_ == group_id) finisher_.clear();
 }
 
@@ -647,17 +958,29 @@ void Job::RequeueIfOrphanedLocked() {
 }
 
 v1::JobStatus Job::Status(bool with_history, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  return StatusLocked(with_history, now);
+}
+
+v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
   v1::JobStatus status;
   status.set_job_id(id_);
   *status.mutable_spec() = spec_;
-  absl::MutexLock lock(&mu_);
   status.set_state(state_);
   status.set_message(message_);
+  status.set_stop_reason(stop_reason_);
   if (weights_ != nullptr) {
     status.set_version(weights_->header.version());
     uint64_t parameters = 0;
     for (const auto& v : weights_->values) parameters += v.size();
     status.set_parameters(parameters);
+  } else {
+    status.set_version(resumed_version_);
+    status.set_parameters(resumed_parameters_);
+  }
+  status.set_checkpoint_version(checkpoint_version_);
+  if (rules_.best_value().has_value()) {
+    status.set_best_metric_value(*rules_.best_value());
   }
   status.set_updates_applied(updates_applied_);
   status.set_samples_trained(samples_trained_);
@@ -671,6 +994,7 @@ v1::JobStatus Job::Status(bool with_history, absl::Time now) const {
   status.set_units_requeued(units_requeued_);
   if (with_history) {
     for (const auto& record : history_) *status.add_history() = record;
+    for (const auto& record : validations_) *status.add_validations() = record;
   }
   for (const auto& [group_id, group] : groups_) {
     v1::GroupInfo* info = status.add_groups();

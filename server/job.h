@@ -13,6 +13,19 @@
 // A RUNNING job whose groups are all lost or gone goes back to QUEUED, keeping
 // its weights and progress, so the next group continues it.
 //
+// Validations and stop rules (RecordValidation, StopRules): every validation
+// (a group's at an epoch end, a pool's of a snapshot) is appended to the
+// job's list and fed to its rules. When early stopping or the target fires,
+// a QUEUED or RUNNING job becomes COMPLETED with stop_reason set, and its
+// weights freeze: pushes still in flight are answered with the final weights
+// without being applied, NextDataUnit answers DONE to every group and
+// finish = true to the first that asks, and that group's Leave(completed)
+// stores the test result.
+//
+// Checkpoints (SaveCheckpoint / Resume): the whole job (status, weights,
+// optimizer state, data queue) as one v1::JobCheckpointFile. Units in flight
+// when it was taken count as not done: a resumed job hands them out again.
+//
 // Updates, by spec().algorithm():
 //   downpour, sync  UPDATE_KIND_GRADIENT: one step of the job's optimizer.
 //   easgd           UPDATE_KIND_ELASTIC: the rank's weights x; the centre c
@@ -52,6 +65,7 @@
 #include "absl/time/time.h"
 #include "proto/mpilearn.pb.h"
 #include "server/optimizer.h"
+#include "server/stop_rules.h"
 
 namespace mpilearn::server {
 
@@ -85,6 +99,48 @@ struct GradientUpdate {
 struct JobCheckpoint {
   v1::TensorSet weights;
   v1::TensorSet optimizer_state;
+};
+
+// What ApplyGradient did, for the registry (snapshot publication,
+// checkpoints).
+struct AppliedUpdate {
+  // False when the job was stopped by a rule and the update was dropped
+  // (the reply then carries the final weights).
+  bool applied = false;
+  // The weights after the update (for easgd not the reply, which is the
+  // centre before the move).
+  std::shared_ptr<const WeightsSnapshot> weights;
+  uint64_t updates_applied = 0;  // the job's total
+  int epochs_done = 0;
+  // checkpoint.every_updates updates were applied since the last checkpoint.
+  bool checkpoint_due = false;
+};
+
+// What RecordValidation did.
+struct ValidationEffect {
+  // Best so far by checkpoint.best_metric (best.pb is due).
+  bool best_improved = false;
+  // A stop rule ended the job with this validation.
+  bool stopped = false;
+};
+
+// What Leave did.
+struct LeaveEffect {
+  // This call ended the job (COMPLETED or FAILED).
+  bool ended = false;
+  // This call stored the test result of a job a stop rule had ended.
+  bool test_result_recorded = false;
+};
+
+// When the registry asks whether a checkpoint is due (Job::CheckpointDue).
+enum class CheckpointTrigger {
+  // checkpoint.every_updates updates since the last checkpoint.
+  kUpdates,
+  // checkpoint.every_seconds since the last checkpoint, with changes since,
+  // for a job that has not ended.
+  kSeconds,
+  // Any change since the last checkpoint (master shutdown).
+  kChanges,
 };
 
 class Job {
@@ -128,8 +184,14 @@ class Job {
   // not match Layout() in count or size, or NaN/Inf; FAILED_PRECONDITION
   // before InitWeights, when the job is not RUNNING or the group not active;
   // ABORTED (counted in stale_rejected) beyond max_staleness.
+  //
+  // After a stop rule ended the job, an update from a group still active is
+  // dropped, not refused: the reply carries the final weights and
+  // `applied->applied` is false. `applied`, when given, receives what the
+  // update did.
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ApplyGradient(
-      const GradientUpdate& update, absl::Time now);
+      const GradientUpdate& update, absl::Time now,
+      AppliedUpdate* applied = nullptr);
 
   // The data queue (see the class comment and NextDataUnitRequest in the
   // proto): records the units the group completed and hands it the next
@@ -138,14 +200,44 @@ class Job {
   // job's count is fixed, a completed unit the group does not hold (or with
   // a wrong sample count), or asking while holding an unlisted unit;
   // FAILED_PRECONDITION for another train_samples than the job's, an
-  // inactive group or a FAILED job. A COMPLETED job answers DONE.
+  // inactive group or a FAILED job. A COMPLETED job answers DONE; one a stop
+  // rule ended also gives finish = true to the first group that asks until
+  // the test result is in (a unit the group held is dropped).
   absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
       const v1::NextDataUnitRequest& request, absl::Time now);
 
   // Weights and optimizer state, for the state directory;
-  // FAILED_PRECONDITION before InitWeights. The data queue's progress is not
-  // part of it yet: a restored job starts its queue afresh.
+  // FAILED_PRECONDITION before InitWeights. SaveCheckpoint adds the rest of
+  // the job to them.
   absl::StatusOr<JobCheckpoint> Checkpoint() const;
+
+  // Whether the job's CheckpointSpec makes a checkpoint due now; never
+  // before InitWeights.
+  bool CheckpointDue(CheckpointTrigger trigger, absl::Time now) const;
+
+  // The whole job at one moment, copied under its mutex so the caller
+  // writes the file after releasing it: status (with history, validations
+  // and groups), weights, optimizer state, data queue. Counts as the last
+  // checkpoint for CheckpointDue. FAILED_PRECONDITION before InitWeights.
+  absl::StatusOr<v1::JobCheckpointFile> SaveCheckpoint(absl::Time now);
+
+  // The checkpoint of weight version `version` is on disk
+  // (JobStatus.checkpoint_version).
+  void CheckpointWritten(uint64_t version);
+
+  // Makes a freshly constructed job (no InitWeights, no groups) the job
+  // `checkpoint` was taken of: weights, optimizer state, version, counters,
+  // history, validations (replayed through the stop rules), test result,
+  // data queue. A job that had ended comes back as it was, any other
+  // QUEUED. INVALID_ARGUMENT / DATA_LOSS when the checkpoint does not fit
+  // the spec; the job is then unusable (build a new one).
+  absl::Status Resume(v1::JobCheckpointFile checkpoint);
+
+  // Marks the job ended as `status` (a history.json whose state is
+  // COMPLETED or FAILED) says: state, message, stop reason, test result.
+  // Counters, history and validations are taken from `status` too when the
+  // job has no weights (no checkpoint was loaded). No-op for other states.
+  void ResumeEnded(const v1::JobStatus& status);
 
   // Installs weights and optimizer state from a checkpoint (instead of
   // InitWeights): training continues exactly where Checkpoint() was taken.
@@ -164,10 +256,22 @@ class Job {
   // finished yet.
   absl::Status RecordEpoch(const v1::EpochRecord& record, absl::Time now);
 
+  // Appends a validation to the job's list (unix_seconds defaults to `now`),
+  // updates the best by checkpoint.best_metric and, while the job is QUEUED
+  // or RUNNING, applies the stop rules (see the class comment). A job that
+  // has ended still records validations (and its best) but never stops
+  // again. `effect`, when given, receives what it did.
+  absl::Status RecordValidation(const v1::ValidationRecord& record,
+                                absl::Time now,
+                                ValidationEffect* effect = nullptr);
+
   // A group leaves: completed => COMPLETED, error => FAILED, else the group
   // is removed and the job re-queued if no group is left. The group's data
-  // unit, if any, goes back to the queue.
-  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request);
+  // unit, if any, goes back to the queue. On a job a stop rule ended,
+  // completed stores the test result if none is stored yet. `effect`, when
+  // given, receives what it did.
+  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request,
+                                     LeaveEffect* effect = nullptr);
 
   // Declares groups silent for longer than `timeout` lost and re-queues
   // their data units; returns how many groups.
@@ -196,6 +300,9 @@ class Job {
   // written yet.
   struct EpochProgress {
     int64_t units_completed = 0;
+    // completed[i]: unit i of the epoch is done (units_per_epoch_ entries
+    // once a unit completed; for checkpoints).
+    std::vector<bool> completed;
     uint64_t samples = 0;
     double loss_sum = 0.0;
     absl::Time first_handout;
@@ -205,6 +312,21 @@ class Job {
     uint64_t updates_at_completion = 0;
   };
 
+  bool EndedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == v1::JOB_STATE_COMPLETED || state_ == v1::JOB_STATE_FAILED;
+  }
+  // Ended by a stop rule: weights frozen, a group may still finish it.
+  bool StoppedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == v1::JOB_STATE_COMPLETED && !stop_reason_.empty();
+  }
+  absl::StatusOr<JobCheckpoint> CheckpointLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobStatus StatusLocked(bool with_history, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Installs the queue progress of a checkpoint; units handed out but not
+  // completed go back to the queue.
+  absl::Status ResumeQueueLocked(const v1::CheckpointQueue& queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int LiveGroupsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RUNNING -> QUEUED when no live group is left.
   void RequeueIfOrphanedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -273,6 +395,29 @@ class Job {
   bool has_test_result_ ABSL_GUARDED_BY(mu_) = false;
   double test_loss_ ABSL_GUARDED_BY(mu_) = 0.0;
   double test_accuracy_ ABSL_GUARDED_BY(mu_) = 0.0;
+
+  // Every validation, in arrival order, and the rules they drive.
+  std::vector<v1::ValidationRecord> validations_ ABSL_GUARDED_BY(mu_);
+  StopRules rules_ ABSL_GUARDED_BY(mu_);
+  // Set when a stop rule ended the job (then state_ is COMPLETED).
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  // A group left with completed = true after the stop: nobody else is told
+  // to finish.
+  bool stop_finished_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Counts the changes a checkpoint would capture (weights, completed
+  // units, epoch reports, validations, leaves); CheckpointDue compares it
+  // with its value at the last SaveCheckpoint.
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t changes_at_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t version_at_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time checkpoint_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Weight version of the newest checkpoint on disk.
+  uint64_t checkpoint_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Shown by Status() while weights_ is null, for an ended job resumed from
+  // its history alone.
+  uint64_t resumed_version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t resumed_parameters_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace mpilearn::server

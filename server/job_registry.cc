@@ -1,5 +1,9 @@
 #include "server/job_registry.h"
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -7,6 +11,36 @@
 #include "glog/logging.h"
 
 namespace mpilearn::server {
+namespace {
+
+bool Ended(v1::JobState state) {
+  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED;
+}
+
+// Raises `last` to the highest group number ("g-12" -> 12) in `status`.
+void NoteGroupNumbers(const v1::JobStatus& status, int64_t* last) {
+  for (const v1::GroupInfo& group : status.groups()) {
+    int64_t number = 0;
+    if (absl::StartsWith(group.group_id(), "g-") &&
+        absl::SimpleAtoi(group.group_id().substr(2), &number)) {
+      *last = std::max(*last, number);
+    }
+  }
+}
+
+// Unlocks a mutex locked (or TryLock'ed) by hand.
+class UnlockOnExit {
+ public:
+  explicit UnlockOnExit(absl::Mutex& mu) : mu_(mu) {}
+  ~UnlockOnExit() { mu_.Unlock(); }
+  UnlockOnExit(const UnlockOnExit&) = delete;
+  UnlockOnExit& operator=(const UnlockOnExit&) = delete;
+
+ private:
+  absl::Mutex& mu_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<JobRegistry>> JobRegistry::Create(
     Options options) {
@@ -14,12 +48,79 @@ absl::StatusOr<std::unique_ptr<JobRegistry>> JobRegistry::Create(
                             JobStore::Open(options.state_dir));
   auto registry = std::unique_ptr<JobRegistry>(
       new JobRegistry(std::move(options), std::move(store)));
+  if (registry->options_.resume_jobs) registry->LoadJobs();
   return registry;
 }
 
 JobRegistry::JobRegistry(Options options, std::unique_ptr<JobStore> store)
     : options_(std::move(options)), store_(std::move(store)) {
   last_job_number_ = store_->LastJobNumber();
+}
+
+void JobRegistry::LoadJobs() {
+  int64_t last_group = 0;
+  std::vector<std::shared_ptr<Job>> loaded;
+  for (const std::string& id : store_->JobIds()) {
+    absl::StatusOr<v1::JobSpec> spec = store_->ReadSpec(id);
+    if (!spec.ok()) {
+      LOG(WARNING) << "job " << id << " not loaded: " << spec.status();
+      continue;
+    }
+    absl::StatusOr<v1::JobStatus> history = store_->ReadHistory(id);
+    if (!history.ok() && !absl::IsNotFound(history.status())) {
+      LOG(WARNING) << "job " << id << ": " << history.status()
+                   << "; using its checkpoint or spec alone";
+    }
+    store_->RemoveTempFiles(id);  // of writes a crash interrupted
+    // The newest checkpoint that reads and fits. Newer ones that do not are
+    // renamed *.corrupt, so that pruning never keeps them over good ones.
+    std::shared_ptr<Job> job;
+    std::string source = "its spec (no usable checkpoint)";
+    for (const std::string& path : store_->CheckpointPaths(id)) {
+      absl::StatusOr<v1::JobCheckpointFile> file = JobStore::ReadCheckpoint(path);
+      absl::Status status = file.status();
+      if (file.ok()) {
+        NoteGroupNumbers(file->status(), &last_group);
+        auto candidate = std::make_shared<Job>(id, *spec, options_.engine);
+        status = candidate->Resume(std::move(file).value());
+        if (status.ok()) {
+          job = std::move(candidate);
+          source = absl::StrCat("checkpoint '", path, "'");
+          break;
+        }
+      }
+      LOG(WARNING) << "job " << id << ": skipping checkpoint: " << status
+                   << "; trying the previous one";
+      const absl::Status renamed = store_->QuarantineCheckpoint(path);
+      if (!renamed.ok()) LOG(WARNING) << "job " << id << ": " << renamed;
+    }
+    if (job == nullptr) job = std::make_shared<Job>(id, *spec, options_.engine);
+    if (history.ok()) {
+      NoteGroupNumbers(*history, &last_group);
+      job->ResumeEnded(*history);  // no-op unless it says the job ended
+      if (Ended(history->state()) && !job->Weights().ok()) {
+        source = "its history.json (no usable checkpoint)";
+      }
+    }
+    const v1::JobStatus status = job->Status(/*with_history=*/false, Now());
+    LOG(INFO) << "job " << id << " loaded from " << source << ": "
+              << v1::JobState_Name(status.state()) << ", version "
+              << status.version() << ", " << status.epochs_done() << " of "
+              << job->spec().epochs() << " epochs done";
+    loaded.push_back(std::move(job));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& job : loaded) {
+      jobs_[job->id()].job = job;
+      order_.push_back(job->id());
+    }
+    last_group_number_ = std::max(last_group_number_, last_group);
+  }
+  // Resumed jobs are QUEUED now, with their in-flight units given back.
+  for (const auto& job : loaded) {
+    if (!Ended(job->state())) PersistHistory(*job);
+  }
 }
 
 absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
@@ -34,7 +135,7 @@ absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
   auto job = std::make_shared<Job>(id, std::move(spec), options_.engine);
   {
     absl::MutexLock lock(&mu_);
-    jobs_[id] = job;
+    jobs_[id].job = job;
     order_.push_back(id);
   }
   PersistHistory(*job);
@@ -57,8 +158,8 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
     absl::MutexLock lock(&mu_);
     if (request.job_id().empty()) {
       for (const std::string& id : order_) {
-        if (jobs_[id]->state() == v1::JOB_STATE_QUEUED) {
-          job = jobs_[id];
+        if (jobs_[id].job->state() == v1::JOB_STATE_QUEUED) {
+          job = jobs_[id].job;
           break;
         }
       }
@@ -74,7 +175,7 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
             "unknown job '", request.job_id(),
             "'; `mpilearnctl list` shows the jobs this master holds"));
       }
-      job = it->second;
+      job = it->second.job;
     }
     group_id = absl::StrFormat("g-%d", ++last_group_number_);
   }
@@ -83,6 +184,9 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
       job->AddGroup(group_id, request.ranks(), request.host(), Now()));
   response.set_group_timeout_seconds(
       absl::ToDoubleSeconds(options_.group_timeout));
+  // On disk before the group hears its id, so a restarted master, which
+  // numbers groups after the highest in the histories, never reuses it.
+  PersistHistory(*job);
   LOG(INFO) << "job " << job->id() << ": group " << group_id << " joined ("
             << request.ranks() << " ranks on " << request.host() << ")";
   return response;
@@ -97,7 +201,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::FindJob(
         "unknown job '", job_id,
         "'; `mpilearnctl list` shows the jobs this master holds"));
   }
-  return it->second;
+  return it->second.job;
 }
 
 absl::StatusOr<v1::InitWeightsResponse> JobRegistry::InitWeights(
@@ -119,7 +223,22 @@ absl::StatusOr<v1::InitWeightsResponse> JobRegistry::InitWeights(
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>>
 JobRegistry::ApplyGradient(Job& job, const GradientUpdate& update) {
-  return job.ApplyGradient(update, Now());
+  AppliedUpdate applied;
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> reply =
+      job.ApplyGradient(update, Now(), &applied);
+  if (!reply.ok() || !applied.applied) return reply;
+  if (options_.snapshot_sink != nullptr) {
+    options_.snapshot_sink->OnUpdate(job.id(), job.spec(),
+                                     std::move(applied.weights),
+                                     applied.updates_applied,
+                                     applied.epochs_done);
+  }
+  applied.weights.reset();  // lets the next update change the weights in place
+  if (applied.checkpoint_due) {
+    WriteCheckpoint(job, CheckpointTrigger::kUpdates, /*wait=*/false,
+                    /*best=*/false);
+  }
+  return reply;
 }
 
 absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
@@ -136,6 +255,18 @@ absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
                 << " validates it";
     }
     PersistHistory(*job);
+    if (options_.snapshot_sink != nullptr) {
+      absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
+          job->Weights();
+      const int32_t epochs_done =
+          1 + *std::max_element(response.finished_epochs().begin(),
+                                response.finished_epochs().end());
+      if (weights.ok()) {
+        options_.snapshot_sink->OnEpochEnd(job->id(), job->spec(),
+                                           std::move(weights).value(),
+                                           epochs_done);
+      }
+    }
   }
   if (response.finish()) {
     VLOG(1) << "job " << job->id() << ": group " << request.group_id()
@@ -149,8 +280,45 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
   MPILEARN_RETURN_IF_ERROR(job->Touch(record.group_id(), Now()));
   MPILEARN_RETURN_IF_ERROR(job->RecordEpoch(record, Now()));
+  v1::ValidationRecord validation;
+  {
+    // Released at once, so the next update need not copy the weights.
+    absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
+        job->Weights();
+    validation.set_version(weights.ok() ? (*weights)->header.version() : 0);
+  }
+  validation.set_epoch(record.epoch());
+  validation.set_val_loss(record.val_loss());
+  validation.set_val_accuracy(record.val_accuracy());
+  validation.set_source(absl::StrCat("group ", record.group_id()));
+  ValidationEffect effect;
+  MPILEARN_RETURN_IF_ERROR(job->RecordValidation(validation, Now(), &effect));
+  AfterValidation(*job, effect);
   PersistHistory(*job);
   return job->state();
+}
+
+absl::StatusOr<v1::JobState> JobRegistry::ReportValidation(
+    const std::string& job_id, const v1::ValidationRecord& record) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  ValidationEffect effect;
+  MPILEARN_RETURN_IF_ERROR(job->RecordValidation(record, Now(), &effect));
+  VLOG(1) << "job " << job_id << ": validation of version " << record.version()
+          << " by " << record.source() << ": val_loss " << record.val_loss()
+          << ", val_accuracy " << record.val_accuracy();
+  AfterValidation(*job, effect);
+  PersistHistory(*job);
+  return job->state();
+}
+
+void JobRegistry::AfterValidation(Job& job, const ValidationEffect& effect) {
+  if (effect.stopped) {
+    LOG(INFO) << "job " << job.id() << " stopped: "
+              << job.Status(/*with_history=*/false, Now()).stop_reason();
+    WriteJobEnd(job, /*ended_now=*/true, effect.best_improved);
+  } else if (effect.best_improved) {
+    WriteCheckpoint(job, std::nullopt, /*wait=*/true, /*best=*/true);
+  }
 }
 
 absl::StatusOr<v1::JobState> JobRegistry::Heartbeat(
@@ -163,24 +331,81 @@ absl::StatusOr<v1::JobState> JobRegistry::Heartbeat(
 absl::StatusOr<v1::JobState> JobRegistry::Leave(
     const v1::LeaveRequest& request) {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(request.job_id()));
-  MPILEARN_ASSIGN_OR_RETURN(v1::JobState state, job->Leave(request));
+  LeaveEffect effect;
+  MPILEARN_ASSIGN_OR_RETURN(v1::JobState state, job->Leave(request, &effect));
   LOG(INFO) << "job " << job->id() << ": group " << request.group_id()
             << " left" << (request.error().empty() ? "" : " with error: ")
             << request.error() << "; job is " << v1::JobState_Name(state);
-  if (state == v1::JOB_STATE_COMPLETED) {
-    absl::StatusOr<JobCheckpoint> checkpoint = job->Checkpoint();
-    absl::Status written = checkpoint.status();
-    if (checkpoint.ok()) {
-      written = store_->WriteWeights(job->id(), checkpoint->weights);
-      if (written.ok()) {
-        written = store_->WriteOptimizerState(job->id(),
-                                              checkpoint->optimizer_state);
-      }
-    }
-    if (!written.ok()) LOG(ERROR) << "job " << job->id() << ": " << written;
+  if (effect.ended || effect.test_result_recorded) {
+    WriteJobEnd(*job, effect.ended, /*best=*/false);
   }
   PersistHistory(*job);
   return state;
+}
+
+void JobRegistry::WriteJobEnd(Job& job, bool ended_now, bool best) {
+  std::optional<v1::JobCheckpointFile> checkpoint =
+      WriteCheckpoint(job, std::nullopt, /*wait=*/true, best);
+  if (checkpoint.has_value() &&
+      checkpoint->status().state() == v1::JOB_STATE_COMPLETED) {
+    absl::Status written = store_->WriteWeights(job.id(), checkpoint->weights());
+    if (written.ok()) {
+      written =
+          store_->WriteOptimizerState(job.id(), checkpoint->optimizer_state());
+    }
+    if (!written.ok()) LOG(ERROR) << "job " << job.id() << ": " << written;
+  }
+  if (ended_now && options_.snapshot_sink != nullptr) {
+    options_.snapshot_sink->OnJobEnded(job.id());
+  }
+}
+
+std::optional<v1::JobCheckpointFile> JobRegistry::WriteCheckpoint(
+    Job& job, std::optional<CheckpointTrigger> trigger, bool wait, bool best) {
+  std::shared_ptr<absl::Mutex> checkpoint_mu;
+  {
+    absl::MutexLock lock(&mu_);
+    auto entry = jobs_.find(job.id());
+    if (entry == jobs_.end()) return std::nullopt;  // not this registry's
+    checkpoint_mu = entry->second.checkpoint_mu;
+  }
+  if (wait) {
+    checkpoint_mu->Lock();
+  } else if (!checkpoint_mu->TryLock()) {
+    return std::nullopt;  // the write under way is at least as recent
+  }
+  UnlockOnExit unlock(*checkpoint_mu);
+  if (trigger.has_value() && !job.CheckpointDue(*trigger, Now())) {
+    return std::nullopt;
+  }
+  absl::StatusOr<v1::JobCheckpointFile> checkpoint = job.SaveCheckpoint(Now());
+  if (!checkpoint.ok()) return std::nullopt;  // no weights yet
+  const uint64_t version = checkpoint->weights().header().version();
+  absl::Status written =
+      store_->WriteCheckpoint(job.id(), *checkpoint, job.spec().checkpoint().keep());
+  if (!written.ok()) {
+    LOG(ERROR) << "job " << job.id() << ": checkpoint at version " << version
+               << " not written: " << written;
+    return std::nullopt;
+  }
+  job.CheckpointWritten(version);
+  // every_updates may checkpoint many times a second; the others are rare.
+  if (trigger == CheckpointTrigger::kUpdates) {
+    VLOG(1) << "job " << job.id() << ": checkpoint at version " << version;
+  } else {
+    LOG(INFO) << "job " << job.id() << ": checkpoint at version " << version;
+  }
+  if (best) {
+    written = store_->WriteBestCheckpoint(job.id(), *checkpoint);
+    if (written.ok()) {
+      LOG(INFO) << "job " << job.id() << ": best.pb at version " << version
+                << " (" << job.spec().checkpoint().best_metric() << " "
+                << checkpoint->status().best_metric_value() << ")";
+    } else {
+      LOG(ERROR) << "job " << job.id() << ": best.pb not written: " << written;
+    }
+  }
+  return std::move(checkpoint).value();
 }
 
 absl::StatusOr<v1::JobStatus> JobRegistry::Status(
@@ -189,12 +414,15 @@ absl::StatusOr<v1::JobStatus> JobRegistry::Status(
   return job->Status(/*with_history=*/true, Now());
 }
 
-std::vector<v1::JobStatus> JobRegistry::List() const {
+std::vector<std::shared_ptr<Job>> JobRegistry::AllJobs() const {
   std::vector<std::shared_ptr<Job>> jobs;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& id : order_) jobs.push_back(jobs_.at(id));
-  }
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : order_) jobs.push_back(jobs_.at(id).job);
+  return jobs;
+}
+
+std::vector<v1::JobStatus> JobRegistry::List() const {
+  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
   std::vector<v1::JobStatus> out;
   for (const auto& job : jobs) {
     out.push_back(job->Status(/*with_history=*/false, Now()));
@@ -203,11 +431,7 @@ std::vector<v1::JobStatus> JobRegistry::List() const {
 }
 
 int JobRegistry::ReapLostGroups() {
-  std::vector<std::shared_ptr<Job>> jobs;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& entry : jobs_) jobs.push_back(entry.second);
-  }
+  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
   int lost = 0;
   for (const auto& job : jobs) {
     const int n = job->ReapLostGroups(Now(), options_.group_timeout);
@@ -222,6 +446,23 @@ int JobRegistry::ReapLostGroups() {
     lost += n;
   }
   return lost;
+}
+
+void JobRegistry::Tick() {
+  ReapLostGroups();
+  for (const auto& job : AllJobs()) {
+    if (job->CheckpointDue(CheckpointTrigger::kSeconds, Now())) {
+      WriteCheckpoint(*job, CheckpointTrigger::kSeconds, /*wait=*/false,
+                      /*best=*/false);
+    }
+  }
+}
+
+void JobRegistry::CheckpointAll() {
+  for (const auto& job : AllJobs()) {
+    WriteCheckpoint(*job, CheckpointTrigger::kChanges, /*wait=*/true,
+                    /*best=*/false);
+  }
 }
 
 void JobRegistry::PersistHistory(const Job& job) const {

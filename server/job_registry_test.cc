@@ -1,10 +1,14 @@
 #include "server/job_registry.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
+#include "server/snapshot_sink.h"
 
 namespace mpilearn::server {
 namespace {
@@ -16,6 +20,42 @@ v1::JobSpec SgdSpec() {
   spec.mutable_optimizer()->set_name("sgd");
   spec.mutable_optimizer()->set_learning_rate(0.5);
   return spec;
+}
+
+// Counts what the registry hands its snapshot sink.
+class CountingSink : public SnapshotSink {
+ public:
+  void OnUpdate(const std::string&, const v1::JobSpec&,
+                std::shared_ptr<const WeightsSnapshot> weights,
+                uint64_t updates_applied, int) override {
+    ++updates;
+    last_version = weights->header.version();
+    last_updates_applied = updates_applied;
+  }
+  void OnEpochEnd(const std::string&, const v1::JobSpec&,
+                  std::shared_ptr<const WeightsSnapshot>,
+                  int epochs_done) override {
+    epoch_ends.push_back(epochs_done);
+  }
+  void OnJobEnded(const std::string& job_id) override {
+    ended.push_back(job_id);
+  }
+
+  int updates = 0;
+  uint64_t last_version = 0;
+  uint64_t last_updates_applied = 0;
+  std::vector<int> epoch_ends;
+  std::vector<std::string> ended;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
 }
 
 class JobRegistryTest : public ::testing::Test {
@@ -32,6 +72,7 @@ class JobRegistryTest : public ::testing::Test {
     options.state_dir = state_dir_;
     options.group_timeout = absl::Seconds(10);
     options.clock = [this] { return now_; };
+    options.snapshot_sink = &sink_;
     auto registry = JobRegistry::Create(options);
     EXPECT_TRUE(registry.ok()) << registry.status();
     return std::move(registry).value();
@@ -74,6 +115,37 @@ class JobRegistryTest : public ::testing::Test {
     return registry_->NextDataUnit(request);
   }
 
+  // Pushes gradient g = [s, -s, 2s], [s] from the group at the job's
+  // current version; returns the new weights.
+  std::vector<std::vector<float>> Push(const std::string& job_id,
+                                       const std::string& group_id, float s) {
+    auto job = registry_->FindJob(job_id).value();
+    GradientUpdate update;
+    update.group_id = group_id;
+    update.base_version = job->Weights().value()->header.version();
+    update.values = {{s, -s, 2 * s}, {s}};
+    auto weights = registry_->ApplyGradient(*job, update);
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    return weights.ok() ? (*weights)->values : std::vector<std::vector<float>>{};
+  }
+
+  std::string CheckpointDir(const std::string& job_id) const {
+    return state_dir_ + "/jobs/" + job_id + "/checkpoints";
+  }
+
+  // File names in the job's checkpoint directory, sorted.
+  std::vector<std::string> CheckpointFiles(const std::string& job_id) const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& entry :
+         std::filesystem::directory_iterator(CheckpointDir(job_id), ec)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  CountingSink sink_;
   std::string state_dir_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<JobRegistry> registry_;
@@ -336,6 +408,350 @@ TEST_F(JobRegistryTest, NextDataUnitNeedsARegisteredGroup) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(NextUnit("job-999999", "g-1", 100, {}).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoints, restart, validations.
+
+TEST(CheckpointFileTest, RoundTripAndIntegrityCheck) {
+  v1::JobCheckpointFile file;
+  file.mutable_status()->set_job_id("job-000001");
+  file.mutable_status()->set_stop_reason("target reached");
+  *file.mutable_weights() =
+      ToTensorSet(MakeFloat32Header(812, {"w"}, {{3}}), {{1.5f, -2, 3}});
+  file.mutable_queue()->set_train_samples(450);
+  file.set_created_unix_seconds(1234.5);
+  const std::string bytes = EncodeCheckpoint(file).value();
+  ASSERT_EQ(bytes.size(), file.ByteSizeLong() + 8);
+  EXPECT_EQ(bytes.substr(bytes.size() - 4), "MLCK");
+  auto decoded = DecodeCheckpoint(bytes, "x");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->SerializeAsString(), file.SerializeAsString());
+
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x10;
+  auto damaged = DecodeCheckpoint(flipped, "ckpt-a.pb");
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(damaged.status().message().find("'ckpt-a.pb' is damaged: CRC-32"),
+            std::string::npos)
+      << damaged.status();
+  auto truncated = DecodeCheckpoint(bytes.substr(0, bytes.size() - 3), "b");
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+  // A payload cut short with a trailer copied after it fails the checksum.
+  auto cut = DecodeCheckpoint(bytes.substr(0, 10) + bytes.substr(bytes.size() - 8),
+                              "c");
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(JobStore::ReadCheckpoint("/nonexistent/ckpt.pb").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// A master restarted on the same state directory resumes the job from its
+// checkpoint: QUEUED, the old group unknown, the unit that was in flight
+// handed out again and the completed one not, and the next update
+// bit-identical to the one the first master applied after the checkpoint.
+TEST_F(JobRegistryTest, RestartResumesQueueAndUpdatesExactly) {
+  v1::JobSpec spec = SgdSpec();
+  spec.mutable_optimizer()->set_name("adam");
+  spec.mutable_optimizer()->set_learning_rate(0.01);
+  spec.set_epochs(1);
+  spec.set_data_unit_size(100);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string g1 = Register(job_id).group_id();
+  InitWeights(job_id, g1);
+  constexpr int64_t kSamples = 450;  // 5 units, the last of 50
+  auto unit = NextUnit(job_id, g1, kSamples, {}).value();
+  ASSERT_EQ(unit.unit().unit_id(), 0);
+  Push(job_id, g1, 0.5f);
+  Push(job_id, g1, -0.25f);
+  unit = NextUnit(job_id, g1, kSamples, {unit.unit()}).value();
+  ASSERT_EQ(unit.unit().unit_id(), 1);
+  Push(job_id, g1, 1.0f);
+  now_ += absl::Seconds(3);
+  registry_->CheckpointAll();
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000003.pb"}));
+  EXPECT_EQ(registry_->Status(job_id)->checkpoint_version(), 3u);
+  const std::vector<std::vector<float>> uninterrupted = Push(job_id, g1, 0.75f);
+
+  registry_ = MakeRegistry();
+  v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status.version(), 3u);
+  EXPECT_EQ(status.updates_applied(), 3u);
+  EXPECT_EQ(status.samples_trained(), 100u);
+  EXPECT_EQ(status.units_requeued(), 1u);
+  EXPECT_EQ(status.checkpoint_version(), 3u);
+  EXPECT_EQ(status.groups_size(), 0);
+  // The previous master's group must register again.
+  EXPECT_EQ(NextUnit(job_id, g1, kSamples, {unit.unit()}).status().code(),
+            absl::StatusCode::kNotFound);
+  const auto g2 = Register("");
+  EXPECT_EQ(g2.job_id(), job_id);
+  EXPECT_TRUE(g2.weights_initialized());
+  EXPECT_EQ(g2.group_id(), "g-2");  // ids continue after the saved ones
+  EXPECT_EQ(Push(job_id, g2.group_id(), 0.75f), uninterrupted);
+  std::vector<int64_t> handed_out;
+  for (auto next = NextUnit(job_id, g2.group_id(), kSamples, {}).value();
+       next.action() == v1::NextDataUnitResponse::TRAIN;
+       next = NextUnit(job_id, g2.group_id(), kSamples, {next.unit()}).value()) {
+    handed_out.push_back(next.unit().unit_id());
+  }
+  EXPECT_EQ(handed_out, (std::vector<int64_t>{1, 2, 3, 4}));
+  status = registry_->Status(job_id).value();
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_EQ(status.history(0).samples(), static_cast<uint64_t>(kSamples));
+  EXPECT_EQ(status.samples_trained(), static_cast<uint64_t>(kSamples));
+}
+
+// A damaged newest checkpoint and a truncated one before it are skipped
+// (and renamed *.corrupt); the job resumes from the one before them. With
+// none usable it restarts from its spec.
+TEST_F(JobRegistryTest, CorruptOrTruncatedCheckpointFallsBackToPrevious) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  std::vector<std::vector<std::vector<float>>> weights;
+  for (int i = 1; i <= 3; ++i) {
+    weights.push_back(Push(job_id, group, 0.5f * static_cast<float>(i)));
+    registry_->CheckpointAll();
+  }
+  const std::string dir = CheckpointDir(job_id) + "/";
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000001.pb",
+                                      "ckpt-000000000002.pb",
+                                      "ckpt-000000000003.pb"}));
+  std::string newest = ReadFile(dir + "ckpt-000000000003.pb");
+  newest[newest.size() / 3] ^= 0x01;
+  WriteFile(dir + "ckpt-000000000003.pb", newest);
+  const std::string middle = ReadFile(dir + "ckpt-000000000002.pb");
+  WriteFile(dir + "ckpt-000000000002.pb", middle.substr(0, middle.size() / 2));
+  // A write the crash interrupted leaves a temporary file; it goes.
+  WriteFile(dir + "ckpt-000000000004.pb.tmp.77.0", middle);
+
+  registry_ = MakeRegistry();
+  EXPECT_EQ(registry_->Status(job_id)->version(), 1u);
+  auto job = registry_->FindJob(job_id).value();
+  EXPECT_EQ(job->Weights().value()->values, weights[0]);
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000001.pb",
+                                      "ckpt-000000000002.pb.corrupt",
+                                      "ckpt-000000000003.pb.corrupt"}));
+
+  std::string oldest = ReadFile(dir + "ckpt-000000000001.pb");
+  oldest.back() = 'X';  // the trailer's magic
+  WriteFile(dir + "ckpt-000000000001.pb", oldest);
+  registry_ = MakeRegistry();
+  const v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status.updates_applied(), 0u);
+  EXPECT_FALSE(Register(job_id).weights_initialized());
+}
+
+// every_updates checkpoints on the pushing thread; keep bounds the files.
+TEST_F(JobRegistryTest, EveryUpdatesCheckpointsKeepTheNewest) {
+  v1::JobSpec spec = SgdSpec();
+  spec.mutable_checkpoint()->set_every_updates(2);
+  spec.mutable_checkpoint()->set_keep(2);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  Push(job_id, group, 1.0f);
+  EXPECT_TRUE(CheckpointFiles(job_id).empty());
+  for (int i = 0; i < 6; ++i) Push(job_id, group, 1.0f);
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000004.pb",
+                                      "ckpt-000000000006.pb"}));
+  EXPECT_EQ(registry_->Status(job_id)->checkpoint_version(), 6u);
+  EXPECT_EQ(sink_.updates, 7);
+  EXPECT_EQ(sink_.last_version, 7u);
+  EXPECT_EQ(sink_.last_updates_applied, 7u);
+}
+
+// every_seconds checkpoints come from Tick, only for a job that changed.
+TEST_F(JobRegistryTest, TickWritesTimeBasedCheckpoints) {
+  v1::JobSpec spec = SgdSpec();
+  spec.mutable_checkpoint()->set_every_seconds(30);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  registry_->Tick();  // no weights yet
+  EXPECT_TRUE(CheckpointFiles(job_id).empty());
+  InitWeights(job_id, group);
+  registry_->Tick();
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000000.pb"}));
+  Push(job_id, group, 1.0f);
+  now_ += absl::Seconds(9);
+  registry_->Tick();
+  EXPECT_EQ(CheckpointFiles(job_id).size(), 1u);
+  now_ += absl::Seconds(21);
+  registry_->Tick();
+  EXPECT_EQ(CheckpointFiles(job_id).back(), "ckpt-000000000001.pb");
+  now_ += absl::Seconds(60);
+  registry_->Tick();  // nothing changed; and the group is lost (timeout 10 s)
+  EXPECT_EQ(CheckpointFiles(job_id).size(), 2u);
+  EXPECT_EQ(registry_->Status(job_id)->state(), v1::JOB_STATE_QUEUED);
+}
+
+// best.pb holds the checkpoint taken when the best validation arrived.
+TEST_F(JobRegistryTest, BestCheckpointFollowsImprovements) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  const std::string best = CheckpointDir(job_id) + "/best.pb";
+  auto report = [&](double val_loss) {
+    v1::ValidationRecord record;
+    record.set_version(registry_->Status(job_id)->version());
+    record.set_val_loss(val_loss);
+    record.set_val_accuracy(0.5);
+    record.set_source("pool v-1");
+    return registry_->ReportValidation(job_id, record);
+  };
+  Push(job_id, group, 1.0f);
+  EXPECT_EQ(report(0.5).value(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(JobStore::ReadCheckpoint(best)->weights().header().version(), 1u);
+  Push(job_id, group, 1.0f);
+  ASSERT_TRUE(report(0.75).ok());  // worse: best.pb stays
+  EXPECT_EQ(JobStore::ReadCheckpoint(best)->weights().header().version(), 1u);
+  Push(job_id, group, 1.0f);
+  ASSERT_TRUE(report(0.25).ok());
+  auto file = JobStore::ReadCheckpoint(best);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->weights().header().version(), 3u);
+  EXPECT_DOUBLE_EQ(file->status().best_metric_value(), 0.25);
+  EXPECT_EQ(file->status().validations_size(), 3);
+  const v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_DOUBLE_EQ(status.best_metric_value(), 0.25);
+  EXPECT_EQ(status.validations(1).source(), "pool v-1");
+  EXPECT_EQ(registry_->ReportValidation("job-999999", v1::ValidationRecord())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+// In-band validation (ReportEpoch) reaching the target ends the job: the
+// sink hears of it, a group finishes the job and its test result is kept,
+// and the end is on disk.
+TEST_F(JobRegistryTest, TargetReachedAtEpochEndCompletesJob) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(3);
+  spec.set_data_unit_size(100);
+  spec.mutable_target()->set_value(0.7);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string a = Register(job_id).group_id();
+  const std::string b = Register(job_id).group_id();
+  InitWeights(job_id, a);
+  auto held_a = NextUnit(job_id, a, 200, {}).value();
+  auto held_b = NextUnit(job_id, b, 200, {}).value();
+  Push(job_id, a, 1.0f);
+  held_a = NextUnit(job_id, a, 200, {held_a.unit()}).value();
+  ASSERT_EQ(held_a.unit().epoch(), 1);
+  held_b = NextUnit(job_id, b, 200, {held_b.unit()}).value();
+  ASSERT_EQ(held_b.finished_epochs_size(), 1);
+  EXPECT_EQ(sink_.epoch_ends, (std::vector<int>{1}));
+
+  v1::EpochRecord record;
+  record.set_epoch(1);
+  record.set_group_id(b);
+  record.set_val_loss(0.5);
+  record.set_val_accuracy(0.75);
+  EXPECT_EQ(registry_->ReportEpoch(job_id, record).value(),
+            v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(sink_.ended, (std::vector<std::string>{job_id}));
+  v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.stop_reason(), "target reached: val_accuracy 0.75 > 0.7");
+  ASSERT_EQ(status.validations_size(), 1);
+  EXPECT_EQ(status.validations(0).source(), "group " + b);
+  EXPECT_EQ(status.validations(0).version(), 1u);
+  EXPECT_EQ(status.validations(0).epoch(), 1);
+  EXPECT_DOUBLE_EQ(status.validations(0).unix_seconds(), 1000.0);
+  EXPECT_TRUE(std::filesystem::exists(state_dir_ + "/jobs/" + job_id +
+                                      "/weights.pb"));
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"best.pb", "ckpt-000000000001.pb"}));
+
+  // a's push in flight is answered, not applied; a finishes, b leaves.
+  EXPECT_EQ(Push(job_id, a, 5.0f), registry_->FindJob(job_id).value()
+                                       ->Weights()
+                                       .value()
+                                       ->values);
+  EXPECT_EQ(sink_.updates, 1);
+  auto finish = NextUnit(job_id, a, 200, {held_a.unit()}).value();
+  EXPECT_EQ(finish.action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(finish.finish());
+  auto done = NextUnit(job_id, b, 200, {held_b.unit()}).value();
+  EXPECT_FALSE(done.finish());
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id);
+  leave.set_group_id(b);
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  leave.set_group_id(a);
+  leave.set_completed(true);
+  leave.set_test_loss(0.6);
+  leave.set_test_accuracy(0.72);
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(sink_.ended.size(), 1u);
+
+  // The end, with the test result, survives a restart.
+  registry_ = MakeRegistry();
+  status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(status.test_accuracy(), 0.72);
+  EXPECT_EQ(status.stop_reason(), "target reached: val_accuracy 0.75 > 0.7");
+  EXPECT_EQ(status.version(), 1u);
+  EXPECT_EQ(status.epochs_done(), 1);
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id);
+  request.set_ranks(1);
+  EXPECT_EQ(registry_->RegisterGroup(request).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Jobs that ended, with or without a checkpoint (a failed job never got
+// weights; one from before checkpoints existed has only its history), come
+// back as they ended; a queued one stays queued; new ids continue.
+TEST_F(JobRegistryTest, EndedJobsLoadAsTheyEnded) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string done_id = registry_->Submit(spec).value();
+  const std::string group = Register(done_id).group_id();
+  InitWeights(done_id, group);
+  Push(done_id, group, 1.0f);
+  auto unit = NextUnit(done_id, group, 50, {}).value();
+  ASSERT_TRUE(NextUnit(done_id, group, 50, {unit.unit()}).value().finish());
+  v1::LeaveRequest leave;
+  leave.set_job_id(done_id);
+  leave.set_group_id(group);
+  leave.set_completed(true);
+  leave.set_test_accuracy(0.8);
+  ASSERT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+
+  const std::string failed_id = registry_->Submit(SgdSpec()).value();
+  leave.set_job_id(failed_id);
+  leave.set_group_id(Register(failed_id).group_id());
+  leave.set_completed(false);
+  leave.set_error("cannot open data");
+  ASSERT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_FAILED);
+  const std::string queued_id = registry_->Submit(SgdSpec()).value();
+
+  // As if written before checkpoints existed.
+  std::filesystem::remove_all(CheckpointDir(done_id));
+  registry_ = MakeRegistry();
+  ASSERT_EQ(registry_->List().size(), 3u);
+  const v1::JobStatus done = registry_->Status(done_id).value();
+  EXPECT_EQ(done.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(done.test_accuracy(), 0.8);
+  EXPECT_EQ(done.version(), 1u);
+  EXPECT_EQ(done.parameters(), 4u);
+  EXPECT_EQ(done.history_size(), 1);
+  const v1::JobStatus failed = registry_->Status(failed_id).value();
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(failed.message().find("cannot open data"), std::string::npos);
+  EXPECT_EQ(registry_->Status(queued_id)->state(), v1::JOB_STATE_QUEUED);
+  const auto next = Register("");
+  EXPECT_EQ(next.job_id(), queued_id);
+  EXPECT_EQ(next.group_id(), "g-3");
+  EXPECT_EQ(registry_->Submit(SgdSpec()).value(), "job-000004");
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
@@ -144,6 +147,10 @@ GradientUpdate UpdateOf(v1::UpdateKind kind, uint64_t base_version,
 
 std::vector<float> CurrentWeights(const Job& job) {
   return job.Weights().value()->values[0];
+}
+
+std::vector<std::vector<float>> CurrentWeightsOf(const Job& job) {
+  return job.Weights().value()->values;
 }
 
 TEST(JobStalenessTest, BoundRejectsWithAbortedAndCounts) {
@@ -770,6 +777,346 @@ TEST_F(JobQueueTest, RecordEpochMergesIntoFinishedEpoch) {
   report.set_epoch(0);
   EXPECT_EQ(job_->RecordEpoch(report, now_).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// Validations and stop rules.
+
+v1::ValidationRecord Validation(uint64_t version, double val_loss,
+                                double val_accuracy) {
+  v1::ValidationRecord record;
+  record.set_version(version);
+  record.set_val_loss(val_loss);
+  record.set_val_accuracy(val_accuracy);
+  record.set_source("pool v-1");
+  return record;
+}
+
+// Feeds `values` of `metric` (the other metric fixed) as validations of
+// versions 1, 2, ...; returns the 1-based index of the validation that
+// stopped the job (0: none) and its stop reason.
+std::pair<int, std::string> FirstStop(const v1::JobSpec& spec,
+                                      const std::string& metric,
+                                      const std::vector<double>& values) {
+  Job job("job-1", spec);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const bool loss = metric == "val_loss";
+    ValidationEffect effect;
+    EXPECT_TRUE(job.RecordValidation(
+                       Validation(i + 1, loss ? values[i] : 1.0,
+                                  loss ? 0.5 : values[i]),
+                       absl::FromUnixSeconds(100), &effect)
+                    .ok());
+    if (effect.stopped) {
+      const v1::JobStatus status = job.Status(true, absl::FromUnixSeconds(100));
+      EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED);
+      EXPECT_EQ(status.validations_size(), static_cast<int>(i + 1));
+      return {static_cast<int>(i + 1), status.stop_reason()};
+    }
+  }
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  return {0, ""};
+}
+
+v1::JobSpec EarlyStopping(const std::string& metric, int patience,
+                          double min_delta, int smoothing) {
+  v1::JobSpec spec = SpecWith("sgd");
+  v1::EarlyStoppingSpec* stopping = spec.mutable_early_stopping();
+  stopping->set_metric(metric);
+  stopping->set_patience(patience);
+  stopping->set_min_delta(min_delta);
+  stopping->set_smoothing(smoothing);
+  return spec;
+}
+
+// The same losses stop a job at the 4th validation without smoothing (best
+// 0.5, then two worse) and at the 7th with a moving average over 2: the
+// averages are 1, 0.75, 0.625, 0.6875, 0.5625, 0.625, 0.75 (worked out by
+// hand).
+TEST(JobStopRulesTest, PatienceCountsValidationsWithoutImprovement) {
+  const std::vector<double> losses = {1.0, 0.5, 0.75, 0.625, 0.5, 0.75, 0.75};
+  EXPECT_EQ(FirstStop(EarlyStopping("val_loss", 2, 0, 1), "val_loss", losses),
+            std::make_pair(4, std::string("early stopping: val_loss did not "
+                                          "improve by more than 0 for 2 "
+                                          "validations (best 0.5 at version "
+                                          "2)")));
+  EXPECT_EQ(FirstStop(EarlyStopping("val_loss", 2, 0, 2), "val_loss", losses),
+            std::make_pair(7, std::string("early stopping: val_loss averaged "
+                                          "over 2 validations did not improve "
+                                          "by more than 0 for 2 validations "
+                                          "(best 0.5625 at version 5)")));
+  // A value equal to the best is no improvement: with patience 3 the 5th
+  // (0.5 again) stops the job, with patience 6 none does.
+  EXPECT_EQ(FirstStop(EarlyStopping("val_loss", 3, 0, 1), "val_loss", losses)
+                .first,
+            5);
+  EXPECT_EQ(FirstStop(EarlyStopping("val_loss", 6, 0, 1), "val_loss", losses)
+                .first,
+            0);
+}
+
+// Accuracy improves upwards; a gain of exactly min_delta is no improvement.
+TEST(JobStopRulesTest, MinDeltaIsTheSmallestImprovement) {
+  const std::vector<double> accuracies = {0.5, 0.75, 0.8125, 0.875, 0.9375};
+  EXPECT_EQ(FirstStop(EarlyStopping("val_accuracy", 2, 0.125, 1),
+                      "val_accuracy", accuracies),
+            std::make_pair(4, std::string("early stopping: val_accuracy did "
+                                          "not improve by more than 0.125 for "
+                                          "2 validations (best 0.75 at "
+                                          "version 2)")));
+  EXPECT_EQ(FirstStop(EarlyStopping("val_accuracy", 2, 0, 1), "val_accuracy",
+                      accuracies)
+                .first,
+            0);
+  // Falling accuracy never improves on the first value.
+  EXPECT_EQ(FirstStop(EarlyStopping("val_accuracy", 1, 0, 1), "val_accuracy",
+                      {0.5, 0.25})
+                .first,
+            2);
+}
+
+TEST(JobStopRulesTest, TargetIsStrictForBothMetrics) {
+  v1::JobSpec accuracy = SpecWith("sgd");
+  accuracy.mutable_target()->set_metric("val_accuracy");
+  accuracy.mutable_target()->set_value(0.9);
+  EXPECT_EQ(FirstStop(accuracy, "val_accuracy", {0.85, 0.9, 0.90625, 0.95}),
+            std::make_pair(
+                3, std::string("target reached: val_accuracy 0.90625 > 0.9")));
+  v1::JobSpec loss = SpecWith("sgd");
+  loss.mutable_target()->set_metric("val_loss");
+  loss.mutable_target()->set_value(0.25);
+  EXPECT_EQ(FirstStop(loss, "val_loss", {0.3, 0.25, 0.125}),
+            std::make_pair(3,
+                           std::string("target reached: val_loss 0.125 < 0.25")));
+  // A target without a value is off; NaN never reaches one.
+  loss.mutable_target()->clear_value();
+  EXPECT_EQ(FirstStop(loss, "val_loss", {0.0}).first, 0);
+  accuracy.mutable_early_stopping()->set_patience(100);
+  EXPECT_EQ(FirstStop(accuracy, "val_accuracy", {std::nan("")}).first, 0);
+}
+
+TEST(JobStopRulesTest, BestFollowsCheckpointBestMetric) {
+  v1::JobSpec spec = SpecWith("sgd");
+  Job by_loss("job-1", spec);  // best_metric left out: val_loss
+  const absl::Time now = absl::FromUnixSeconds(100);
+  std::vector<bool> improved;
+  for (const auto& [loss, accuracy] :
+       std::vector<std::pair<double, double>>{{1.0, 0.5}, {0.5, 0.4},
+                                              {0.75, 0.9}, {0.25, 0.6}}) {
+    ValidationEffect effect;
+    ASSERT_TRUE(by_loss
+                    .RecordValidation(Validation(improved.size() + 1, loss,
+                                                 accuracy),
+                                      now, &effect)
+                    .ok());
+    improved.push_back(effect.best_improved);
+    EXPECT_FALSE(effect.stopped);
+  }
+  EXPECT_EQ(improved, (std::vector<bool>{true, true, false, true}));
+  const v1::JobStatus status = by_loss.Status(true, now);
+  EXPECT_DOUBLE_EQ(status.best_metric_value(), 0.25);
+  ASSERT_EQ(status.validations_size(), 4);
+  EXPECT_EQ(status.validations(2).source(), "pool v-1");
+  EXPECT_DOUBLE_EQ(status.validations(2).unix_seconds(), 100.0);
+  EXPECT_FALSE(by_loss.Status(false, now).validations_size() > 0);
+
+  spec.mutable_checkpoint()->set_best_metric("none");
+  Job none("job-2", spec);
+  ValidationEffect effect;
+  ASSERT_TRUE(none.RecordValidation(Validation(1, 1.0, 0.5), now, &effect).ok());
+  EXPECT_FALSE(effect.best_improved);
+  EXPECT_FALSE(none.Status(true, now).has_best_metric_value());
+}
+
+// A stop rule ends the job while groups still train: their pushes get the
+// frozen weights back, the first group to ask is told to finish, and its
+// Leave(completed) stores the test result.
+TEST_F(JobQueueTest, StopRuleEndsJobAndOneGroupFinishesIt) {
+  v1::JobSpec spec = QueueSpec(3, 10);
+  spec.mutable_target()->set_value(0.5);
+  job_ = std::make_unique<Job>("job-1", spec);
+  ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
+  ASSERT_TRUE(job_->AddGroup("b", 1, "test", now_).ok());
+  ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
+                                Random(1))
+                  .value());
+  QueueClient g{"g", 1.0, std::nullopt};
+  QueueClient b{"b", 1.0, std::nullopt};
+  ASSERT_EQ(g.Ask(*job_, 100, now_)->action(), v1::NextDataUnitResponse::TRAIN);
+  ASSERT_EQ(b.Ask(*job_, 100, now_)->action(), v1::NextDataUnitResponse::TRAIN);
+  ASSERT_TRUE(job_->ApplyGradient(Update(5), now_).ok());
+
+  ValidationEffect effect;
+  ASSERT_TRUE(
+      job_->RecordValidation(Validation(1, 0.4, 0.75), now_, &effect).ok());
+  EXPECT_TRUE(effect.stopped);
+  v1::JobStatus status = job_->Status(true, now_);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(status.stop_reason(), "target reached: val_accuracy 0.75 > 0.5");
+
+  const std::vector<std::vector<float>> frozen = CurrentWeightsOf(*job_);
+  AppliedUpdate applied;
+  auto reply = job_->ApplyGradient(Update(6), now_, &applied);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_FALSE(applied.applied);
+  EXPECT_EQ((*reply)->values, frozen);
+  EXPECT_EQ((*reply)->header.version(), 1u);
+
+  auto finish = g.Ask(*job_, 100, now_);
+  ASSERT_TRUE(finish.ok()) << finish.status();
+  EXPECT_EQ(finish->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(finish->finish());
+  auto done = b.Ask(*job_, 100, now_);
+  EXPECT_EQ(done->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_FALSE(done->finish());
+
+  // Later validations are recorded but stop nothing again.
+  ASSERT_TRUE(
+      job_->RecordValidation(Validation(1, 0.3, 0.8), now_, &effect).ok());
+  EXPECT_FALSE(effect.stopped);
+
+  v1::LeaveRequest leave;
+  leave.set_job_id("job-1");
+  leave.set_group_id("b");
+  LeaveEffect left;
+  EXPECT_EQ(job_->Leave(leave, &left).value(), v1::JOB_STATE_COMPLETED);
+  EXPECT_FALSE(left.ended || left.test_result_recorded);
+  leave.set_group_id("g");
+  leave.set_completed(true);
+  leave.set_test_loss(0.5);
+  leave.set_test_accuracy(0.7);
+  EXPECT_EQ(job_->Leave(leave, &left).value(), v1::JOB_STATE_COMPLETED);
+  EXPECT_TRUE(left.test_result_recorded);
+  EXPECT_FALSE(left.ended);
+  status = job_->Status(true, now_);
+  EXPECT_DOUBLE_EQ(status.test_accuracy(), 0.7);
+  EXPECT_EQ(status.validations_size(), 2);
+  EXPECT_EQ(status.stop_reason(), "target reached: val_accuracy 0.75 > 0.5");
+  EXPECT_EQ(status.units_requeued(), 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Whole-job checkpoints.
+
+// Two epochs of two units. Epoch 1 completes while unit 1 of epoch 0 is in
+// flight; the checkpoint taken then resumes into a job that hands out unit 1
+// (and nothing completed) again, records both epochs when it completes,
+// and whose next update is bit-identical to the uninterrupted job's.
+TEST_F(JobQueueTest, ResumedJobContinuesQueueAndUpdatesExactly) {
+  v1::JobSpec spec = QueueSpec(2, 10);
+  spec.mutable_optimizer()->set_name("adam");
+  job_ = std::make_unique<Job>("job-1", spec);
+  ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
+  ASSERT_TRUE(job_->AddGroup("b", 1, "test", now_).ok());
+  ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
+                                Random(1))
+                  .value());
+  QueueClient g{"g", 2.0, std::nullopt};
+  QueueClient b{"b", 1.0, std::nullopt};
+  EXPECT_EQ(g.Ask(*job_, 20, now_)->unit().unit_id(), 0);
+  EXPECT_EQ(b.Ask(*job_, 20, now_)->unit().unit_id(), 1);
+  for (uint32_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(job_->ApplyGradient(Update(20 + step), now_).ok());
+  }
+  now_ += absl::Seconds(1);
+  EXPECT_EQ(g.Ask(*job_, 20, now_)->unit().unit_id(), 2);
+  now_ += absl::Seconds(1);
+  EXPECT_EQ(g.Ask(*job_, 20, now_)->unit().unit_id(), 3);
+  now_ += absl::Seconds(1);
+  auto wait = g.Ask(*job_, 20, now_);  // epoch 1 complete, epoch 0 is not
+  ASSERT_EQ(wait->action(), v1::NextDataUnitResponse::WAIT);
+  ASSERT_TRUE(job_->RecordValidation(Validation(3, 0.5, 0.5), now_).ok());
+
+  EXPECT_TRUE(job_->CheckpointDue(CheckpointTrigger::kChanges, now_));
+  auto file = job_->SaveCheckpoint(now_);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_FALSE(job_->CheckpointDue(CheckpointTrigger::kChanges, now_));
+  EXPECT_EQ(file->weights().header().version(), 3u);
+  EXPECT_EQ(file->queue().train_samples(), 20);
+  EXPECT_EQ(file->queue().next_epoch(), 2);
+  ASSERT_EQ(file->queue().open_epochs_size(), 2);
+  EXPECT_EQ(file->queue().open_epochs(0).completed_units_size(), 1);
+  EXPECT_EQ(file->queue().open_epochs(1).completed_units_size(), 2);
+  EXPECT_DOUBLE_EQ(file->created_unix_seconds(), 1003.0);
+
+  Job resumed("job-1", spec);
+  ASSERT_TRUE(resumed.Resume(*file).ok());
+  v1::JobStatus status = resumed.Status(true, now_);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status.version(), 3u);
+  EXPECT_EQ(status.updates_applied(), 3u);
+  EXPECT_EQ(status.samples_trained(), 30u);
+  EXPECT_EQ(status.groups_size(), 0);
+  EXPECT_EQ(status.units_requeued(), 1u);  // unit 1, in flight
+  EXPECT_EQ(status.validations_size(), 1);
+  EXPECT_EQ(status.checkpoint_version(), 3u);
+  EXPECT_DOUBLE_EQ(status.best_metric_value(), 0.5);
+  EXPECT_FALSE(resumed.CheckpointDue(CheckpointTrigger::kChanges, now_));
+
+  // The old group is unknown; a new one gets unit 1, then both epochs end.
+  EXPECT_EQ(resumed.Touch("b", now_).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(resumed.AddGroup("c", 1, "test", now_).ok());
+  QueueClient c{"c", 4.0, std::nullopt};
+  auto again = c.Ask(resumed, 20, now_);
+  ASSERT_EQ(again->action(), v1::NextDataUnitResponse::TRAIN);
+  EXPECT_EQ(again->unit().unit_id(), 1);
+  now_ += absl::Seconds(1);
+  auto last = c.Ask(resumed, 20, now_);
+  EXPECT_EQ(last->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(last->finish());
+  EXPECT_EQ(std::vector<int32_t>(last->finished_epochs().begin(),
+                                 last->finished_epochs().end()),
+            (std::vector<int32_t>{0, 1}));
+  status = resumed.Status(true, now_);
+  ASSERT_EQ(status.history_size(), 2);
+  EXPECT_DOUBLE_EQ(status.history(0).train_loss(), (2.0 * 10 + 4.0 * 10) / 20);
+  EXPECT_DOUBLE_EQ(status.history(1).train_loss(), 2.0);
+  EXPECT_DOUBLE_EQ(status.history(1).wall_seconds(), 2.0);
+
+  GradientUpdate next = Update(99);
+  auto a_reply = job_->ApplyGradient(next, now_);
+  next.group_id = "c";
+  auto b_reply = resumed.ApplyGradient(next, now_);
+  ASSERT_TRUE(a_reply.ok() && b_reply.ok()) << b_reply.status();
+  EXPECT_EQ((*a_reply)->values, (*b_reply)->values);
+  EXPECT_EQ((*b_reply)->header.version(), 4u);
+}
+
+TEST(JobCheckpointTest, InconsistentQueueIsRefused) {
+  auto job = NewJob("sgd");
+  v1::JobCheckpointFile file = job->SaveCheckpoint(absl::Now()).value();
+  file.mutable_queue()->set_next_unit(7);  // no train_samples fixed
+  Job resumed("job-1", SpecWith("sgd"));
+  EXPECT_EQ(resumed.Resume(file).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(JobCheckpointTest, CheckpointDueByUpdatesAndSeconds) {
+  v1::JobSpec spec = SpecWith("sgd");
+  spec.mutable_checkpoint()->set_every_updates(2);
+  spec.mutable_checkpoint()->set_every_seconds(30);
+  auto job = std::make_unique<Job>("job-1", spec);
+  ASSERT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_FALSE(job->CheckpointDue(CheckpointTrigger::kSeconds, t0));  // no weights
+  ASSERT_TRUE(job->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
+                               Random(1))
+                  .value());
+  EXPECT_TRUE(job->CheckpointDue(CheckpointTrigger::kSeconds, t0));
+  ASSERT_TRUE(job->SaveCheckpoint(t0).ok());
+  EXPECT_FALSE(job->CheckpointDue(CheckpointTrigger::kSeconds, t0));
+  AppliedUpdate applied;
+  ASSERT_TRUE(job->ApplyGradient(Update(1), t0, &applied).ok());
+  EXPECT_TRUE(applied.applied);
+  EXPECT_FALSE(applied.checkpoint_due);
+  EXPECT_EQ(applied.updates_applied, 1u);
+  ASSERT_TRUE(job->ApplyGradient(Update(2), t0, &applied).ok());
+  EXPECT_TRUE(applied.checkpoint_due);
+  EXPECT_TRUE(job->CheckpointDue(CheckpointTrigger::kUpdates, t0));
+  // Changed, but only 29 s since the last checkpoint.
+  EXPECT_FALSE(job->CheckpointDue(CheckpointTrigger::kSeconds,
+                                  t0 + absl::Seconds(29)));
+  EXPECT_TRUE(job->CheckpointDue(CheckpointTrigger::kSeconds,
+                                 t0 + absl::Seconds(30)));
 }
 
 }  // namespace

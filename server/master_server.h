@@ -1,5 +1,7 @@
-// mpilearn-master's top-level object: owns the job registry, the gRPC
-// service and server, and the thread that declares silent groups lost.
+// mpilearn-master's top-level object: owns the job registry, the snapshot
+// hub (validation pools' feed), the gRPC service and server, and the thread
+// that declares silent groups lost and writes time-based checkpoints
+// (JobRegistry::Tick).
 //
 //   auto server = MasterServer::BuildAndStart(options);  // listening now
 //   ...                                                  // until a signal
@@ -21,6 +23,7 @@
 #include "server/job_registry.h"
 #include "server/master_service.h"
 #include "server/optimizer.h"
+#include "server/snapshot_hub.h"
 
 namespace mpilearn::server {
 
@@ -43,13 +46,17 @@ class MasterServer {
   // The port actually bound.
   int port() const { return port_; }
 
-  // Stops accepting RPCs, waits up to `grace` for running ones, then cancels
-  // the rest. Idempotent.
+  // Ends snapshot streams, stops accepting RPCs, waits up to `grace` for
+  // running ones, then cancels the rest, and checkpoints every job changed
+  // since its last checkpoint (JobRegistry::CheckpointAll). Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
  private:
   MasterServer() = default;
 
+  // Declared before the registry (its sink) and the service (streams hold
+  // subscriptions), so it outlives both.
+  std::unique_ptr<SnapshotHub> snapshots_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<MasterServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -56,17 +56,14 @@ auto ChunkSource(Reader& reader, Request& message, absl::string_view rpc) {
   };
 }
 
-// Streams a weights snapshot: header, then chunks.
-template <typename Writer>
-absl::Status SendWeights(const WeightsSnapshot& weights, Writer* writer) {
-  v1::WeightsPart part;
-  *part.mutable_header() = weights.header;
-  if (!writer->Write(part)) {
-    return absl::UnavailableError("client went away while receiving weights");
-  }
+// Streams the weights' tensor chunks as `Part` messages (WeightsPart,
+// SnapshotPart); the caller has written the header.
+template <typename Part, typename Writer>
+absl::Status SendChunks(const WeightsSnapshot& weights, Writer* writer) {
   std::vector<absl::Span<const char>> buffers;
+  buffers.reserve(weights.values.size());
   for (const auto& v : weights.values) buffers.push_back(AsBytes(v));
-  part.Clear();
+  Part part;
   return ForEachChunk(buffers, kDefaultChunkBytes,
                       [&](v1::TensorChunk& chunk) -> absl::Status {
                         part.mutable_chunk()->Swap(&chunk);
@@ -76,6 +73,33 @@ absl::Status SendWeights(const WeightsSnapshot& weights, Writer* writer) {
                         }
                         return absl::OkStatus();
                       });
+}
+
+// Streams a weights snapshot: header, then chunks.
+template <typename Writer>
+absl::Status SendWeights(const WeightsSnapshot& weights, Writer* writer) {
+  v1::WeightsPart part;
+  *part.mutable_header() = weights.header;
+  if (!writer->Write(part)) {
+    return absl::UnavailableError("client went away while receiving weights");
+  }
+  return SendChunks<v1::WeightsPart>(weights, writer);
+}
+
+// Streams a published snapshot: its SnapshotHeader, then the chunks.
+absl::Status SendSnapshot(const SnapshotHub::Delivery& delivery,
+                          grpc::ServerWriter<v1::SnapshotPart>* writer) {
+  v1::SnapshotPart part;
+  v1::SnapshotHeader* header = part.mutable_header();
+  header->set_job_id(delivery.job_id);
+  *header->mutable_spec() = *delivery.spec;
+  *header->mutable_weights() = delivery.weights->header;
+  header->set_epoch(delivery.epoch);
+  header->set_skipped(delivery.skipped);
+  if (!writer->Write(part)) {
+    return absl::UnavailableError("subscriber went away");
+  }
+  return SendChunks<v1::SnapshotPart>(*delivery.weights, writer);
 }
 
 absl::Status ExpectHeader(bool has_header, absl::string_view rpc) {
@@ -212,12 +236,64 @@ grpc::Status MasterServiceImpl::Leave(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status MasterServiceImpl::ReportValidation(
+    grpc::ServerContext*, const v1::ReportValidationRequest* request,
+    v1::ReportValidationResponse* response) {
+  auto state = registry_.ReportValidation(request->job_id(), request->record());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::SubscribeSnapshots(
+    grpc::ServerContext* context, const v1::SubscribeSnapshotsRequest* request,
+    grpc::ServerWriter<v1::SnapshotPart>* writer) {
+  std::vector<std::string> job_ids(request->job_ids().begin(),
+                                   request->job_ids().end());
+  for (const std::string& job_id : job_ids) {
+    auto job = registry_.FindJob(job_id);
+    if (!job.ok()) return ToGrpcStatus(job.status());
+  }
+  const std::string label =
+      absl::StrCat(request->subscriber().empty() ? "unnamed"
+                                                 : request->subscriber(),
+                   " at ", context->peer());
+  std::shared_ptr<SnapshotHub::Subscription> subscription =
+      snapshots_.Subscribe(job_ids, label);
+  // Tells the client it is subscribed: snapshots from now on reach it. The
+  // key is common/master_client.h's kSubscribedMetadataKey.
+  context->AddInitialMetadata("mpilearn-subscribed", "1");
+  writer->SendInitialMetadata();
+  while (!context->IsCancelled()) {
+    std::optional<SnapshotHub::Delivery> delivery =
+        subscription->Next(absl::Seconds(1));
+    if (!delivery.has_value()) {
+      if (subscription->closed()) {
+        return ToGrpcStatus(absl::UnavailableError("the master is shutting down"));
+      }
+      continue;
+    }
+    VLOG(1) << "snapshot of job " << delivery->job_id << " v"
+            << delivery->weights->header.version() << " to " << label;
+    absl::Status sent = SendSnapshot(*delivery, writer);
+    if (!sent.ok()) return ToGrpcStatus(sent);
+  }
+  return ToGrpcStatus(absl::CancelledError("the subscriber cancelled"));
+}
+
+void MasterServiceImpl::AddSnapshotCounters(v1::JobStatus& status) const {
+  const SnapshotHub::JobCounters counters = snapshots_.Counters(status.job_id());
+  status.set_snapshots_published(counters.published);
+  status.set_snapshots_skipped(counters.skipped);
+}
+
 grpc::Status MasterServiceImpl::GetJobStatus(
     grpc::ServerContext*, const v1::GetJobStatusRequest* request,
     v1::JobStatus* response) {
   auto status = registry_.Status(request->job_id());
   if (!status.ok()) return ToGrpcStatus(status.status());
   *response = std::move(status).value();
+  AddSnapshotCounters(*response);
   return grpc::Status::OK;
 }
 
@@ -225,6 +301,7 @@ grpc::Status MasterServiceImpl::ListJobs(grpc::ServerContext*,
                                          const v1::ListJobsRequest*,
                                          v1::ListJobsResponse* response) {
   for (v1::JobStatus& status : registry_.List()) {
+    AddSnapshotCounters(status);
     *response->add_jobs() = std::move(status);
   }
   return grpc::Status::OK;

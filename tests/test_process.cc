@@ -177,8 +177,10 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
   // Open MPI names its session directory after mpirun's pid. Bazel's
   // sandbox gives each test its own pid namespace, so two tests' mpiruns can
   // share a pid: keep each test's session directory in its own TMPDIR.
+  // The same goes for its shared-memory segments in /dev/shm.
   if (const char* test_tmp = std::getenv("TEST_TMPDIR")) {
     setenv("TMPDIR", test_tmp, /*overwrite=*/1);
+    setenv("OMPI_MCA_btl_vader_backing_directory", test_tmp, /*overwrite=*/1);
   }
   std::vector<std::string> argv = {"mpirun", "--allow-run-as-root",
                                    "--oversubscribe", "-np",

@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<LocalMaster>> LocalMaster::Create(
   server::JobRegistry::Options options;
   options.state_dir = state_dir;
   options.engine = engine;
+  // A baseline run is one job: earlier runs' jobs in the same directory
+  // are not picked up again.
+  options.resume_jobs = false;
   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<server::JobRegistry> registry,
                             server::JobRegistry::Create(options));
   return std::unique_ptr<LocalMaster>(new LocalMaster(std::move(registry)));

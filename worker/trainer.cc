@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -405,33 +406,43 @@ Evaluation Trainer::Evaluate(const Dataset& data) {
 }
 
 absl::Status Trainer::ValidateEpoch(int epoch) {
-  // Validate the master's newest weights (other groups and ranks may have
-  // moved them since this rank's last exchange). EASGD ranks keep their own
-  // weights between exchanges, so theirs are put back afterwards.
-  std::vector<float> own;
-  if (algorithm() == "easgd") {
-    for (const auto& view : param_views_) own.insert(own.end(), view.begin(), view.end());
-  }
-  MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
-  const Evaluation validation = Evaluate(data_.validation);
-  if (!own.empty()) {
-    size_t offset = 0;
-    for (auto& view : param_views_) {
-      std::copy(own.begin() + offset, own.begin() + offset + view.size(), view.begin());
-      offset += view.size();
+  const absl::Time start = absl::Now();
+  // Without in-band validation a validation pool validates the master's
+  // snapshots; the group only prints the master's record of the epoch.
+  const bool inband = !spec_.has_inband_validation() || spec_.inband_validation();
+  Evaluation validation;
+  if (inband) {
+    // Validate the master's newest weights (other groups and ranks may have
+    // moved them since this rank's last exchange). EASGD ranks keep their
+    // own weights between exchanges, so theirs are put back afterwards.
+    std::vector<float> own;
+    if (algorithm() == "easgd") {
+      for (const auto& view : param_views_) own.insert(own.end(), view.begin(), view.end());
+    }
+    MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
+    validation = Evaluate(data_.validation);
+    if (!own.empty()) {
+      size_t offset = 0;
+      for (auto& view : param_views_) {
+        std::copy(own.begin() + offset, own.begin() + offset + view.size(), view.begin());
+        offset += view.size();
+      }
     }
   }
 
   absl::Status reported = absl::OkStatus();
   if (leader()) {
-    v1::ReportEpochRequest report;
-    report.set_job_id(registration_.job_id());
-    v1::EpochRecord* record = report.mutable_record();
-    record->set_epoch(epoch + 1);
-    record->set_val_loss(validation.loss);
-    record->set_val_accuracy(validation.accuracy);
-    record->set_group_id(registration_.group_id());
-    absl::StatusOr<v1::JobState> state = master_.ReportEpoch(report);
+    absl::StatusOr<v1::JobState> state = v1::JOB_STATE_RUNNING;
+    if (inband) {
+      v1::ReportEpochRequest report;
+      report.set_job_id(registration_.job_id());
+      v1::EpochRecord* record = report.mutable_record();
+      record->set_epoch(epoch + 1);
+      record->set_val_loss(validation.loss);
+      record->set_val_accuracy(validation.accuracy);
+      record->set_group_id(registration_.group_id());
+      state = master_.ReportEpoch(report);
+    }
     absl::StatusOr<v1::JobStatus> status =
         state.ok() ? master_.GetJobStatus(registration_.job_id())
                    : absl::StatusOr<v1::JobStatus>(state.status());
@@ -444,18 +455,21 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
       }
       const double total = times_.total();
       auto share = [&](double s) { return total > 0 ? 100.0 * s / total : 0.0; };
+      const std::string val =
+          inband ? absl::StrFormat("val_loss=%.4f  val_acc=%.4f", validation.loss,
+                                   validation.accuracy)
+                 : std::string("validation by pool");
       std::printf(
-          "epoch %d/%d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  "
-          "samples/s=%.0f  elapsed=%.1fs  [group %s: data %.0f%% compute %.0f%% "
-          "master %.0f%% mpi %.0f%%]\n",
-          epoch + 1, spec_.epochs(), merged.train_loss(), validation.loss,
-          validation.accuracy, merged.samples_per_second(),
-          SecondsSince(run_start_),
+          "epoch %d/%d  train_loss=%.4f  %s  samples/s=%.0f  elapsed=%.1fs  "
+          "[group %s: data %.0f%% compute %.0f%% master %.0f%% mpi %.0f%%]\n",
+          epoch + 1, spec_.epochs(), merged.train_loss(), val.c_str(),
+          merged.samples_per_second(), SecondsSince(run_start_),
           registration_.group_id().c_str(), share(times_.data),
           share(times_.compute), share(times_.master), share(times_.mpi));
       std::fflush(stdout);
     }
   }
+  validation_seconds_ += SecondsSince(start);
   return AgreeOnLeaderStatus(group_, reported);
 }
 
@@ -506,6 +520,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   group_.AllreduceSum(absl::MakeSpan(stale));
   result.stale_dropped = static_cast<uint64_t>(stale[0]);
   result.seconds = SecondsSince(run_start_);
+  result.validation_seconds = validation_seconds_;
   result.samples_per_second =
       result.train_seconds > 0 ? result.samples / result.train_seconds : 0.0;
   result.samples_per_second_per_rank = result.samples_per_second / group_.size();

@@ -85,6 +85,7 @@ struct TrainResult {
   Evaluation test;
   double seconds = 0.0;
   double train_seconds = 0.0;  // training units only (no validation, waits)
+  double validation_seconds = 0.0;  // epoch-end (in-band) validation
   StepTimes times;
   double samples_per_second = 0.0;  // this group, training only
   double samples_per_second_per_rank = 0.0;
@@ -152,6 +153,7 @@ class Trainer {
   StepTimes times_;
   uint64_t stale_dropped_ = 0;
   absl::Time run_start_;
+  double validation_seconds_ = 0.0;
 };
 
 }  // namespace mpilearn::worker

@@ -1,12 +1,17 @@
 // mpilearn-worker: one rank of a training group, started by mpirun.
 //
 //   mpirun -np 2 mpilearn-worker --master HOST:PORT [--job SPEC.json | --job_id ID]
+//   mpirun -np 2 mpilearn-worker --master HOST:PORT --role validate [--jobs ID,ID]
 //
 // Rank 0 (the leader) obtains the job from the master and broadcasts it;
-// every rank loads its data, builds the model and runs the Trainer.
+// every rank loads its data, builds the model and runs the Trainer. With
+// --role validate the ranks form a validation pool (validation_pool.h)
+// instead.
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -19,6 +24,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "common/master_client.h"
 #include "common/master_connection.h"
@@ -28,6 +34,7 @@
 #include "worker/local_master.h"
 #include "worker/mpi_group.h"
 #include "worker/trainer.h"
+#include "worker/validation_pool.h"
 
 ABSL_FLAG(std::string, master, "",
           "host:port of mpilearn-master (required).");
@@ -53,6 +60,19 @@ ABSL_FLAG(std::string, summary_json, "",
 ABSL_FLAG(int, slowdown_ms_per_batch, 0,
           "Testing aid: sleep this long after every batch (a slow group).");
 ABSL_FLAG(double, rpc_timeout_s, 120, "Deadline of each call to the master.");
+ABSL_FLAG(std::string, role, "train",
+          "train: a training group; validate: a validation pool, validating "
+          "the weight snapshots the master publishes (the job spec's "
+          "`snapshots`) until SIGTERM/SIGINT.");
+ABSL_FLAG(std::string, jobs, "",
+          "--role validate: comma-separated job ids to validate; empty "
+          "validates every job, including later ones.");
+ABSL_FLAG(double, exit_when_idle_s, 0,
+          "--role validate: exit after this many seconds without a snapshot "
+          "(0: never).");
+ABSL_FLAG(std::string, pool_label, "",
+          "--role validate: the pool's name in validation records (\"pool "
+          "LABEL\"); default HOST:PID of the leader.");
 
 namespace mpilearn::worker {
 namespace {
@@ -137,20 +157,88 @@ void WriteSummary(const v1::RegisterGroupResponse& registration, int ranks,
   std::fprintf(out,
                "{\"mode\": \"%s\", \"ranks\": %d, \"job_id\": \"%s\", "
                "\"samples_per_s\": %.3f, \"samples_per_s_per_rank\": %.3f, "
-               "\"epoch_s\": %.4f, \"train_s\": %.4f, \"units\": %llu, "
+               "\"epoch_s\": %.4f, \"train_s\": %.4f, \"validation_s\": %.4f, "
+               "\"total_s\": %.4f, \"units\": %llu, "
                "\"samples\": %lld, \"stale_dropped\": %llu, "
                "\"share\": {\"data\": %.4f, \"compute\": %.4f, "
                "\"master\": %.4f, \"mpi\": %.4f}, \"test_accuracy\": %.4f}\n",
                local ? "local" : registration.spec().algorithm().c_str(), ranks,
                registration.job_id().c_str(), result.samples_per_second,
                result.samples_per_second_per_rank, result.train_seconds / epochs,
-               result.train_seconds, static_cast<unsigned long long>(result.units),
+               result.train_seconds, result.validation_seconds, result.seconds,
+               static_cast<unsigned long long>(result.units),
                static_cast<long long>(result.samples),
                static_cast<unsigned long long>(result.stale_dropped),
                share(result.times.data), share(result.times.compute),
                share(result.times.master), share(result.times.mpi),
                result.test.accuracy);
   std::fclose(out);
+}
+
+// Set by SIGTERM/SIGINT in a validation pool; the pool's leader polls it.
+std::atomic<bool> stop_requested{false};
+
+void RequestStop(int) { stop_requested = true; }
+
+// --role validate: every rank runs the pool; the leader alone talks to the
+// master. Returns the process's exit code.
+int RunValidationPool(Collectives& group, const std::string& tag) {
+  std::signal(SIGTERM, RequestStop);
+  std::signal(SIGINT, RequestStop);
+  std::unique_ptr<MasterClient> master;
+  absl::Status connected = absl::OkStatus();
+  if (group.rank() == 0) {
+    MasterClient::Options client_options;
+    client_options.connect_timeout =
+        absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+    client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+    auto client = MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
+    if (client.ok()) {
+      master = std::move(client).value();
+    } else {
+      connected = client.status();
+    }
+  }
+  std::vector<double> unreachable = {connected.ok() ? 0.0 : 1.0};
+  group.AllreduceSum(absl::MakeSpan(unreachable));
+  if (unreachable[0] > 0) {
+    if (!connected.ok()) {
+      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
+                   std::string(connected.message()).c_str());
+    }
+    return 1;
+  }
+
+  ValidationPoolOptions options;
+  for (absl::string_view id :
+       absl::StrSplit(absl::GetFlag(FLAGS_jobs), ',', absl::SkipWhitespace())) {
+    options.job_ids.emplace_back(id);
+  }
+  options.label = absl::GetFlag(FLAGS_pool_label);
+  if (options.label.empty()) options.label = absl::StrCat(HostName(), ":", getpid());
+  const double idle_s = absl::GetFlag(FLAGS_exit_when_idle_s);
+  if (idle_s > 0) options.exit_when_idle = absl::Seconds(idle_s);
+  options.stop_requested = &stop_requested;
+  ValidationPool pool(group, master.get(), options);
+  absl::StatusOr<ValidationPoolResult> result = pool.Run();
+  if (!result.ok()) {
+    if (group.rank() == 0 ||
+        result.status().code() != absl::StatusCode::kAborted) {
+      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
+                   std::string(result.status().message()).c_str());
+    }
+    return 1;
+  }
+  if (group.rank() == 0) {
+    std::printf("pool %s: validated %lld snapshot(s)%s\n", options.label.c_str(),
+                static_cast<long long>(result->validated),
+                result->failed > 0
+                    ? absl::StrCat(", ", result->failed, " skipped or unreported")
+                          .c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+  return 0;
 }
 
 int Main(int argc, char** argv) {
@@ -166,6 +254,7 @@ int Main(int argc, char** argv) {
       "  mpirun -np 2 mpilearn-worker --master 127.0.0.1:7070 --job spec.json\n"
       "  mpirun -np 4 mpilearn-worker --master HOST:7070   # next queued job\n"
       "  mpilearn-worker --local --job spec.json   # one process, no master\n"
+      "  mpirun -np 2 mpilearn-worker --master HOST:7070 --role validate\n"
       "\n"
       "The job spec format is in docs/protocol.md; examples in docs/examples/.");
   absl::ParseCommandLine(argc, argv);
@@ -173,6 +262,20 @@ int Main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
 
   const bool local = absl::GetFlag(FLAGS_local);
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role != "train" && role != "validate") {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --role must be 'train' or 'validate', got '%s'\n",
+                 role.c_str());
+    return 2;
+  }
+  if (role == "validate" && (local || !absl::GetFlag(FLAGS_job).empty() ||
+                             !absl::GetFlag(FLAGS_job_id).empty())) {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --role validate takes --jobs ID,ID (or none "
+                 "for every job), not --local, --job or --job_id\n");
+    return 2;
+  }
   if (local && absl::GetFlag(FLAGS_job).empty()) {
     std::fprintf(stderr, "mpilearn-worker: --local needs --job SPEC.json\n");
     return 2;
@@ -205,6 +308,7 @@ int Main(int argc, char** argv) {
   }
   torch::set_num_threads(threads);
   SetBlasThreads(threads);
+  if (role == "validate") return RunValidationPool(group, tag);
 
   // Every rank talks to the master (downpour pushes from each rank).
   std::unique_ptr<MasterConnection> master;

@@ -1,0 +1,329 @@
+#include "worker/validation_pool.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "glog/logging.h"
+#include "worker/model.h"
+
+namespace mpilearn::worker {
+namespace {
+
+// How often the leader's helper thread looks at the stop flag.
+constexpr absl::Duration kStopPollPeriod = absl::Milliseconds(100);
+
+torch::Tensor SummedCrossEntropy(const torch::Tensor& logits,
+                                 const torch::Tensor& y) {
+  return torch::nn::functional::cross_entropy(
+      logits, y,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+// True on every rank if `ok` holds on every rank.
+bool AllRanksOk(Collectives& group, bool ok) {
+  double failed[1] = {ok ? 0.0 : 1.0};
+  group.AllreduceSum(absl::MakeSpan(failed, 1));
+  return failed[0] == 0;
+}
+
+}  // namespace
+
+ValidationPool::ValidationPool(Collectives& group, MasterClient* master,
+                               ValidationPoolOptions options)
+    : group_(group),
+      master_(master),
+      options_(std::move(options)),
+      tag_(absl::StrCat("[pool ", options_.label, " rank ", group.rank(), "/",
+                        group.size(), "] ")) {
+  CHECK(group_.rank() != 0 || master_ != nullptr)
+      << "the pool's leader needs a master connection";
+}
+
+ValidationPool::~ValidationPool() = default;
+
+void ValidationPool::Stop() {
+  absl::MutexLock lock(&mu_);
+  stop_ = true;
+  wake_.SignalAll();
+}
+
+void ValidationPool::WatchForStop() {
+  absl::MutexLock lock(&mu_);
+  while (!finished_) {
+    const bool flagged = options_.stop_requested != nullptr &&
+                         options_.stop_requested->load();
+    const absl::Time now = absl::Now();
+    const absl::Time idle_deadline = waiting_since_ + options_.exit_when_idle;
+    if (stop_ || flagged || now >= idle_deadline) {
+      if (!stop_ && !flagged) {
+        LOG(INFO) << tag_ << "no snapshot for "
+                  << absl::FormatDuration(options_.exit_when_idle)
+                  << "; stopping";
+      } else {
+        LOG(INFO) << tag_ << "asked to stop";
+      }
+      stop_ = true;
+      stream_->Cancel();
+      return;
+    }
+    absl::Time deadline = std::min(idle_deadline, now + kStopPollPeriod);
+    wake_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+std::string ValidationPool::NextMessage(std::vector<std::vector<float>>* weights) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return "S";
+    waiting_since_ = absl::Now();
+    wake_.SignalAll();
+  }
+  v1::SnapshotHeader header;
+  absl::StatusOr<bool> got = stream_->Next(&header, weights);
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_since_ = absl::InfiniteFuture();
+  }
+  if (!got.ok()) {
+    return absl::StrCat("E", "lost the snapshot stream: ", got.status().message());
+  }
+  if (!*got) return "S";
+  return "V" + header.SerializeAsString();
+}
+
+ValidationPool::JobState ValidationPool::LoadJob(const v1::JobSpec& spec) {
+  JobState job;
+  absl::StatusOr<DatasetSplits> splits = LoadDatasets(spec.data());
+  if (!splits.ok()) {
+    job.error = splits.status();
+    return job;
+  }
+  if (splits->validation.size() == 0) {
+    job.error = absl::FailedPreconditionError(
+        "the job has no validation set (data.validation_count is 0 and no "
+        "validation files)");
+    return job;
+  }
+  // Keep only this rank's shard, copied so the training images go.
+  const Dataset shard = Shard(splits->validation, group_.rank(), group_.size());
+  if (shard.size() > 0) {
+    job.shard.images = shard.images.clone();
+    job.shard.labels = shard.labels.clone();
+  }
+  const auto sizes = splits->validation.images.sizes();
+  absl::StatusOr<torch::nn::Sequential> model = BuildModel(
+      spec.model(), sizes[1], sizes[2], sizes[3], splits->num_classes);
+  if (!model.ok()) {
+    job.error = model.status();
+    return job;
+  }
+  job.model = std::move(model).value();
+  job.model->eval();
+  job.params = ModelParameters(job.model);
+  const std::vector<std::string> names = ModelParameterNames(job.model);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& p : job.params) {
+    TORCH_CHECK(p.is_contiguous() && p.scalar_type() == torch::kFloat32);
+    shapes.emplace_back(p.sizes().begin(), p.sizes().end());
+  }
+  job.layout = MakeFloat32Header(0, names, shapes);
+  return job;
+}
+
+ValidationPool::JobState& ValidationPool::PrepareJob(
+    const v1::SnapshotHeader& header) {
+  auto it = jobs_.find(header.job_id());
+  if (it == jobs_.end()) {
+    if (static_cast<int>(jobs_.size()) >= std::max(1, options_.max_cached_jobs)) {
+      auto oldest = std::min_element(
+          jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
+            return a.second.last_used < b.second.last_used;
+          });
+      jobs_.erase(oldest);
+    }
+    JobState job = LoadJob(header.spec());
+    // Every rank must be able to validate, or none does.
+    if (!AllRanksOk(group_, job.error.ok()) && job.error.ok()) {
+      job.error = absl::AbortedError("another rank could not load the job");
+    }
+    if (!job.error.ok() && leader()) {
+      LOG(WARNING) << tag_ << "cannot validate job " << header.job_id() << ": "
+                   << job.error;
+    }
+    it = jobs_.emplace(header.job_id(), std::move(job)).first;
+  }
+  JobState& job = it->second;
+  job.last_used = ++uses_;
+  return job;
+}
+
+ValidationPool::Metrics ValidationPool::Validate(
+    JobState& job, const std::vector<std::vector<float>>& weights) {
+  torch::NoGradGuard no_grad;
+  // The leader holds the weights; every rank receives them into its model.
+  for (size_t i = 0; i < job.params.size(); ++i) {
+    torch::Tensor& p = job.params[i];
+    absl::Span<float> view(p.data_ptr<float>(), p.numel());
+    if (leader()) std::memcpy(view.data(), weights[i].data(), view.size() * sizeof(float));
+    group_.Broadcast(view, 0);
+  }
+  // Trainer::Evaluate's sums: loss sum, correct, samples.
+  double sums[3] = {0, 0, 0};
+  for (int64_t begin = 0; begin < job.shard.size();
+       begin += options_.eval_batch_size) {
+    const int64_t end =
+        std::min(job.shard.size(), begin + options_.eval_batch_size);
+    torch::Tensor x = job.shard.images.slice(0, begin, end);
+    torch::Tensor y = job.shard.labels.slice(0, begin, end);
+    torch::Tensor logits = job.model->forward(x);
+    sums[0] += SummedCrossEntropy(logits, y).item<double>();
+    sums[1] += logits.argmax(1).eq(y).sum().item<double>();
+    sums[2] += static_cast<double>(end - begin);
+  }
+  group_.AllreduceSum(absl::MakeSpan(sums, 3));
+  Metrics metrics;
+  metrics.samples = static_cast<int64_t>(sums[2]);
+  if (sums[2] > 0) {
+    metrics.loss = sums[0] / sums[2];
+    metrics.accuracy = sums[1] / sums[2];
+  }
+  return metrics;
+}
+
+bool ValidationPool::Report(const v1::SnapshotHeader& header,
+                            const Metrics& metrics) {
+  v1::ReportValidationRequest request;
+  request.set_job_id(header.job_id());
+  v1::ValidationRecord* record = request.mutable_record();
+  record->set_version(header.weights().version());
+  record->set_epoch(header.epoch());
+  record->set_val_loss(metrics.loss);
+  record->set_val_accuracy(metrics.accuracy);
+  record->set_samples(metrics.samples);
+  record->set_source("pool " + options_.label);
+  record->set_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  absl::StatusOr<v1::JobState> state = master_->ReportValidation(request);
+  if (!state.ok()) {
+    LOG(WARNING) << tag_ << "could not report the validation of job "
+                 << header.job_id() << " v" << header.weights().version()
+                 << ": " << state.status();
+  }
+  if (options_.print) {
+    std::printf("validated %s v%llu (epoch %d): val_loss=%.4f val_acc=%.4f%s%s\n",
+                header.job_id().c_str(),
+                static_cast<unsigned long long>(header.weights().version()),
+                header.epoch(), metrics.loss, metrics.accuracy,
+                header.skipped() > 0
+                    ? absl::StrCat(" [skipped ", header.skipped(), "]").c_str()
+                    : "",
+                state.ok() ? "" : " (not recorded)");
+    std::fflush(stdout);
+  }
+  return state.ok();
+}
+
+absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
+  // The leader subscribes; every rank learns whether it could.
+  std::string subscribed;
+  if (leader()) {
+    v1::SubscribeSnapshotsRequest request;
+    for (const std::string& id : options_.job_ids) request.add_job_ids(id);
+    request.set_subscriber("pool " + options_.label);
+    absl::StatusOr<std::unique_ptr<SnapshotStream>> stream =
+        master_->SubscribeSnapshots(request);
+    if (stream.ok()) {
+      stream_ = std::move(stream).value();
+    } else {
+      subscribed = std::string(stream.status().message());
+      if (subscribed.empty()) subscribed = stream.status().ToString();
+    }
+  }
+  group_.Broadcast(&subscribed, 0);
+  if (!subscribed.empty()) {
+    return leader() ? absl::UnavailableError(
+                          absl::StrCat("cannot subscribe to snapshots: ", subscribed))
+                    : absl::AbortedError("the leader could not subscribe");
+  }
+  if (leader()) {
+    LOG(INFO) << tag_ << "subscribed to "
+              << (options_.job_ids.empty()
+                      ? std::string("every job")
+                      : absl::StrCat(options_.job_ids.size(), " job(s)"));
+    if (options_.print) {
+      std::printf("pool %s: %d rank(s), waiting for snapshots\n",
+                  options_.label.c_str(), group_.size());
+      std::fflush(stdout);
+    }
+  }
+  std::thread watcher;
+  if (leader()) watcher = std::thread([this] { WatchForStop(); });
+
+  ValidationPoolResult result;
+  absl::Status outcome = absl::OkStatus();
+  std::vector<std::vector<float>> weights;  // the leader's received copy
+  while (true) {
+    std::string message = leader() ? NextMessage(&weights) : std::string();
+    group_.Broadcast(&message, 0);
+    if (message.empty() || message[0] == 'S') break;
+    if (message[0] == 'E') {
+      outcome = leader() ? absl::UnavailableError(message.substr(1))
+                         : absl::AbortedError("the leader's snapshot stream failed");
+      break;
+    }
+    v1::SnapshotHeader header;
+    if (!header.ParseFromArray(message.data() + 1,
+                               static_cast<int>(message.size() - 1))) {
+      outcome = absl::InternalError("could not parse a broadcast snapshot header");
+      break;
+    }
+    JobState& job = PrepareJob(header);
+    bool usable = job.error.ok();
+    if (usable && leader()) {
+      absl::Status fits = CheckSameLayout(job.layout, header.weights());
+      if (!fits.ok()) {
+        LOG(WARNING) << tag_ << "job " << header.job_id() << " v"
+                     << header.weights().version()
+                     << ": the snapshot does not fit the model its spec "
+                        "builds: "
+                     << fits;
+        usable = false;
+      }
+    }
+    std::string go = usable ? "1" : "0";
+    group_.Broadcast(&go, 0);
+    if (go != "1") {
+      ++result.failed;
+      continue;
+    }
+    const Metrics metrics = Validate(job, weights);
+    if (leader()) {
+      if (Report(header, metrics)) {
+        ++result.validated;
+      } else {
+        ++result.failed;
+      }
+    }
+  }
+
+  if (leader()) {
+    {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      wake_.SignalAll();
+    }
+    watcher.join();
+    stream_.reset();
+    LOG(INFO) << tag_ << "validated " << result.validated << " snapshot(s), "
+              << result.failed << " skipped or unreported";
+  }
+  if (!outcome.ok()) return outcome;
+  return result;
+}
+
+}  // namespace mpilearn::worker
