@@ -6,6 +6,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "glog/logging.h"
 
 namespace mpilearn {
 namespace {
@@ -116,6 +117,11 @@ absl::Status MasterClient::Annotate(const grpc::Status& status) const {
   return AnnotateStatus(address_, status);
 }
 
+void MasterClient::LogReconnecting(const absl::Status& status) const {
+  LOG(WARNING) << status.message() << "; retrying for up to "
+               << absl::FormatDuration(options_.reconnect_timeout);
+}
+
 absl::StatusOr<std::string> MasterClient::SubmitJob(const v1::JobSpec& spec) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
@@ -133,56 +139,62 @@ absl::StatusOr<bool> MasterClient::InitWeights(
     const std::string& job_id, const std::string& group_id,
     const v1::TensorSetHeader& header,
     absl::Span<const absl::Span<const float>> values) {
-  auto context = NewContext();
-  v1::InitWeightsResponse response;
-  auto writer = stub_->InitWeights(context.get(), &response);
-  absl::Status sent = WriteTensorStream<v1::InitWeightsRequest>(
-      *writer,
-      [&](v1::InitWeightsRequest& request) {
-        request.mutable_header()->set_job_id(job_id);
-        request.mutable_header()->set_group_id(group_id);
-        *request.mutable_header()->mutable_weights() = header;
-      },
-      values);
-  writer->WritesDone();
-  grpc::Status status = writer->Finish();
-  if (!status.ok()) return Annotate(status);
-  MPILEARN_RETURN_IF_ERROR(sent);
-  return response.accepted();
+  return Retrying([&]() -> absl::StatusOr<bool> {
+    auto context = NewContext();
+    v1::InitWeightsResponse response;
+    auto writer = stub_->InitWeights(context.get(), &response);
+    absl::Status sent = WriteTensorStream<v1::InitWeightsRequest>(
+        *writer,
+        [&](v1::InitWeightsRequest& request) {
+          request.mutable_header()->set_job_id(job_id);
+          request.mutable_header()->set_group_id(group_id);
+          *request.mutable_header()->mutable_weights() = header;
+        },
+        values);
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    if (!status.ok()) return Annotate(status);
+    MPILEARN_RETURN_IF_ERROR(sent);
+    return response.accepted();
+  });
 }
 
 absl::StatusOr<uint64_t> MasterClient::PushGradient(
     const v1::PushGradientRequest::Header& header,
     absl::Span<const absl::Span<const float>> gradient,
     absl::Span<const absl::Span<float>> weights) {
-  auto context = NewContext();
-  auto stream = stub_->PushGradient(context.get());
-  absl::Status sent = WriteTensorStream<v1::PushGradientRequest>(
-      *stream,
-      [&](v1::PushGradientRequest& request) {
-        *request.mutable_header() = header;
-      },
-      gradient);
-  stream->WritesDone();
-  absl::StatusOr<uint64_t> version =
-      sent.ok() ? ReadWeightsStream(*stream, weights) : sent;
-  grpc::Status status = stream->Finish();
-  if (!status.ok()) return Annotate(status);
-  return version;
+  return Retrying([&]() -> absl::StatusOr<uint64_t> {
+    auto context = NewContext();
+    auto stream = stub_->PushGradient(context.get());
+    absl::Status sent = WriteTensorStream<v1::PushGradientRequest>(
+        *stream,
+        [&](v1::PushGradientRequest& request) {
+          *request.mutable_header() = header;
+        },
+        gradient);
+    stream->WritesDone();
+    absl::StatusOr<uint64_t> version =
+        sent.ok() ? ReadWeightsStream(*stream, weights) : sent;
+    grpc::Status status = stream->Finish();
+    if (!status.ok()) return Annotate(status);
+    return version;
+  });
 }
 
 absl::StatusOr<uint64_t> MasterClient::PullWeights(
     const std::string& job_id, const std::string& group_id,
     absl::Span<const absl::Span<float>> weights) {
-  auto context = NewContext();
-  v1::PullWeightsRequest request;
-  request.set_job_id(job_id);
-  request.set_group_id(group_id);
-  auto reader = stub_->PullWeights(context.get(), request);
-  absl::StatusOr<uint64_t> version = ReadWeightsStream(*reader, weights);
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return Annotate(status);
-  return version;
+  return Retrying([&]() -> absl::StatusOr<uint64_t> {
+    auto context = NewContext();
+    v1::PullWeightsRequest request;
+    request.set_job_id(job_id);
+    request.set_group_id(group_id);
+    auto reader = stub_->PullWeights(context.get(), request);
+    absl::StatusOr<uint64_t> version = ReadWeightsStream(*reader, weights);
+    grpc::Status status = reader->Finish();
+    if (!status.ok()) return Annotate(status);
+    return version;
+  });
 }
 
 absl::StatusOr<v1::NextDataUnitResponse> MasterClient::NextDataUnit(

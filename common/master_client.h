@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "grpcpp/grpcpp.h"
@@ -87,6 +88,11 @@ class MasterClient final : public MasterConnection {
     absl::Duration connect_timeout = absl::Seconds(10);
     // Deadline of each call.
     absl::Duration rpc_timeout = absl::Seconds(120);
+    // How long a call keeps retrying while the master is unreachable
+    // (UNAVAILABLE: restarting, network blip), with backoff from 0.1 s to
+    // 2 s. 0 = fail at once. A retried PushGradient may be applied twice if
+    // the master applied it but the reply was lost (at-least-once).
+    absl::Duration reconnect_timeout = absl::ZeroDuration();
   };
 
   // UNAVAILABLE with a hint when nothing answers at `address` in time.
@@ -153,18 +159,45 @@ class MasterClient final : public MasterConnection {
 
   using Stub = v1::Master::StubInterface;
 
+  // Runs `attempt` again while it fails with UNAVAILABLE, for up to
+  // Options::reconnect_timeout.
+  template <typename Attempt>
+  auto Retrying(Attempt attempt) -> decltype(attempt()) {
+    const absl::Time give_up = absl::Now() + options_.reconnect_timeout;
+    absl::Duration backoff = absl::Milliseconds(100);
+    bool logged = false;
+    while (true) {
+      auto result = attempt();
+      if (result.ok() || result.status().code() != absl::StatusCode::kUnavailable ||
+          absl::Now() + backoff > give_up) {
+        return result;
+      }
+      if (!logged) {
+        LogReconnecting(result.status());
+        logged = true;
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+    }
+  }
+
   // One unary call with the deadline set and the status annotated.
   template <typename Request, typename Response>
   absl::StatusOr<Response> Call(
       grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
                                    Response*),
       const Request& request) {
-    Response response;
-    auto context = NewContext();
-    grpc::Status status = (stub_.get()->*method)(context.get(), request, &response);
-    if (!status.ok()) return Annotate(status);
-    return response;
+    return Retrying([&]() -> absl::StatusOr<Response> {
+      Response response;
+      auto context = NewContext();
+      grpc::Status status =
+          (stub_.get()->*method)(context.get(), request, &response);
+      if (!status.ok()) return Annotate(status);
+      return response;
+    });
   }
+
+  void LogReconnecting(const absl::Status& status) const;
 
   // A context with the call deadline set.
   std::unique_ptr<grpc::ClientContext> NewContext() const;

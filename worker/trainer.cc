@@ -56,6 +56,20 @@ torch::Tensor SummedCrossEntropy(const torch::Tensor& logits, const torch::Tenso
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
+}  // namespace
+
+bool IsGroupUnknown(const absl::Status& status) {
+  // Non-leader ranks see the leader's message inside an ABORTED status.
+  const bool code_fits = status.code() == absl::StatusCode::kNotFound ||
+                         status.code() == absl::StatusCode::kFailedPrecondition ||
+                         status.code() == absl::StatusCode::kAborted;
+  return code_fits && (absl::StrContains(status.message(), "RegisterGroup first") ||
+                       absl::StrContains(status.message(), "is not an active group") ||
+                       absl::StrContains(status.message(), "was declared lost"));
+}
+
+namespace {
+
 bool IsStaleRejection(const absl::Status& status) {
   return status.code() == absl::StatusCode::kAborted &&
          absl::StrContains(status.message(), "stale update");
@@ -182,6 +196,13 @@ absl::Status Trainer::Push(v1::UpdateKind kind,
                                   registration_.group_id(), reply);
   }
   times_.master += SecondsSince(start);
+  if (!version.ok() && IsGroupUnknown(version.status())) {
+    // The master no longer knows this group (it restarted, or declared the
+    // group lost). Drop the update; the leader's next data-unit request
+    // fails the same way, and the whole group re-registers together.
+    VLOG(1) << "[rank " << group_.rank() << "] " << version.status().message();
+    return absl::OkStatus();
+  }
   if (!version.ok()) return version.status();
   version_ = *version;
   return absl::OkStatus();

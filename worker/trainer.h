@@ -91,6 +91,12 @@ struct TrainResult {
   double samples_per_second_per_rank = 0.0;
 };
 
+// True for the master's answer to a group it does not know (any more): after
+// a master restart, or once it declared the group lost. The group recovers
+// by registering again (on every rank the message says so: the leader's
+// status is broadcast).
+bool IsGroupUnknown(const absl::Status& status);
+
 class Trainer {
  public:
   Trainer(Collectives& group, MasterConnection& master,

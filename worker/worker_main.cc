@@ -60,6 +60,10 @@ ABSL_FLAG(std::string, summary_json, "",
 ABSL_FLAG(int, slowdown_ms_per_batch, 0,
           "Testing aid: sleep this long after every batch (a slow group).");
 ABSL_FLAG(double, rpc_timeout_s, 120, "Deadline of each call to the master.");
+ABSL_FLAG(double, reconnect_timeout_s, 300,
+          "How long calls keep retrying while the master is unreachable "
+          "(restarting); the group then registers again and continues from "
+          "the master's last checkpoint.");
 ABSL_FLAG(std::string, role, "train",
           "train: a training group; validate: a validation pool, validating "
           "the weight snapshots the master publishes (the job spec's "
@@ -95,16 +99,20 @@ std::string HostName() {
 
 // Leader: submits (--job) and registers; the result is broadcast so every
 // rank sees the same registration or the same error.
-absl::StatusOr<v1::RegisterGroupResponse> ObtainJob(Collectives& group,
-                                                    MasterConnection& master) {
+//
+// `rejoin_job` non-empty: register again with that job (the master
+// restarted or declared the group lost), submitting nothing.
+absl::StatusOr<v1::RegisterGroupResponse> ObtainJob(
+    Collectives& group, MasterConnection& master,
+    const std::string& rejoin_job = "") {
   std::string payload;  // "E<message>" or "R<serialized response>"
   if (group.rank() == 0) {
     auto obtain = [&]() -> absl::StatusOr<v1::RegisterGroupResponse> {
       v1::RegisterGroupRequest request;
-      request.set_job_id(absl::GetFlag(FLAGS_job_id));
+      request.set_job_id(rejoin_job.empty() ? absl::GetFlag(FLAGS_job_id) : rejoin_job);
       request.set_ranks(group.size());
       request.set_host(HostName());
-      if (!absl::GetFlag(FLAGS_job).empty()) {
+      if (rejoin_job.empty() && !absl::GetFlag(FLAGS_job).empty()) {
         MPILEARN_ASSIGN_OR_RETURN(v1::JobSpec spec,
                                   ReadJobSpecFile(absl::GetFlag(FLAGS_job)));
         MPILEARN_ASSIGN_OR_RETURN(std::string job_id, master.SubmitJob(spec));
@@ -192,6 +200,8 @@ int RunValidationPool(Collectives& group, const std::string& tag) {
     client_options.connect_timeout =
         absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
     client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+    client_options.reconnect_timeout =
+        absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
     auto client = MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
     if (client.ok()) {
       master = std::move(client).value();
@@ -327,6 +337,8 @@ int Main(int argc, char** argv) {
     client_options.connect_timeout =
         absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
     client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+    client_options.reconnect_timeout =
+        absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
     auto client = MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
     if (client.ok()) {
       master = std::move(client).value();
@@ -353,7 +365,7 @@ int Main(int argc, char** argv) {
     }
     return 1;
   }
-  const std::string& job_id = registration->job_id();
+  const std::string job_id = registration->job_id();
   if (group.rank() == 0) {
     const v1::JobSpec& spec = registration->spec();
     std::string update_rule;
@@ -397,9 +409,35 @@ int Main(int argc, char** argv) {
 
   TrainerOptions trainer_options;
   trainer_options.slowdown_ms_per_batch = absl::GetFlag(FLAGS_slowdown_ms_per_batch);
-  Trainer trainer(group, *master, *registration, std::move(data).value(),
-                  trainer_options);
-  absl::StatusOr<TrainResult> result = trainer.Run();
+  // A group the master stops knowing (it restarted from a checkpoint, or
+  // declared the group lost during a long outage) registers again and goes
+  // on from the master's weights; every rank sees the same status, so the
+  // whole group does this together.
+  const DatasetSplits splits = std::move(data).value();
+  absl::StatusOr<TrainResult> result;
+  for (int rejoins = 0;; ++rejoins) {
+    Trainer trainer(group, *master, *registration, splits, trainer_options);
+    result = trainer.Run();
+    if (result.ok() || !IsGroupUnknown(result.status()) || rejoins >= 100) break;
+    if (group.rank() == 0) {
+      std::printf("group %s: %s; registering again\n",
+                  registration->group_id().c_str(),
+                  std::string(result.status().message()).c_str());
+      std::fflush(stdout);
+    }
+    absl::StatusOr<v1::RegisterGroupResponse> again =
+        ObtainJob(group, *master, job_id);
+    if (!again.ok()) {
+      result = again.status();
+      break;
+    }
+    registration = std::move(again);
+    if (group.rank() == 0) {
+      std::printf("job %s: rejoined as group %s\n", job_id.c_str(),
+                  registration->group_id().c_str());
+      std::fflush(stdout);
+    }
+  }
   if (!result.ok()) {
     // Aborted: every rank stopped together on the leader's word. Anything
     // else happened on this rank alone, and the others may be waiting in a
