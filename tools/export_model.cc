@@ -59,6 +59,7 @@
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "server/job_store.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/model.h"
 
@@ -186,11 +187,16 @@ absl::StatusOr<Float32Tensors> ReadWeightsFile(const std::string& path) {
   MPILEARN_ASSIGN_OR_RETURN(const std::string bytes,
                             ReadFile(path, "weights file"));
   v1::TensorSet set;
-  if (!set.ParseFromString(bytes)) {
+  if (absl::EndsWith(bytes, "MLCK")) {
+    // A checkpoint (best.pb, checkpoints/ckpt-*.pb): checksum-verified.
+    MPILEARN_ASSIGN_OR_RETURN(v1::JobCheckpointFile checkpoint,
+                              server::DecodeCheckpoint(bytes, path));
+    set = checkpoint.weights();
+  } else if (!set.ParseFromString(bytes)) {
     return absl::DataLossError(absl::StrCat(
         "weights file '", path,
-        "' is not a serialized mpilearn.v1.TensorSet (corrupt or another "
-        "format)"));
+        "' is neither a serialized mpilearn.v1.TensorSet nor a checkpoint "
+        "(corrupt or another format)"));
   }
   absl::StatusOr<Float32Tensors> tensors = FromTensorSet(set);
   if (!tensors.ok()) {

@@ -17,6 +17,7 @@
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/job_store.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/model.h"
 
@@ -224,6 +225,30 @@ TEST_F(ExportModelTest, WeightsPathExportsThatFile) {
   ExpectParametersEqual(loaded, other);
 }
 
+TEST_F(ExportModelTest, BestCheckpointIsExported) {
+  // best.pb is a checkpoint (checksummed JobCheckpointFile), not a bare
+  // TensorSet: the tool reads its weights.
+  const torch::nn::Sequential best = Build(spec_, /*seed=*/5);
+  v1::JobCheckpointFile checkpoint;
+  *checkpoint.mutable_weights() = ToWeights(best);
+  WriteFile(absl::StrCat(job_dir_, "/best.pb"),
+            server::EncodeCheckpoint(checkpoint).value());
+  const RunResult run = RunExport(
+      Args({"--out", out_, "--weights", "best", "--num_classes", "4"}));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  torch::nn::Sequential loaded = Build(spec_, /*seed=*/2);
+  torch::load(loaded, out_);
+  ExpectParametersEqual(loaded, best);
+
+  // A flipped byte fails the checksum and says so.
+  std::string bytes = server::EncodeCheckpoint(checkpoint).value();
+  bytes[bytes.size() / 2] ^= 0x5a;
+  WriteFile(absl::StrCat(job_dir_, "/best.pb"), bytes);
+  const RunResult corrupt = RunExport(
+      Args({"--out", out_, "--weights", "best", "--num_classes", "4"}));
+  EXPECT_EQ(corrupt.exit_code, 1) << corrupt.output;
+}
+
 TEST_F(ExportModelTest, SpecThatDoesNotFitTheWeightsNamesTheTensor) {
   WriteFile(absl::StrCat(job_dir_, "/spec.json"), JobSpecToJson(MlpSpec(32)));
   const RunResult run = RunExport(Args({"--out", out_}));
@@ -264,7 +289,7 @@ TEST_F(ExportModelTest, CorruptWeightsAreReported) {
   WriteFile(absl::StrCat(job_dir_, "/weights.pb"), "not a tensor set");
   const RunResult run = RunExport(Args({"--out", out_}));
   EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("weights.pb' is not a serialized "
+  EXPECT_THAT(run.output, HasSubstr("weights.pb' is neither a serialized "
                                     "mpilearn.v1.TensorSet"));
 }
 
