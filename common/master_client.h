@@ -159,7 +159,7 @@ class MasterClient final : public MasterConnection {
 
   using Stub = v1::Master::StubInterface;
 
-  // Runs `attempt` again while it fails with UNAVAILABLE, for up to
+  // Runs `attempt` again while it fails with UNAVAILABLE or CANCELLED, for up to
   // Options::reconnect_timeout.
   template <typename Attempt>
   auto Retrying(Attempt attempt) -> decltype(attempt()) {
@@ -168,7 +168,12 @@ class MasterClient final : public MasterConnection {
     bool logged = false;
     while (true) {
       auto result = attempt();
-      if (result.ok() || result.status().code() != absl::StatusCode::kUnavailable ||
+      // UNAVAILABLE: the master is unreachable; CANCELLED: it shut down
+      // while the call was in flight. Both clear up when it is back.
+      const absl::StatusCode code =
+          result.ok() ? absl::StatusCode::kOk : result.status().code();
+      if ((code != absl::StatusCode::kUnavailable &&
+           code != absl::StatusCode::kCancelled) ||
           absl::Now() + backoff > give_up) {
         return result;
       }

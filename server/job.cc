@@ -230,14 +230,17 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     }
     return std::shared_ptr<const WeightsSnapshot>(weights_);
   }
+  // The group first: a group the job no longer has (lost, or unknown
+  // after a master restart, when the job is QUEUED again) must hear that
+  // it has to register again, not that the job is not running.
+  auto group = groups_.find(update.group_id);
+  if (group == groups_.end() || !group->second.alive) {
+    return InactiveGroupError(id_, update.group_id);
+  }
   if (state_ != v1::JOB_STATE_RUNNING) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id_, " is ", v1::JobState_Name(state_),
                      " and takes no more updates"));
-  }
-  auto group = groups_.find(update.group_id);
-  if (group == groups_.end() || !group->second.alive) {
-    return InactiveGroupError(id_, update.group_id);
   }
   if (update.kind != update_kind_) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -32,11 +32,11 @@ TEST(ResumeTest, KilledMasterRestartsFromCheckpointAndGroupFinishes) {
                             dir + "/group.log");
   ASSERT_TRUE(group.ok());
 
-  // Mid-training, with at least one checkpoint on disk.
+  // Mid-unit (both ranks pushing), with at least one checkpoint on disk.
   auto before = WaitForStatus(*client, job_id, absl::Seconds(120),
                               [](const v1::JobStatus& s) {
                                 return s.checkpoint_version() > 0 &&
-                                       s.epochs_done() >= 1;
+                                       s.updates_applied() >= 60;
                               });
   ASSERT_TRUE(before.ok()) << before.status() << (*group)->Log();
   ASSERT_LT(before->epochs_done(), kEpochs) << "too late to kill mid-training";

@@ -69,7 +69,7 @@ ABSL_FLAG(std::string, job_id, "",
           "The job to export, e.g. job-000042. "
           "Required.");
 ABSL_FLAG(std::string, weights, "final",
-          "final (jobs/<job_id>/weights.pb), best (jobs/<job_id>/best.pb), or "
+          "final (jobs/<job_id>/weights.pb), best (jobs/<job_id>/checkpoints/best.pb), or "
           "the path of any TensorSet file.");
 ABSL_FLAG(std::string, out, "", "File to write. Required.");
 ABSL_FLAG(std::string, format, "libtorch", "libtorch or tensors.");
@@ -98,7 +98,7 @@ constexpr char kUsage[] =
     "  --job_id JOB        job whose DIR/jobs/JOB/spec.json describes the\n"
     "                      model (required)\n"
     "  --weights W         final: DIR/jobs/JOB/weights.pb (default);\n"
-    "                      best: DIR/jobs/JOB/best.pb; anything else is the\n"
+    "                      best: DIR/jobs/JOB/checkpoints/best.pb; anything else is the\n"
     "                      path of a TensorSet file (write ./final for a\n"
     "                      file named 'final')\n"
     "  --out FILE          file to write (required); FILE.spec.json gets the\n"
@@ -223,7 +223,7 @@ absl::StatusOr<std::string> WeightsPath(const Options& options,
     return path;
   }
   if (options.weights == "best") {
-    const std::string path = absl::StrCat(job_dir, "/best.pb");
+    const std::string path = absl::StrCat(job_dir, "/checkpoints/best.pb");
     if (!Exists(path)) {
       return absl::NotFoundError(absl::StrCat(
           "job '", options.job_id, "' has no best weights: '", path,

@@ -231,7 +231,10 @@ TEST_F(ExportModelTest, BestCheckpointIsExported) {
   const torch::nn::Sequential best = Build(spec_, /*seed=*/5);
   v1::JobCheckpointFile checkpoint;
   *checkpoint.mutable_weights() = ToWeights(best);
-  WriteFile(absl::StrCat(job_dir_, "/best.pb"),
+  ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", ShellQuote(job_dir_),
+                                     "/checkpoints").c_str()),
+            0);
+  WriteFile(absl::StrCat(job_dir_, "/checkpoints/best.pb"),
             server::EncodeCheckpoint(checkpoint).value());
   const RunResult run = RunExport(
       Args({"--out", out_, "--weights", "best", "--num_classes", "4"}));
@@ -243,7 +246,7 @@ TEST_F(ExportModelTest, BestCheckpointIsExported) {
   // A flipped byte fails the checksum and says so.
   std::string bytes = server::EncodeCheckpoint(checkpoint).value();
   bytes[bytes.size() / 2] ^= 0x5a;
-  WriteFile(absl::StrCat(job_dir_, "/best.pb"), bytes);
+  WriteFile(absl::StrCat(job_dir_, "/checkpoints/best.pb"), bytes);
   const RunResult corrupt = RunExport(
       Args({"--out", out_, "--weights", "best", "--num_classes", "4"}));
   EXPECT_EQ(corrupt.exit_code, 1) << corrupt.output;
@@ -281,7 +284,7 @@ TEST_F(ExportModelTest, BestWithoutBestFileIsReported) {
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_THAT(run.output,
               HasSubstr(absl::StrCat("job '", kJob, "' has no best weights: '",
-                                     job_dir_, "/best.pb' does not exist")));
+                                     job_dir_, "/checkpoints/best.pb' does not exist")));
   EXPECT_FALSE(Exists(out_));
 }
 
