@@ -140,5 +140,41 @@ TEST(AlgorithmsTest, StalenessBoundRejectsAndCounts) {
   EXPECT_GE(run.status.history(0).val_accuracy(), 0.6);
 }
 
+// A target rule ends the job early: after the first epoch's validation
+// crosses it the job completes with a stop reason, the group that asks next
+// evaluates the test set, and the group ends cleanly.
+TEST(AlgorithmsTest, TargetRuleEndsTheJobAndItsGroup) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  v1::JobSpec spec = FashionMnistSubset("sync", kTrainLimit, 5);
+  spec.mutable_target()->set_metric("val_accuracy");
+  spec.mutable_target()->set_value(0.5);  // reached after the first epoch
+  const Trained run = TrainOnMaster(NewTempDir("target"), spec, 1);
+  EXPECT_EQ(run.status.state(), v1::JOB_STATE_COMPLETED) << run.status.message();
+  EXPECT_NE(run.status.stop_reason().find("target reached"), std::string::npos)
+      << run.status.stop_reason();
+  EXPECT_LT(run.status.epochs_done(), 5);
+  EXPECT_TRUE(run.status.has_test_accuracy());
+  EXPECT_GE(run.status.test_accuracy(), 0.5);
+  EXPECT_NE(run.log.find("test_accuracy="), std::string::npos) << run.log;
+}
+
+// Early stopping with patience 1 and a min_delta no validation loss can
+// beat (it would have to fall by more than 10): the first validation sets
+// the best, the second does not improve on it, and the job stops there.
+TEST(AlgorithmsTest, EarlyStoppingEndsTheJob) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  v1::JobSpec spec = FashionMnistSubset("sync", 6000, 12);
+  spec.mutable_early_stopping()->set_metric("val_loss");
+  spec.mutable_early_stopping()->set_patience(1);
+  spec.mutable_early_stopping()->set_min_delta(10.0);
+  const Trained run = TrainOnMaster(NewTempDir("early_stop"), spec, 1);
+  EXPECT_EQ(run.status.state(), v1::JOB_STATE_COMPLETED) << run.status.message();
+  EXPECT_NE(run.status.stop_reason().find("early stopping"), std::string::npos)
+      << run.status.stop_reason();
+  EXPECT_EQ(run.status.validations_size(), 2);
+  EXPECT_LT(run.status.epochs_done(), 12);
+  EXPECT_TRUE(run.status.has_test_accuracy());
+}
+
 }  // namespace
 }  // namespace mpilearn::testing
