@@ -188,6 +188,30 @@ std::atomic<bool> stop_requested{false};
 
 void RequestStop(int) { stop_requested = true; }
 
+// The gRPC client of --master with the connection flags applied.
+absl::StatusOr<std::unique_ptr<MasterClient>> ConnectFromFlags() {
+  MasterClient::Options options;
+  options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  options.reconnect_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
+  return MasterClient::Connect(absl::GetFlag(FLAGS_master), options);
+}
+
+// True on every rank when every rank's `connected` is OK; a rank whose
+// connection failed prints why.
+bool EveryRankConnected(Collectives& group, const absl::Status& connected,
+                        const std::string& tag) {
+  std::vector<double> unreachable = {connected.ok() ? 0.0 : 1.0};
+  group.AllreduceSum(absl::MakeSpan(unreachable));
+  if (unreachable[0] == 0) return true;
+  if (!connected.ok()) {
+    std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
+                 std::string(connected.message()).c_str());
+  }
+  return false;
+}
+
 // --role validate: every rank runs the pool; the leader alone talks to the
 // master. Returns the process's exit code.
 int RunValidationPool(Collectives& group, const std::string& tag) {
@@ -196,28 +220,14 @@ int RunValidationPool(Collectives& group, const std::string& tag) {
   std::unique_ptr<MasterClient> master;
   absl::Status connected = absl::OkStatus();
   if (group.rank() == 0) {
-    MasterClient::Options client_options;
-    client_options.connect_timeout =
-        absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-    client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
-    client_options.reconnect_timeout =
-        absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
-    auto client = MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
+    auto client = ConnectFromFlags();
     if (client.ok()) {
       master = std::move(client).value();
     } else {
       connected = client.status();
     }
   }
-  std::vector<double> unreachable = {connected.ok() ? 0.0 : 1.0};
-  group.AllreduceSum(absl::MakeSpan(unreachable));
-  if (unreachable[0] > 0) {
-    if (!connected.ok()) {
-      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
-                   std::string(connected.message()).c_str());
-    }
-    return 1;
-  }
+  if (!EveryRankConnected(group, connected, tag)) return 1;
 
   ValidationPoolOptions options;
   for (absl::string_view id :
@@ -333,28 +343,14 @@ int Main(int argc, char** argv) {
       connected = created.status();
     }
   } else {
-    MasterClient::Options client_options;
-    client_options.connect_timeout =
-        absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-    client_options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
-    client_options.reconnect_timeout =
-        absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
-    auto client = MasterClient::Connect(absl::GetFlag(FLAGS_master), client_options);
+    auto client = ConnectFromFlags();
     if (client.ok()) {
       master = std::move(client).value();
     } else {
       connected = client.status();
     }
   }
-  std::vector<double> unreachable = {connected.ok() ? 0.0 : 1.0};
-  group.AllreduceSum(absl::MakeSpan(unreachable));
-  if (unreachable[0] > 0) {
-    if (!connected.ok()) {
-      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
-                   std::string(connected.message()).c_str());
-    }
-    return 1;
-  }
+  if (!EveryRankConnected(group, connected, tag)) return 1;
 
   absl::StatusOr<v1::RegisterGroupResponse> registration =
       ObtainJob(group, *master);
