@@ -56,6 +56,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/cli_flags.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -423,35 +424,6 @@ absl::Status Export(Options options) {
   return absl::OkStatus();
 }
 
-// Returns the first flag on the command line that no library defines, so
-// main can answer it as a usage error (exit 2) rather than let absl exit 1.
-std::string FindUndefinedFlag(int argc, char** argv) {
-  // absl's parser handles these itself; they are not registered flags.
-  static constexpr absl::string_view kUsageFlags[] = {
-      "help",   "helpfull",  "helpshort", "helppackage",
-      "helpon", "helpmatch", "version",   "only_check_args"};
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 2 || arg[0] != '-') continue;
-    absl::string_view name = arg.substr(arg[1] == '-' ? 2 : 1);
-    const bool has_value = absl::StrContains(name, '=');
-    name = name.substr(0, name.find('='));
-    if (std::find(std::begin(kUsageFlags), std::end(kUsageFlags), name) !=
-        std::end(kUsageFlags)) {
-      continue;
-    }
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::ConsumePrefix(&name, "no")) {
-      flag = absl::FindCommandLineFlag(name);
-      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
-    }
-    if (flag == nullptr) return std::string(arg);
-    // "--flag value": the value is the next argument, whatever it looks like.
-    if (!has_value && !flag->IsOfType<bool>()) ++i;
-  }
-  return "";
-}
 
 // True when the command line asks for --help (or -h): main prints kUsage,
 // which lists every flag, and exits 0.
@@ -542,7 +514,7 @@ int main(int argc, char** argv) {
     absl::PrintF("%s\n", ex::kUsage);
     return ex::kExitOk;
   }
-  const std::string undefined = ex::FindUndefinedFlag(argc, argv);
+  const std::string undefined = mpilearn::FindUndefinedFlag(argc, argv);
   if (!undefined.empty()) {
     return ex::UsageError(absl::StrCat("unknown flag '", undefined, "'"));
   }

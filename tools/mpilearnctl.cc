@@ -35,6 +35,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/cli_flags.h"
 #include "common/job_spec.h"
 #include "common/master_client.h"
 #include "google/protobuf/util/json_util.h"
@@ -377,35 +378,6 @@ int Run(const std::vector<std::string>& args, const Options& options) {
   return WaitForJob(args[1], options);
 }
 
-// Returns the first flag on the command line that no library defines, so
-// main can answer it as a usage error (exit 2) rather than let absl exit 1.
-std::string FindUndefinedFlag(int argc, char** argv) {
-  // absl's parser handles these itself; they are not registered flags.
-  static constexpr absl::string_view kUsageFlags[] = {
-      "help",      "helpfull",  "helpshort", "helppackage",
-      "helpon",    "helpmatch", "version",   "only_check_args"};
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 2 || arg[0] != '-') continue;
-    absl::string_view name = arg.substr(arg[1] == '-' ? 2 : 1);
-    const bool has_value = absl::StrContains(name, '=');
-    name = name.substr(0, name.find('='));
-    if (std::find(std::begin(kUsageFlags), std::end(kUsageFlags), name) !=
-        std::end(kUsageFlags)) {
-      continue;
-    }
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::ConsumePrefix(&name, "no")) {
-      flag = absl::FindCommandLineFlag(name);
-      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
-    }
-    if (flag == nullptr) return std::string(arg);
-    // "--flag value": the value is the next argument, whatever it looks like.
-    if (!has_value && !flag->IsOfType<bool>()) ++i;
-  }
-  return "";
-}
 
 // Reads the flags into Options; an error is a usage error.
 absl::StatusOr<Options> OptionsFromFlags() {
@@ -447,7 +419,7 @@ int main(int argc, char** argv) {
   };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
-  const std::string undefined = ctl::FindUndefinedFlag(argc, argv);
+  const std::string undefined = mpilearn::FindUndefinedFlag(argc, argv);
   if (!undefined.empty()) {
     return ctl::UsageError(absl::StrCat("unknown flag '", undefined, "'"));
   }
