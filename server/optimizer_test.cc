@@ -1,4 +1,5 @@
 #include "server/optimizer.h"
+#include "server/optimizer_reference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -39,137 +40,6 @@ constexpr int kSteps = 6;
 
 using Tensors = std::vector<std::vector<double>>;
 
-// ---------------------------------------------------------------------------
-// Double-precision reference, written from the update rules in
-// optimizer_config.h and sharing no code with the optimizer under test. Its
-// state is keyed by PyTorch's buffer names.
-
-class Reference {
- public:
-  explicit Reference(const OptimizerConfig& config) : c_(config) {}
-
-  std::map<std::string, Tensors> state;
-
-  void Step(Tensors& params, const Tensors& grads) {
-    ++t_;
-    if (t_ == 1) InitState(params);
-    for (size_t k = 0; k < params.size(); ++k) {
-      for (size_t i = 0; i < params[k].size(); ++i) {
-        StepElement(params[k][i], grads[k][i], k, i);
-      }
-    }
-  }
-
- private:
-  double& S(const std::string& name, size_t k, size_t i) {
-    return state.at(name)[k][i];
-  }
-
-  void InitState(const Tensors& params) {
-    std::vector<std::string> names;
-    double initial = 0;
-    switch (c_.kind) {
-      case OptimizerKind::kSgd:
-        if (c_.momentum != 0) names = {"momentum_buffer"};
-        break;
-      case OptimizerKind::kAdam:
-      case OptimizerKind::kAdamW:
-        names = {"exp_avg", "exp_avg_sq"};
-        break;
-      case OptimizerKind::kRmsprop:
-        names = {"square_avg", "grad_avg", "momentum_buffer"};
-        break;
-      case OptimizerKind::kAdadelta:
-        names = {"square_avg", "acc_delta"};
-        break;
-      case OptimizerKind::kAdagrad:
-        names = {"sum"};
-        initial = c_.initial_accumulator_value;
-        break;
-    }
-    for (const std::string& name : names) {
-      for (const auto& p : params) {
-        state[name].emplace_back(p.size(), initial);
-      }
-    }
-  }
-
-  void StepElement(double& p, double g, size_t k, size_t i) {
-    const double lr = c_.learning_rate;
-    const double wd = c_.weight_decay;
-    switch (c_.kind) {
-      case OptimizerKind::kSgd: {
-        g += wd * p;
-        if (c_.momentum > 0) {
-          double& buf = S("momentum_buffer", k, i);
-          buf = t_ == 1 ? g : c_.momentum * buf + g;
-          g = c_.nesterov ? g + c_.momentum * buf : buf;
-        }
-        p -= lr * g;
-        break;
-      }
-      case OptimizerKind::kAdam:
-      case OptimizerKind::kAdamW: {
-        if (c_.kind == OptimizerKind::kAdamW) {
-          p *= 1 - lr * wd;
-        } else {
-          g += wd * p;
-        }
-        double& m = S("exp_avg", k, i);
-        double& v = S("exp_avg_sq", k, i);
-        m = c_.beta1 * m + (1 - c_.beta1) * g;
-        v = c_.beta2 * v + (1 - c_.beta2) * g * g;
-        const double bc1 = 1 - std::pow(c_.beta1, t_);
-        const double bc2 = 1 - std::pow(c_.beta2, t_);
-        p -= lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + c_.epsilon);
-        break;
-      }
-      case OptimizerKind::kRmsprop: {
-        g += wd * p;
-        double& sq = S("square_avg", k, i);
-        sq = c_.alpha * sq + (1 - c_.alpha) * g * g;
-        double avg;
-        if (c_.centered) {
-          double& ga = S("grad_avg", k, i);
-          ga = c_.alpha * ga + (1 - c_.alpha) * g;
-          avg = std::sqrt(sq - ga * ga) + c_.epsilon;
-        } else {
-          avg = std::sqrt(sq) + c_.epsilon;
-        }
-        if (c_.momentum > 0) {
-          double& buf = S("momentum_buffer", k, i);
-          buf = c_.momentum * buf + g / avg;
-          p -= lr * buf;
-        } else {
-          p -= lr * g / avg;
-        }
-        break;
-      }
-      case OptimizerKind::kAdadelta: {
-        g += wd * p;
-        double& sq = S("square_avg", k, i);
-        double& acc = S("acc_delta", k, i);
-        sq = c_.rho * sq + (1 - c_.rho) * g * g;
-        const double delta =
-            std::sqrt(acc + c_.epsilon) / std::sqrt(sq + c_.epsilon) * g;
-        acc = c_.rho * acc + (1 - c_.rho) * delta * delta;
-        p -= lr * delta;
-        break;
-      }
-      case OptimizerKind::kAdagrad: {
-        g += wd * p;
-        const double clr = lr / (1 + (t_ - 1) * c_.lr_decay);
-        double& sum = S("sum", k, i);
-        sum += g * g;
-        p -= clr * g / (std::sqrt(sum) + c_.epsilon);
-        break;
-      }
-    }
-  }
-
-  const OptimizerConfig c_;
-  int t_ = 0;
-};
 
 // ---------------------------------------------------------------------------
 // Harness: random fp32 parameters and gradients, exactly representable in
@@ -278,7 +148,7 @@ RunResult RunAgainstReference(const OptimizerSpec& spec,
   std::unique_ptr<Optimizer> optimizer = MustCreate(spec, sizes, threads);
   if (optimizer == nullptr) return run;
   EXPECT_EQ(optimizer->steps(), 0);
-  Reference reference(expected);
+  ReferenceOptimizer reference(expected, sizes);
   std::mt19937 rng(20240611);
   Tensors expected_params = RandomTensors(rng, sizes, 0.1, /*tiny=*/false);
   std::vector<std::vector<float>> params = ToFloat(expected_params);
@@ -296,7 +166,7 @@ RunResult RunAgainstReference(const OptimizerSpec& spec,
   const std::vector<std::string> names = StateBufferNames(optimizer->config());
   EXPECT_EQ(run.state.buffers.size(), names.size()) << what;
   for (size_t b = 0; b < names.size() && b < run.state.buffers.size(); ++b) {
-    ExpectClose(run.state.buffers[b], reference.state.at(names[b]),
+    ExpectClose(run.state.buffers[b], reference.buffer(names[b]),
                 absl::StrCat(what, " state ", names[b]));
     if (::testing::Test::HasFatalFailure()) return run;
   }

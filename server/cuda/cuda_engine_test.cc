@@ -1,4 +1,5 @@
 #include "server/cuda/cuda_engine.h"
+#include "server/optimizer_reference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -60,115 +61,6 @@ DoubleTensors ToDouble(const Tensors& tensors) {
   return out;
 }
 
-// The update rules of server/optimizer_config.h in double precision, written
-// from the formulas and sharing no code with the engine. State buffers are
-// kept by PyTorch's names.
-class Reference {
- public:
-  Reference(const OptimizerConfig& config, const std::vector<size_t>& sizes)
-      : c_(config) {
-    const double init = config.kind == OptimizerKind::kAdagrad
-                            ? config.initial_accumulator_value
-                            : 0.0;
-    for (const char* name : {"momentum_buffer", "exp_avg", "exp_avg_sq",
-                             "square_avg", "grad_avg", "acc_delta", "sum"}) {
-      for (size_t size : sizes) state_[name].emplace_back(size, init);
-    }
-  }
-
-  const std::vector<std::vector<double>>& buffer(const std::string& name) {
-    return state_.at(name);
-  }
-
-  void Step(DoubleTensors& params, const DoubleTensors& grads) {
-    ++t_;
-    for (size_t k = 0; k < params.size(); ++k) {
-      for (size_t i = 0; i < params[k].size(); ++i) {
-        Element(k, i, params[k][i], grads[k][i]);
-      }
-    }
-  }
-
- private:
-  double& S(const char* name, size_t k, size_t i) { return state_[name][k][i]; }
-
-  void Element(size_t k, size_t i, double& p, double g) {
-    const double lr = c_.learning_rate;
-    const double wd = c_.weight_decay;
-    switch (c_.kind) {
-      case OptimizerKind::kSgd: {
-        g += wd * p;
-        if (c_.momentum > 0) {
-          double& buf = S("momentum_buffer", k, i);
-          buf = t_ == 1 ? g : c_.momentum * buf + g;
-          g = c_.nesterov ? g + c_.momentum * buf : buf;
-        }
-        p -= lr * g;
-        return;
-      }
-      case OptimizerKind::kAdam:
-      case OptimizerKind::kAdamW: {
-        if (c_.kind == OptimizerKind::kAdamW) {
-          p *= 1 - lr * wd;
-        } else {
-          g += wd * p;
-        }
-        double& m = S("exp_avg", k, i);
-        double& v = S("exp_avg_sq", k, i);
-        m = c_.beta1 * m + (1 - c_.beta1) * g;
-        v = c_.beta2 * v + (1 - c_.beta2) * g * g;
-        p -=
-            lr / (1 - std::pow(c_.beta1, t_)) * m /
-            (std::sqrt(v) / std::sqrt(1 - std::pow(c_.beta2, t_)) + c_.epsilon);
-        return;
-      }
-      case OptimizerKind::kRmsprop: {
-        g += wd * p;
-        double& sq = S("square_avg", k, i);
-        sq = c_.alpha * sq + (1 - c_.alpha) * g * g;
-        double avg;
-        if (c_.centered) {
-          double& ga = S("grad_avg", k, i);
-          ga = c_.alpha * ga + (1 - c_.alpha) * g;
-          avg = std::sqrt(sq - ga * ga) + c_.epsilon;
-        } else {
-          avg = std::sqrt(sq) + c_.epsilon;
-        }
-        if (c_.momentum > 0) {
-          double& buf = S("momentum_buffer", k, i);
-          buf = c_.momentum * buf + g / avg;
-          p -= lr * buf;
-        } else {
-          p -= lr * g / avg;
-        }
-        return;
-      }
-      case OptimizerKind::kAdadelta: {
-        g += wd * p;
-        double& sq = S("square_avg", k, i);
-        double& acc = S("acc_delta", k, i);
-        sq = c_.rho * sq + (1 - c_.rho) * g * g;
-        const double delta =
-            std::sqrt(acc + c_.epsilon) / std::sqrt(sq + c_.epsilon) * g;
-        acc = c_.rho * acc + (1 - c_.rho) * delta * delta;
-        p -= lr * delta;
-        return;
-      }
-      case OptimizerKind::kAdagrad: {
-        g += wd * p;
-        const double clr = lr / (1 + (t_ - 1) * c_.lr_decay);
-        double& sum = S("sum", k, i);
-        sum += g * g;
-        p -= clr * g / (std::sqrt(sum) + c_.epsilon);
-        return;
-      }
-    }
-  }
-
-  const OptimizerConfig c_;
-  int t_ = 0;
-  std::map<std::string, DoubleTensors> state_;
-};
 
 // Expects every element within kTolerance relative to the larger of its own
 // magnitude and the RMS of all of `want`, so that elements that a sum of
@@ -262,7 +154,7 @@ TEST_P(CudaEngineRuleTest, MatchesDoublePrecisionReference) {
   std::mt19937 rng(1234);
   Tensors params = RandomTensors(kSizes, rng);
   DoubleTensors want = ToDouble(params);
-  Reference reference(config, kSizes);
+  ReferenceOptimizer reference(config, kSizes);
   for (int step = 1; step <= kSteps; ++step) {
     const Tensors grads = RandomTensors(kSizes, rng);
     ASSERT_TRUE((*engine)->Step(Spans(params), ConstSpans(grads)).ok());
