@@ -50,12 +50,6 @@ absl::Status AgreeOnLeaderStatus(Collectives& group, const absl::Status& status)
   return absl::AbortedError("the leader failed: " + message);
 }
 
-torch::Tensor SummedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& y) {
-  return torch::nn::functional::cross_entropy(
-      logits, y,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-}
-
 }  // namespace
 
 bool IsGroupUnknown(const absl::Status& status) {
@@ -399,30 +393,12 @@ absl::StatusOr<v1::NextDataUnitResponse> Trainer::NextUnit(
 }
 
 Evaluation Trainer::Evaluate(const Dataset& data) {
-  torch::NoGradGuard no_grad;
   model_->eval();
-  double sums[3] = {0, 0, 0};  // loss sum, correct, samples
-  if (data.size() > 0) {
-    const Dataset mine = Shard(data, group_.rank(), group_.size());
-    for (int64_t begin = 0; begin < mine.size();
-         begin += options_.eval_batch_size) {
-      const int64_t end = std::min(mine.size(), begin + options_.eval_batch_size);
-      torch::Tensor x = mine.images.slice(0, begin, end);
-      torch::Tensor y = mine.labels.slice(0, begin, end);
-      torch::Tensor logits = model_->forward(x);
-      sums[0] += SummedCrossEntropy(logits, y).item<double>();
-      sums[1] += logits.argmax(1).eq(y).sum().item<double>();
-      sums[2] += static_cast<double>(end - begin);
-    }
-  }
+  const Evaluation result = EvaluateShard(
+      group_, model_,
+      data.size() > 0 ? Shard(data, group_.rank(), group_.size()) : Dataset(),
+      options_.eval_batch_size);
   model_->train();
-  group_.AllreduceSum(absl::MakeSpan(sums, 3));
-  Evaluation result;
-  result.samples = static_cast<int64_t>(sums[2]);
-  if (sums[2] > 0) {
-    result.loss = sums[0] / sums[2];
-    result.accuracy = sums[1] / sums[2];
-  }
   return result;
 }
 

@@ -48,6 +48,7 @@
 #include "common/master_connection.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/dataset.h"
+#include "worker/evaluation.h"
 #include "worker/mpi_group.h"
 
 namespace mpilearn::worker {
@@ -59,13 +60,6 @@ struct TrainerOptions {
   bool print_epochs = true;
   // Test aid: sleep this long after every batch, to make a slow group.
   int64_t slowdown_ms_per_batch = 0;
-};
-
-// Loss and accuracy over a data set, reduced over the group.
-struct Evaluation {
-  double loss = 0.0;
-  double accuracy = 0.0;
-  int64_t samples = 0;
 };
 
 // Seconds spent in each part of training, summed over this group's ranks.

@@ -18,13 +18,6 @@ namespace {
 // How often the leader's helper thread looks at the stop flag.
 constexpr absl::Duration kStopPollPeriod = absl::Milliseconds(100);
 
-torch::Tensor SummedCrossEntropy(const torch::Tensor& logits,
-                                 const torch::Tensor& y) {
-  return torch::nn::functional::cross_entropy(
-      logits, y,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-}
-
 // True on every rank if `ok` holds on every rank.
 bool AllRanksOk(Collectives& group, bool ok) {
   double failed[1] = {ok ? 0.0 : 1.0};
@@ -163,7 +156,7 @@ ValidationPool::JobState& ValidationPool::PrepareJob(
   return job;
 }
 
-ValidationPool::Metrics ValidationPool::Validate(
+Evaluation ValidationPool::Validate(
     JobState& job, const std::vector<std::vector<float>>& weights) {
   torch::NoGradGuard no_grad;
   // The leader holds the weights; every rank receives them into its model.
@@ -173,31 +166,11 @@ ValidationPool::Metrics ValidationPool::Validate(
     if (leader()) std::memcpy(view.data(), weights[i].data(), view.size() * sizeof(float));
     group_.Broadcast(view, 0);
   }
-  // Trainer::Evaluate's sums: loss sum, correct, samples.
-  double sums[3] = {0, 0, 0};
-  for (int64_t begin = 0; begin < job.shard.size();
-       begin += options_.eval_batch_size) {
-    const int64_t end =
-        std::min(job.shard.size(), begin + options_.eval_batch_size);
-    torch::Tensor x = job.shard.images.slice(0, begin, end);
-    torch::Tensor y = job.shard.labels.slice(0, begin, end);
-    torch::Tensor logits = job.model->forward(x);
-    sums[0] += SummedCrossEntropy(logits, y).item<double>();
-    sums[1] += logits.argmax(1).eq(y).sum().item<double>();
-    sums[2] += static_cast<double>(end - begin);
-  }
-  group_.AllreduceSum(absl::MakeSpan(sums, 3));
-  Metrics metrics;
-  metrics.samples = static_cast<int64_t>(sums[2]);
-  if (sums[2] > 0) {
-    metrics.loss = sums[0] / sums[2];
-    metrics.accuracy = sums[1] / sums[2];
-  }
-  return metrics;
+  return EvaluateShard(group_, job.model, job.shard, options_.eval_batch_size);
 }
 
 bool ValidationPool::Report(const v1::SnapshotHeader& header,
-                            const Metrics& metrics) {
+                            const Evaluation& metrics) {
   v1::ReportValidationRequest request;
   request.set_job_id(header.job_id());
   v1::ValidationRecord* record = request.mutable_record();
@@ -301,7 +274,7 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
       ++result.failed;
       continue;
     }
-    const Metrics metrics = Validate(job, weights);
+    const Evaluation metrics = Validate(job, weights);
     if (leader()) {
       if (Report(header, metrics)) {
         ++result.validated;

@@ -46,6 +46,7 @@
 #include "common/master_client.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/dataset.h"
+#include "worker/evaluation.h"
 #include "worker/mpi_group.h"
 
 namespace mpilearn::worker {
@@ -99,12 +100,6 @@ class ValidationPool {
     int64_t last_used = 0;
   };
 
-  // Loss and accuracy over the whole validation set.
-  struct Metrics {
-    double loss = 0, accuracy = 0;
-    int64_t samples = 0;
-  };
-
   // Leader: the next snapshot as a message for every rank ("V" + header,
   // "S" to stop, "E" + error); weights into `weights`.
   std::string NextMessage(std::vector<std::vector<float>>* weights);
@@ -114,9 +109,9 @@ class ValidationPool {
   JobState LoadJob(const v1::JobSpec& spec);
   // All ranks: weights into the model (broadcast from the leader), then the
   // group's metrics.
-  Metrics Validate(JobState& job, const std::vector<std::vector<float>>& weights);
+  Evaluation Validate(JobState& job, const std::vector<std::vector<float>>& weights);
   // Leader: ReportValidation and the printed line.
-  bool Report(const v1::SnapshotHeader& header, const Metrics& metrics);
+  bool Report(const v1::SnapshotHeader& header, const Evaluation& metrics);
   // Leader's helper thread: cancels the stream on Stop() or when idle.
   void WatchForStop();
 
