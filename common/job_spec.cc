@@ -126,13 +126,9 @@ absl::Status CheckNonNegativeFinite(absl::string_view field, double value) {
   return absl::OkStatus();
 }
 
-// Fills in the defaults of the named optimizer and checks the fields it uses;
-// fields it does not use are left alone. The master resolves the normalized
-// spec again with server/optimizer_config.cc's ResolveOptimizerConfig, which
-// cannot be called from here (common/ does not depend on server/): the two
-// must agree on names, defaults (PyTorch's) and ranges, and
-// server/optimizer_test.cc checks that they do.
-absl::Status NormalizeOptimizer(v1::OptimizerSpec* opt) {
+}  // namespace
+
+absl::Status NormalizeOptimizerSpec(v1::OptimizerSpec* opt) {
   if (opt->name().empty()) opt->set_name("adam");
   const std::string& name = opt->name();
   const bool sgd = name == "sgd";
@@ -208,6 +204,8 @@ absl::Status NormalizeOptimizer(v1::OptimizerSpec* opt) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 // Checks lo < value < hi (false for NaN).
 absl::Status CheckOpenInterval(absl::string_view field, double value, double lo,
@@ -342,7 +340,7 @@ absl::Status NormalizeSnapshots(v1::SnapshotSpec* snapshots) {
 absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeModel(spec->mutable_model()));
   MPILEARN_RETURN_IF_ERROR(NormalizeData(spec->mutable_data()));
-  MPILEARN_RETURN_IF_ERROR(NormalizeOptimizer(spec->mutable_optimizer()));
+  MPILEARN_RETURN_IF_ERROR(NormalizeOptimizerSpec(spec->mutable_optimizer()));
   if (spec->algorithm().empty()) spec->set_algorithm("downpour");
   const std::string& algorithm = spec->algorithm();
   if (algorithm != "downpour" && algorithm != "sync" && algorithm != "easgd" &&

@@ -29,6 +29,13 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
 // InvalidArgument and name the field ("epochs must be in [1, 100000], got 0").
 absl::Status NormalizeJobSpec(v1::JobSpec* spec);
 
+// The optimizer part of NormalizeJobSpec: fills in the named optimizer's
+// defaults (PyTorch's; sgd's learning rate defaults to 0.01) and checks the
+// fields it uses, leaving the others alone. Errors are InvalidArgument and
+// name the field ("optimizer.beta1 must be in [0, 1), got 1.5"). The master's
+// optimizers resolve their hyperparameters through this same function.
+absl::Status NormalizeOptimizerSpec(v1::OptimizerSpec* spec);
+
 // Pretty JSON of a spec, with field names as in the .proto.
 std::string JobSpecToJson(const v1::JobSpec& spec);
 
