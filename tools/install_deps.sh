@@ -12,6 +12,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread   # OpenBLAS: ~2.5x faster than reference BLAS
   libabsl-dev libgoogle-glog-dev libgflags-dev
   prometheus-cpp-dev
+  prometheus                 # a real Prometheus server for the metrics test
   libgtest-dev googletest
   zlib1g-dev
   dataset-fashion-mnist      # the built-in default job's data
