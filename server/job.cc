@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 
@@ -102,11 +103,19 @@ absl::Status BadQueueError(const std::string& job_id, absl::string_view what) {
 
 }  // namespace
 
+std::string UpdateRuleName(const v1::JobSpec& spec) {
+  if (UpdateKindFor(spec.algorithm()) != v1::UPDATE_KIND_GRADIENT) {
+    return spec.algorithm();
+  }
+  return spec.optimizer().name();
+}
+
 Job::Job(std::string id, v1::JobSpec spec, EngineOptions engine)
     : id_(std::move(id)),
       spec_(std::move(spec)),
       engine_(std::move(engine)),
       update_kind_(UpdateKindFor(spec_.algorithm())),
+      update_rule_(UpdateRuleName(spec_)),
       rules_(spec_) {}
 
 v1::JobState Job::state() const {
@@ -140,7 +149,8 @@ absl::StatusOr<v1::RegisterGroupResponse> Job::AddGroup(
   return response;
 }
 
-absl::Status Job::Touch(const std::string& group_id, absl::Time now) {
+absl::Status Job::Touch(const std::string& group_id, absl::Time now,
+                        const v1::GroupTelemetry* telemetry) {
   absl::MutexLock lock(&mu_);
   auto it = groups_.find(group_id);
   if (it == groups_.end()) {
@@ -154,6 +164,10 @@ absl::Status Job::Touch(const std::string& group_id, absl::Time now) {
         " was declared lost or has left; restart the group to rejoin"));
   }
   it->second.last_seen = now;
+  if (telemetry != nullptr) {
+    it->second.has_telemetry = true;
+    it->second.telemetry = *telemetry;
+  }
   return absl::OkStatus();
 }
 
@@ -296,6 +310,8 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     weights_ = std::make_shared<WeightsSnapshot>(*weights_);
   }
   std::vector<std::vector<float>>& params = weights_->values;
+  // The update itself, timed for the metrics and the trace.
+  const absl::Time apply_start = absl::Now();
   switch (update_kind_) {
     case v1::UPDATE_KIND_GRADIENT: {
       std::vector<absl::Span<float>> param_spans;
@@ -337,6 +353,7 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
       break;
     }
   }
+  const absl::Time apply_end = absl::Now();
   weights_->header.set_version(version + 1);
   ++updates_applied_;
   ++group->second.updates_applied;
@@ -354,6 +371,12 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     applied->checkpoint_due =
         every > 0 && version + 1 - version_at_checkpoint_ >=
                          static_cast<uint64_t>(every);
+    applied->staleness = staleness;
+    applied->apply_start = apply_start;
+    applied->apply_end = apply_end;
+    applied->apply_seconds = absl::ToDoubleSeconds(apply_end - apply_start);
+    applied->device = engine_.device;
+    applied->optimizer = update_rule_;
   }
   return reply;
 }
@@ -497,6 +520,7 @@ absl::Status Job::Resume(v1::JobCheckpointFile checkpoint) {
   MPILEARN_RETURN_IF_ERROR(ResumeQueueLocked(checkpoint.queue()));
   updates_applied_ = status.updates_applied();
   samples_trained_ = status.samples_trained();
+  if (status.has_train_loss()) train_loss_ = status.train_loss();
   stale_rejected_ = status.stale_rejected();
   max_staleness_seen_ = status.max_staleness_seen();
   staleness_sum_ = checkpoint.staleness_sum();
@@ -620,6 +644,7 @@ void Job::ResumeEnded(const v1::JobStatus& status) {
   resumed_parameters_ = status.parameters();
   updates_applied_ = status.updates_applied();
   samples_trained_ = status.samples_trained();
+  if (status.has_train_loss()) train_loss_ = status.train_loss();
   stale_rejected_ = status.stale_rejected();
   max_staleness_seen_ = status.max_staleness_seen();
   units_requeued_ = status.units_requeued();
@@ -769,6 +794,10 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   v1::NextDataUnitResponse response;
   if (state_ == v1::JOB_STATE_COMPLETED) {
     group.last_seen = now;
+    if (request.has_telemetry()) {
+      group.has_telemetry = true;
+      group.telemetry = request.telemetry();
+    }
     response.set_action(v1::NextDataUnitResponse::DONE);
     if (StoppedLocked()) {
       // A stop rule ended the job: the unit the group trained is dropped,
@@ -779,6 +808,7 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
         response.set_finish(finisher_ == group_id);
       }
     }
+    *response.mutable_progress() = ProgressLocked();
     return response;
   }
 
@@ -839,10 +869,16 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   }
 
   group.last_seen = now;
+  if (request.has_telemetry()) {
+    group.has_telemetry = true;
+    group.telemetry = request.telemetry();
+  }
   if (train_samples_ == 0) {
     train_samples_ = samples;
     units_per_epoch_ = units_per_epoch;
   }
+  uint64_t request_samples = 0;
+  double request_loss_sum = 0.0;
   for (const v1::CompletedUnit& done : request.completed()) {
     const int32_t epoch = static_cast<int32_t>(done.unit_id() / units_per_epoch_);
     EpochProgress& progress = open_epochs_[epoch];
@@ -863,6 +899,11 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
     group.samples_trained += done.samples();
     samples_trained_ += done.samples();
     group.held_unit = kNoUnit;
+    request_samples += done.samples();
+    request_loss_sum += done.loss_sum();
+  }
+  if (request_samples > 0) {
+    train_loss_ = request_loss_sum / static_cast<double>(request_samples);
   }
   RecordCompletedEpochsLocked(response.mutable_finished_epochs());
 
@@ -873,6 +914,7 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
     if (finisher_.empty()) finisher_ = group_id;
     response.set_action(v1::NextDataUnitResponse::DONE);
     response.set_finish(finisher_ == group_id);
+    *response.mutable_progress() = ProgressLocked();
     return response;
   }
   int64_t unit = kNoUnit;
@@ -892,12 +934,24 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   if (unit == kNoUnit) {
     // Every unit that may be handed out now is held by another group.
     response.set_action(v1::NextDataUnitResponse::WAIT);
+    *response.mutable_progress() = ProgressLocked();
     return response;
   }
   group.held_unit = unit;
   response.set_action(v1::NextDataUnitResponse::TRAIN);
   *response.mutable_unit() = UnitLocked(unit);
+  *response.mutable_progress() = ProgressLocked();
   return response;
+}
+
+v1::JobProgress Job::ProgressLocked() const {
+  v1::JobProgress progress;
+  progress.set_epochs_done(static_cast<int32_t>(history_.size()));
+  progress.set_epochs(spec_.epochs());
+  progress.set_samples_trained(samples_trained_);
+  progress.set_samples_per_epoch(static_cast<uint64_t>(train_samples_));
+  if (train_loss_.has_value()) progress.set_train_loss(*train_loss_);
+  return progress;
 }
 
 v1::DataUnit Job::UnitLocked(int64_t unit_id) const {
@@ -965,6 +1019,17 @@ v1::JobStatus Job::Status(bool with_history, absl::Time now) const {
   return StatusLocked(with_history, now);
 }
 
+JobMetricsView Job::MetricsView(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  JobMetricsView view;
+  view.status = StatusLocked(/*with_history=*/false, now);
+  if (!validations_.empty()) {
+    *view.status.add_validations() = validations_.back();
+  }
+  view.validations = validations_.size();
+  return view;
+}
+
 v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
   v1::JobStatus status;
   status.set_job_id(id_);
@@ -995,6 +1060,8 @@ v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
                                  static_cast<double>(staleness_count_)
                            : 0.0);
   status.set_units_requeued(units_requeued_);
+  if (train_loss_.has_value()) status.set_train_loss(*train_loss_);
+  status.set_samples_per_epoch(static_cast<uint64_t>(train_samples_));
   if (with_history) {
     for (const auto& record : history_) *status.add_history() = record;
     for (const auto& record : validations_) *status.add_validations() = record;
@@ -1009,6 +1076,7 @@ v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
     info->set_units_completed(group.units_completed);
     info->set_samples_trained(group.samples_trained);
     info->set_updates_applied(group.updates_applied);
+    if (group.has_telemetry) *info->mutable_telemetry() = group.telemetry;
   }
   if (has_test_result_) {
     status.set_test_loss(test_loss_);

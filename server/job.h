@@ -36,6 +36,13 @@
 // with staleness_scaling "inverse" the gradient (downpour, sync), alpha
 // (easgd) or delta (gem) is scaled by 1 / max(1, s).
 //
+// Telemetry and progress: every NextDataUnit request (and Heartbeat, via
+// Touch) may carry the group's GroupTelemetry; the job keeps each group's
+// latest and reports it in Status() (GroupInfo.telemetry). Every
+// NextDataUnit answer carries the job's JobProgress; train_loss (here and in
+// JobStatus) is the mean loss of the units completed by the most recent
+// request that completed any.
+//
 // Data queue (NextDataUnit): each epoch's training order is cut into units of
 // data_unit_size samples; groups ask for one unit at a time and report it done
 // with their next request, so a faster group trains more units. Epoch e + 1
@@ -55,6 +62,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,8 +109,13 @@ struct JobCheckpoint {
   v1::TensorSet optimizer_state;
 };
 
+// What the master's metrics call a job's update rule (the apply histogram's
+// `optimizer` label, job_info's): the optimizer's name for downpour and sync,
+// "easgd" or "gem" for those algorithms (they apply their own rule).
+std::string UpdateRuleName(const v1::JobSpec& spec);
+
 // What ApplyGradient did, for the registry (snapshot publication,
-// checkpoints).
+// checkpoints, metrics, traces).
 struct AppliedUpdate {
   // False when the job was stopped by a rule and the update was dropped
   // (the reply then carries the final weights).
@@ -114,6 +127,28 @@ struct AppliedUpdate {
   int epochs_done = 0;
   // checkpoint.every_updates updates were applied since the last checkpoint.
   bool checkpoint_due = false;
+  // Staleness of the update (master version minus base version).
+  uint64_t staleness = 0;
+  // The update itself (optimizer step, elastic move or delta add), without
+  // the wait for the job's lock or the checks: its wall time, and when it
+  // ran (for the trace's "apply" event).
+  double apply_seconds = 0.0;
+  absl::Time apply_start;
+  absl::Time apply_end;
+  // Labels for the apply histogram: the job's engine device ("cpu",
+  // "cuda:0") and UpdateRuleName(spec).
+  std::string device;
+  std::string optimizer;
+};
+
+// What the metrics exporter reads of a job at each scrape: cheap to take
+// (no history, at most one validation).
+struct JobMetricsView {
+  // Status(/*with_history=*/false), with the latest validation, if any, as
+  // the only entry of status.validations.
+  v1::JobStatus status;
+  // Validations recorded so far.
+  uint64_t validations = 0;
 };
 
 // What RecordValidation did.
@@ -163,9 +198,11 @@ class Job {
                                                      const std::string& host,
                                                      absl::Time now);
 
-  // Marks `group_id` as seen. NOT_FOUND for a group this job never had,
-  // FAILED_PRECONDITION for one declared lost or gone.
-  absl::Status Touch(const std::string& group_id, absl::Time now);
+  // Marks `group_id` as seen and, when given, keeps `telemetry` as its
+  // latest. NOT_FOUND for a group this job never had, FAILED_PRECONDITION
+  // for one declared lost or gone.
+  absl::Status Touch(const std::string& group_id, absl::Time now,
+                     const v1::GroupTelemetry* telemetry = nullptr);
 
   // Installs the initial weights and builds the optimizer for them (downpour,
   // sync). Returns false (not an error) when weights were already installed.
@@ -202,7 +239,9 @@ class Job {
   // FAILED_PRECONDITION for another train_samples than the job's, an
   // inactive group or a FAILED job. A COMPLETED job answers DONE; one a stop
   // rule ended also gives finish = true to the first group that asks until
-  // the test result is in (a unit the group held is dropped).
+  // the test result is in (a unit the group held is dropped). Every answer
+  // carries the job's progress after the request; an accepted request's
+  // telemetry, when present, becomes the group's latest.
   absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
       const v1::NextDataUnitRequest& request, absl::Time now);
 
@@ -277,7 +316,12 @@ class Job {
   // their data units; returns how many groups.
   int ReapLostGroups(absl::Time now, absl::Duration timeout);
 
+  // Groups carry their latest telemetry; train_loss and samples_per_epoch
+  // are set once known.
   v1::JobStatus Status(bool with_history, absl::Time now) const;
+
+  // Status for the metrics exporter (see JobMetricsView).
+  JobMetricsView MetricsView(absl::Time now) const;
 
  private:
   // No unit held.
@@ -294,6 +338,9 @@ class Job {
     uint64_t units_completed = 0;
     uint64_t samples_trained = 0;
     uint64_t updates_applied = 0;
+    // As the group last reported it (NextDataUnit, Heartbeat).
+    bool has_telemetry = false;
+    v1::GroupTelemetry telemetry;
   };
 
   // An epoch some of whose units were handed out and whose record is not
@@ -323,6 +370,8 @@ class Job {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusLocked(bool with_history, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // JobProgress for NextDataUnit's answers.
+  v1::JobProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Installs the queue progress of a checkpoint; units handed out but not
   // completed go back to the queue.
   absl::Status ResumeQueueLocked(const v1::CheckpointQueue& queue)
@@ -348,6 +397,8 @@ class Job {
   const EngineOptions engine_;
   // What pushes carry, from spec_.algorithm().
   const v1::UpdateKind update_kind_;
+  // UpdateRuleName(spec_), for AppliedUpdate.
+  const std::string update_rule_;
 
   mutable absl::Mutex mu_;
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_QUEUED;
@@ -366,6 +417,9 @@ class Job {
   uint64_t updates_applied_ ABSL_GUARDED_BY(mu_) = 0;
   // Samples of completed data units.
   uint64_t samples_trained_ ABSL_GUARDED_BY(mu_) = 0;
+  // Mean loss of the units the latest NextDataUnit request that completed
+  // any completed (JobStatus.train_loss); unset before the first.
+  std::optional<double> train_loss_ ABSL_GUARDED_BY(mu_);
   // Staleness of applied updates, and updates refused by max_staleness.
   uint64_t stale_rejected_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_staleness_seen_ ABSL_GUARDED_BY(mu_) = 0;

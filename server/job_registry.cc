@@ -227,6 +227,16 @@ JobRegistry::ApplyGradient(Job& job, const GradientUpdate& update) {
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> reply =
       job.ApplyGradient(update, Now(), &applied);
   if (!reply.ok() || !applied.applied) return reply;
+  if (options_.metrics != nullptr) {
+    options_.metrics->OnUpdateApplied(job.id(), applied);
+  }
+  if (options_.trace != nullptr) {
+    const TraceRecorder::Arg args[] = {
+        {"version", static_cast<int64_t>(applied.weights->header.version())},
+        {"staleness", static_cast<int64_t>(applied.staleness)}};
+    options_.trace->Complete("apply", "master", applied.apply_start,
+                             applied.apply_end, args);
+  }
   if (options_.snapshot_sink != nullptr) {
     options_.snapshot_sink->OnUpdate(job.id(), job.spec(),
                                      std::move(applied.weights),
@@ -322,9 +332,10 @@ void JobRegistry::AfterValidation(Job& job, const ValidationEffect& effect) {
 }
 
 absl::StatusOr<v1::JobState> JobRegistry::Heartbeat(
-    const std::string& job_id, const std::string& group_id) {
+    const std::string& job_id, const std::string& group_id,
+    const v1::GroupTelemetry* telemetry) {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
-  MPILEARN_RETURN_IF_ERROR(job->Touch(group_id, Now()));
+  MPILEARN_RETURN_IF_ERROR(job->Touch(group_id, Now(), telemetry));
   return job->state();
 }
 
@@ -378,6 +389,9 @@ std::optional<v1::JobCheckpointFile> JobRegistry::WriteCheckpoint(
   if (trigger.has_value() && !job.CheckpointDue(*trigger, Now())) {
     return std::nullopt;
   }
+  // Traced only when a checkpoint was written.
+  const absl::Time start =
+      options_.trace != nullptr ? absl::Now() : absl::InfinitePast();
   absl::StatusOr<v1::JobCheckpointFile> checkpoint = job.SaveCheckpoint(Now());
   if (!checkpoint.ok()) return std::nullopt;  // no weights yet
   const uint64_t version = checkpoint->weights().header().version();
@@ -405,6 +419,10 @@ std::optional<v1::JobCheckpointFile> JobRegistry::WriteCheckpoint(
       LOG(ERROR) << "job " << job.id() << ": best.pb not written: " << written;
     }
   }
+  if (options_.trace != nullptr) {
+    const TraceRecorder::Arg args[] = {{"version", static_cast<int64_t>(version)}};
+    options_.trace->Complete("checkpoint", "master", start, absl::Now(), args);
+  }
   return std::move(checkpoint).value();
 }
 
@@ -427,6 +445,14 @@ std::vector<v1::JobStatus> JobRegistry::List() const {
   for (const auto& job : jobs) {
     out.push_back(job->Status(/*with_history=*/false, Now()));
   }
+  return out;
+}
+
+std::vector<JobMetricsView> JobRegistry::ListForMetrics() const {
+  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
+  std::vector<JobMetricsView> out;
+  out.reserve(jobs.size());
+  for (const auto& job : jobs) out.push_back(job->MetricsView(Now()));
   return out;
 }
 

@@ -19,6 +19,12 @@
 // ends, and at CheckpointAll (master shutdown). Files are written after the
 // job's mutex is released; one job's checkpoints are written one at a time.
 //
+// Observability: each applied update is reported to Options::metrics
+// (apply time, staleness; see metrics_sink.h), and with Options::trace the
+// registry records the trace events "apply" (the update itself, args version
+// and staleness) and "checkpoint" (taking and writing one, arg version).
+// ListForMetrics is the cheap per-scrape view of every job.
+//
 // Restart: Create loads every job under <state_dir>/jobs (Options::
 // resume_jobs). A job with a checkpoint resumes from the newest one whose
 // checksum verifies (damaged ones are logged and renamed *.corrupt): QUEUED
@@ -46,7 +52,9 @@
 #include "absl/time/time.h"
 #include "proto/mpilearn.pb.h"
 #include "server/job.h"
+#include "common/trace.h"
 #include "server/job_store.h"
+#include "server/metrics_sink.h"
 #include "server/snapshot_sink.h"
 
 namespace mpilearn::server {
@@ -64,6 +72,12 @@ class JobRegistry {
     // Gets every applied update's weights, epoch ends and job ends (the
     // snapshot hub); none when null. Must outlive the registry.
     SnapshotSink* snapshot_sink = nullptr;
+    // Gets every applied update (the master's metrics); none when null.
+    // Must outlive the registry.
+    MetricsSink* metrics = nullptr;
+    // Records "apply" and "checkpoint" events; none when null. Must outlive
+    // the registry.
+    TraceRecorder* trace = nullptr;
     // Load the jobs under <state_dir>/jobs at Create (see the class
     // comment); false starts with an empty table.
     bool resume_jobs = true;
@@ -115,13 +129,21 @@ class JobRegistry {
   // fired).
   absl::StatusOr<v1::JobState> ReportValidation(
       const std::string& job_id, const v1::ValidationRecord& record);
-  absl::StatusOr<v1::JobState> Heartbeat(const std::string& job_id,
-                                         const std::string& group_id);
+  // Marks the group as seen and, when given, keeps its telemetry as the
+  // group's latest (Job::Touch).
+  absl::StatusOr<v1::JobState> Heartbeat(
+      const std::string& job_id, const std::string& group_id,
+      const v1::GroupTelemetry* telemetry = nullptr);
   // Ends the group's part; persists history (and weights on completion).
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request);
 
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) const;
+  // Every job's status without history or validations, in submission
+  // order.
   std::vector<v1::JobStatus> List() const;
+  // Every job as the metrics exporter reads it (Job::MetricsView), in
+  // submission order.
+  std::vector<JobMetricsView> ListForMetrics() const;
 
   // Declares silent groups lost (see Options::group_timeout); returns the
   // number.

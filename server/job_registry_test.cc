@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/tensor_codec.h"
+#include "common/trace.h"
 #include "gtest/gtest.h"
+#include "server/metrics_sink.h"
 #include "server/snapshot_sink.h"
 
 namespace mpilearn::server {
@@ -48,6 +51,20 @@ class CountingSink : public SnapshotSink {
   std::vector<std::string> ended;
 };
 
+// Records what the registry tells its metrics.
+class RecordingMetrics : public MetricsSink {
+ public:
+  struct Observed {
+    std::string job_id;
+    AppliedUpdate update;
+  };
+  void OnUpdateApplied(const std::string& job_id,
+                       const AppliedUpdate& update) override {
+    observed.push_back({job_id, update});
+  }
+  std::vector<Observed> observed;
+};
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)),
@@ -73,6 +90,8 @@ class JobRegistryTest : public ::testing::Test {
     options.group_timeout = absl::Seconds(10);
     options.clock = [this] { return now_; };
     options.snapshot_sink = &sink_;
+    options.metrics = &metrics_;
+    options.trace = trace_.get();
     auto registry = JobRegistry::Create(options);
     EXPECT_TRUE(registry.ok()) << registry.status();
     return std::move(registry).value();
@@ -146,6 +165,9 @@ class JobRegistryTest : public ::testing::Test {
   }
 
   CountingSink sink_;
+  RecordingMetrics metrics_;
+  std::unique_ptr<TraceRecorder> trace_ =
+      TraceRecorder::InMemory(/*pid=*/0, "mpilearn-master");
   std::string state_dir_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<JobRegistry> registry_;
@@ -752,6 +774,104 @@ TEST_F(JobRegistryTest, EndedJobsLoadAsTheyEnded) {
   EXPECT_EQ(next.job_id(), queued_id);
   EXPECT_EQ(next.group_id(), "g-3");
   EXPECT_EQ(registry_->Submit(SgdSpec()).value(), "job-000004");
+}
+
+// Each applied update reaches the metrics with its staleness and labels,
+// and the trace gets an "apply" event (version, staleness) per update and a
+// "checkpoint" event per checkpoint; refused updates report nothing.
+TEST_F(JobRegistryTest, AppliedUpdatesReachMetricsAndTrace) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_max_staleness(2);
+  spec.mutable_checkpoint()->set_every_updates(3);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  auto job = registry_->FindJob(job_id).value();
+  trace_->TakeEvents();  // the process name
+
+  // Bases 0, 0, 1, 0: staleness 0, 1, 1, then 3 > 2 is refused.
+  const uint64_t bases[] = {0, 0, 1, 0};
+  for (uint64_t base : bases) {
+    GradientUpdate update;
+    update.group_id = group;
+    update.base_version = base;
+    update.values = {{1, 1, 1}, {1}};
+    registry_->ApplyGradient(*job, update).IgnoreError();
+  }
+  ASSERT_EQ(metrics_.observed.size(), 3u);
+  const uint64_t staleness[] = {0, 1, 1};
+  for (size_t i = 0; i < 3; ++i) {
+    const RecordingMetrics::Observed& seen = metrics_.observed[i];
+    EXPECT_EQ(seen.job_id, job_id);
+    EXPECT_EQ(seen.update.staleness, staleness[i]);
+    EXPECT_GE(seen.update.apply_seconds, 0.0);
+    EXPECT_EQ(seen.update.device, "cpu");
+    EXPECT_EQ(seen.update.optimizer, "sgd");
+  }
+  EXPECT_EQ(registry_->Status(job_id)->stale_rejected(), 1u);
+
+  const std::string events = trace_->TakeEvents();
+  EXPECT_TRUE(absl::StrContains(
+      events, R"("name":"apply","cat":"master")"))
+      << events;
+  EXPECT_TRUE(absl::StrContains(events, R"("args":{"version":2,"staleness":1})"))
+      << events;
+  EXPECT_TRUE(absl::StrContains(events, R"("args":{"version":3,"staleness":1})"))
+      << events;
+  EXPECT_FALSE(absl::StrContains(events, R"("staleness":3)")) << events;
+  // every_updates 3: one checkpoint, at version 3.
+  EXPECT_TRUE(absl::StrContains(
+      events, R"("name":"checkpoint","cat":"master")"))
+      << events;
+  EXPECT_TRUE(absl::StrContains(events, R"("args":{"version":3}})")) << events;
+}
+
+// Heartbeats keep the group's telemetry; ListForMetrics has it, the latest
+// validation and the validation count; NextDataUnit answers carry progress.
+TEST_F(JobRegistryTest, TelemetryProgressAndMetricsView) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(2);
+  spec.set_data_unit_size(10);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+
+  v1::GroupTelemetry telemetry;
+  telemetry.set_compute_seconds(12.5);
+  telemetry.set_resident_bytes(1 << 20);
+  ASSERT_TRUE(registry_->Heartbeat(job_id, group, &telemetry).ok());
+  ASSERT_TRUE(registry_->Heartbeat(job_id, group).ok());  // keeps it
+
+  auto first = NextUnit(job_id, group, 20, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->progress().epochs(), 2);
+  EXPECT_EQ(first->progress().samples_per_epoch(), 20u);
+  auto second = NextUnit(job_id, group, 20, {first->unit()});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->progress().samples_trained(), 10u);
+  EXPECT_DOUBLE_EQ(second->progress().train_loss(), 0.5);  // NextUnit's loss
+
+  for (int i = 1; i <= 2; ++i) {
+    v1::ValidationRecord record;
+    record.set_version(static_cast<uint64_t>(i));
+    record.set_val_accuracy(0.25 * i);
+    ASSERT_TRUE(registry_->ReportValidation(job_id, record).ok());
+  }
+  const std::vector<JobMetricsView> views = registry_->ListForMetrics();
+  ASSERT_EQ(views.size(), 1u);
+  const JobMetricsView& view = views[0];
+  EXPECT_EQ(view.status.job_id(), job_id);
+  EXPECT_EQ(view.validations, 2u);
+  ASSERT_EQ(view.status.validations_size(), 1);
+  EXPECT_DOUBLE_EQ(view.status.validations(0).val_accuracy(), 0.5);
+  EXPECT_EQ(view.status.history_size(), 0);
+  EXPECT_DOUBLE_EQ(view.status.train_loss(), 0.5);
+  EXPECT_EQ(view.status.samples_per_epoch(), 20u);
+  ASSERT_EQ(view.status.groups_size(), 1);
+  EXPECT_DOUBLE_EQ(view.status.groups(0).telemetry().compute_seconds(), 12.5);
+  EXPECT_EQ(view.status.groups(0).telemetry().resident_bytes(), 1u << 20);
+  // List() stays as it was: no validations.
+  EXPECT_EQ(registry_->List()[0].validations_size(), 0);
 }
 
 }  // namespace

@@ -1119,6 +1119,227 @@ TEST(JobCheckpointTest, CheckpointDueByUpdatesAndSeconds) {
                                  t0 + absl::Seconds(30)));
 }
 
+// ---------------------------------------------------------------------------
+// Observability: what ApplyGradient reports, telemetry, train loss, progress.
+
+// A known sequence of base versions gives known staleness values, each
+// update's apply time is measured, and the labels name the device and the
+// update rule.
+TEST(JobObservabilityTest, AppliedUpdateCarriesStalenessTimeAndLabels) {
+  // A large tensor, so that the step takes measurable time.
+  auto job = JobWithWeights(PlainSgd(), std::vector<float>(1 << 20, 1.0f));
+  const std::vector<float> gradient(1 << 20, 0.5f);
+  // Versions before each update: 0, 1, 2, 3, 4; bases 0, 0, 2, 0, 4.
+  const uint64_t bases[] = {0, 0, 2, 0, 4};
+  const uint64_t expected[] = {0, 1, 0, 3, 0};
+  for (int i = 0; i < 5; ++i) {
+    AppliedUpdate applied;
+    auto reply = job->ApplyGradient(
+        UpdateOf(v1::UPDATE_KIND_GRADIENT, bases[i], gradient), absl::Now(),
+        &applied);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_TRUE(applied.applied);
+    EXPECT_EQ(applied.staleness, expected[i]) << "update " << i;
+    EXPECT_GT(applied.apply_seconds, 0.0);
+    EXPECT_LT(applied.apply_seconds, 10.0);
+    EXPECT_DOUBLE_EQ(applied.apply_seconds,
+                     absl::ToDoubleSeconds(applied.apply_end - applied.apply_start));
+    EXPECT_EQ(applied.device, "cpu");
+    EXPECT_EQ(applied.optimizer, "sgd");
+    EXPECT_EQ(applied.weights->header.version(), static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(job->Status(false, absl::Now()).max_staleness_seen(), 3u);
+
+  // A refused update reports nothing applied.
+  v1::JobSpec bounded = PlainSgd();
+  bounded.set_max_staleness(1);
+  auto strict = JobWithWeights(bounded, {1});
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(strict->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {1}),
+                                      absl::Now())
+                    .ok());
+  }
+  AppliedUpdate refused;
+  EXPECT_FALSE(strict
+                   ->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {1}),
+                                   absl::Now(), &refused)
+                   .ok());
+  EXPECT_FALSE(refused.applied);
+}
+
+TEST(JobObservabilityTest, UpdateRuleNamesOptimizerOrAlgorithm) {
+  EXPECT_EQ(UpdateRuleName(PlainSgd()), "sgd");
+  v1::JobSpec sync = SpecWith("adam");
+  sync.set_algorithm("sync");
+  EXPECT_EQ(UpdateRuleName(sync), "adam");
+  for (const std::string algorithm : {"easgd", "gem"}) {
+    v1::JobSpec spec = SpecWith("adam");
+    spec.set_algorithm(algorithm);
+    EXPECT_EQ(UpdateRuleName(spec), algorithm);
+    auto job = JobWithWeights(spec, {1, 2});
+    AppliedUpdate applied;
+    ASSERT_TRUE(job->ApplyGradient(
+                       UpdateOf(algorithm == "easgd" ? v1::UPDATE_KIND_ELASTIC
+                                                     : v1::UPDATE_KIND_DELTA,
+                                0, {1, 1}),
+                       absl::Now(), &applied)
+                    .ok());
+    EXPECT_EQ(applied.optimizer, algorithm);
+    EXPECT_GE(applied.apply_seconds, 0.0);
+  }
+}
+
+v1::GroupTelemetry Telemetry(double base) {
+  v1::GroupTelemetry telemetry;
+  telemetry.set_data_seconds(base + 1);
+  telemetry.set_compute_seconds(base + 2);
+  telemetry.set_master_seconds(base + 3);
+  telemetry.set_mpi_seconds(base + 4);
+  telemetry.set_cpu_seconds(base + 5);
+  telemetry.set_resident_bytes(static_cast<uint64_t>(base) * 1000 + 6);
+  telemetry.set_wall_seconds(base + 7);
+  return telemetry;
+}
+
+bool SameTelemetry(const v1::GroupTelemetry& a, const v1::GroupTelemetry& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
+// The latest telemetry of each group, from NextDataUnit and Touch
+// (Heartbeat), is in Status; a refused request's is not kept.
+TEST_F(JobQueueTest, GroupTelemetryIsKeptAndReported) {
+  MakeJob(1, 10, {"a", "b"});
+  v1::NextDataUnitRequest request;
+  request.set_job_id("job-1");
+  request.set_group_id("a");
+  request.set_train_samples(100);
+  *request.mutable_telemetry() = Telemetry(10);
+  ASSERT_TRUE(job_->NextDataUnit(request, now_).ok());
+
+  v1::JobStatus status = job_->Status(false, now_);
+  ASSERT_EQ(status.groups_size(), 2);
+  EXPECT_TRUE(status.groups(0).has_telemetry());
+  EXPECT_TRUE(SameTelemetry(status.groups(0).telemetry(), Telemetry(10)));
+  EXPECT_FALSE(status.groups(1).has_telemetry());  // b never sent any
+
+  // Refused (a still holds its unit and does not list it): not kept.
+  *request.mutable_telemetry() = Telemetry(20);
+  EXPECT_FALSE(job_->NextDataUnit(request, now_).ok());
+  EXPECT_TRUE(SameTelemetry(job_->Status(false, now_).groups(0).telemetry(),
+                            Telemetry(10)));
+
+  // A heartbeat's telemetry replaces it; one without leaves it.
+  const v1::GroupTelemetry beat = Telemetry(30);
+  ASSERT_TRUE(job_->Touch("a", now_, &beat).ok());
+  ASSERT_TRUE(job_->Touch("a", now_).ok());
+  status = job_->Status(false, now_);
+  EXPECT_TRUE(SameTelemetry(status.groups(0).telemetry(), Telemetry(30)));
+  // Checkpoints persist it with the status.
+  ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w"}, {{1}}), {{1}}).ok());
+  auto checkpoint = job_->SaveCheckpoint(now_);
+  ASSERT_TRUE(checkpoint.ok());
+  EXPECT_TRUE(SameTelemetry(checkpoint->status().groups(0).telemetry(),
+                            Telemetry(30)));
+}
+
+// train_loss is the mean loss of the units the most recent request that
+// completed any completed; progress comes with every answer.
+TEST_F(JobQueueTest, TrainLossAndProgress) {
+  // 2 epochs of 250 samples in units of 100: units 0, 1, 2 (100, 100, 50
+  // samples) in epoch 1, units 3, 4, 5 in epoch 2.
+  MakeJob(2, 100, {"a", "b"});
+  QueueClient a{"a", 0.75, std::nullopt};
+  QueueClient b{"b", 2.5, std::nullopt};
+  EXPECT_FALSE(job_->Status(false, now_).has_train_loss());
+  EXPECT_EQ(job_->Status(false, now_).samples_per_epoch(), 0u);
+
+  auto first = a.Ask(*job_, 250, now_);  // a gets unit 0
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->action(), v1::NextDataUnitResponse::TRAIN);
+  EXPECT_EQ(first->progress().epochs(), 2);
+  EXPECT_EQ(first->progress().epochs_done(), 0);
+  EXPECT_EQ(first->progress().samples_trained(), 0u);
+  EXPECT_EQ(first->progress().samples_per_epoch(), 250u);
+  EXPECT_FALSE(first->progress().has_train_loss());
+  EXPECT_EQ(job_->Status(false, now_).samples_per_epoch(), 250u);
+
+  ASSERT_TRUE(b.Ask(*job_, 250, now_).ok());  // b gets unit 1
+  // a completes unit 0 with a loss sum of 0.75 * 100 and gets unit 2.
+  auto second = a.Ask(*job_, 250, now_);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->progress().samples_trained(), 100u);
+  ASSERT_TRUE(second->progress().has_train_loss());
+  EXPECT_DOUBLE_EQ(second->progress().train_loss(), 75.0 / 100.0);
+  EXPECT_DOUBLE_EQ(job_->Status(false, now_).train_loss(), 0.75);
+
+  // b completes unit 1 (loss sum 250) and gets unit 3 (epoch 2).
+  auto third = b.Ask(*job_, 250, now_);
+  ASSERT_TRUE(third.ok());
+  EXPECT_DOUBLE_EQ(third->progress().train_loss(), 250.0 / 100.0);
+
+  // a completes unit 2 (50 samples, loss sum 37.5), which ends epoch 1, and
+  // gets unit 4.
+  a.loss = 37.5 / 50.0;
+  auto fourth = a.Ask(*job_, 250, now_);
+  ASSERT_TRUE(fourth.ok());
+  ASSERT_EQ(fourth->action(), v1::NextDataUnitResponse::TRAIN);
+  EXPECT_EQ(fourth->finished_epochs_size(), 1);
+  EXPECT_EQ(fourth->progress().epochs_done(), 1);
+  EXPECT_EQ(fourth->progress().samples_trained(), 250u);
+  EXPECT_DOUBLE_EQ(fourth->progress().train_loss(), 37.5 / 50.0);
+  // The epoch's record keeps the epoch's own mean.
+  EXPECT_DOUBLE_EQ(job_->Status(true, now_).history(0).train_loss(),
+                   (75.0 + 250.0 + 37.5) / 250.0);
+
+  a.loss = 1.0;
+  auto fifth = a.Ask(*job_, 250, now_);  // completes unit 4, gets unit 5
+  ASSERT_TRUE(fifth.ok());
+  EXPECT_DOUBLE_EQ(fifth->progress().train_loss(), 1.0);
+  a.loss = 3.0;
+  auto wait = a.Ask(*job_, 250, now_);  // completes unit 5; b holds unit 3
+  ASSERT_TRUE(wait.ok());
+  ASSERT_EQ(wait->action(), v1::NextDataUnitResponse::WAIT);
+  EXPECT_DOUBLE_EQ(wait->progress().train_loss(), 3.0);
+  // A request that completes nothing leaves the loss as it was.
+  auto idle = a.Ask(*job_, 250, now_);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(idle->action(), v1::NextDataUnitResponse::WAIT);
+  EXPECT_DOUBLE_EQ(idle->progress().train_loss(), 3.0);
+  EXPECT_EQ(idle->progress().samples_trained(), 400u);
+
+  // b completes the last unit: DONE, with the final progress.
+  b.loss = 0.5;
+  auto done = b.Ask(*job_, 250, now_);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_EQ(done->progress().epochs_done(), 2);
+  EXPECT_EQ(done->progress().samples_trained(), 500u);
+  EXPECT_DOUBLE_EQ(done->progress().train_loss(), 0.5);
+  const v1::JobStatus status = job_->Status(false, now_);
+  EXPECT_DOUBLE_EQ(status.train_loss(), 0.5);
+  EXPECT_EQ(status.samples_per_epoch(), 250u);
+}
+
+// The metrics view carries the latest validation only, and the count.
+TEST(JobObservabilityTest, MetricsViewHasLatestValidationAndCount) {
+  Job job("job-1", SpecWith("sgd"));
+  JobMetricsView view = job.MetricsView(absl::Now());
+  EXPECT_EQ(view.validations, 0u);
+  EXPECT_EQ(view.status.validations_size(), 0);
+  for (int i = 1; i <= 3; ++i) {
+    v1::ValidationRecord record;
+    record.set_version(static_cast<uint64_t>(i));
+    record.set_val_loss(1.0 / i);
+    record.set_val_accuracy(0.1 * i);
+    ASSERT_TRUE(job.RecordValidation(record, absl::Now()).ok());
+  }
+  view = job.MetricsView(absl::Now());
+  EXPECT_EQ(view.validations, 3u);
+  ASSERT_EQ(view.status.validations_size(), 1);
+  EXPECT_EQ(view.status.validations(0).version(), 3u);
+  EXPECT_DOUBLE_EQ(view.status.validations(0).val_accuracy(), 0.1 * 3);
+  EXPECT_EQ(view.status.history_size(), 0);
+}
+
 }  // namespace
 }  // namespace mpilearn::server
-

@@ -1,7 +1,8 @@
 // mpilearn-master: the MPI Learn parameter-server daemon.
 //
-// main() only parses flags, starts the MasterServer and waits for SIGTERM or
-// SIGINT, then shuts down cleanly.
+// main() only parses flags, starts the MasterServer (gRPC service, Prometheus
+// metrics endpoint, optional Chrome trace) and waits for SIGTERM or SIGINT,
+// then shuts down cleanly.
 #include <signal.h>
 
 #include <cstdio>
@@ -34,6 +35,51 @@ ABSL_FLAG(int, optimizer_threads, 1,
 ABSL_FLAG(double, group_timeout_s, 60.0,
           "Seconds without any call after which a worker group is declared "
           "lost and its job re-queued.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7071",
+          "host:port for the Prometheus metrics endpoint (path /metrics; "
+          "docs/observability.md lists the metrics). The default serves only "
+          "this machine; use 0.0.0.0:PORT to let a Prometheus on another "
+          "machine scrape it. Port 0 picks a free port (see "
+          "--metrics_port_file). Empty serves no metrics.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, write the metrics endpoint's bound port to this file once "
+          "serving (for scripts that use --metrics_listen HOST:0).");
+ABSL_FLAG(int, metrics_ended_jobs, 20,
+          "Ended (completed or failed) jobs whose series the metrics keep, "
+          "the most recently ended ones; queued and running jobs always have "
+          "theirs. Bounds the series of a master that runs many jobs. >= 0.");
+ABSL_FLAG(std::string, trace, "",
+          "If set, write a Chrome trace of the master's work to this file: "
+          "receive, apply, send, pull, next_unit, snapshot_send, checkpoint "
+          "and validation_report events. Open it in ui.perfetto.dev or "
+          "chrome://tracing (it is complete once the master stopped; the "
+          "workers' --trace files share its time axis).");
+
+namespace {
+
+// Writes `port` to `path` atomically (a temporary file, then a rename), so a
+// script polling the file never reads half of it.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "mpilearn-master: cannot write '%s'\n", tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "mpilearn-master: cannot rename '%s' to '%s'\n",
+                 tmp.c_str(), path.c_str());
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -43,6 +89,8 @@ int main(int argc, char** argv) {
       "\n"
       "Then submit a job (mpilearnctl submit SPEC.json) and start workers:\n"
       "  mpirun -np 2 mpilearn-worker --master 127.0.0.1:7070\n"
+      "Prometheus metrics are served on --metrics_listen (default\n"
+      "http://127.0.0.1:7071/metrics); --trace FILE writes a Chrome trace.\n"
       "SIGTERM or SIGINT stops the master cleanly.");
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view path) {
@@ -78,6 +126,10 @@ int main(int argc, char** argv) {
                  std::string(device.status().message()).c_str());
     return 2;
   }
+  if (absl::GetFlag(FLAGS_metrics_ended_jobs) < 0) {
+    std::fprintf(stderr, "mpilearn-master: --metrics_ended_jobs must be >= 0\n");
+    return 2;
+  }
   const int threads = absl::GetFlag(FLAGS_optimizer_threads);
   if (threads < 1 || threads > 256) {
     std::fprintf(stderr,
@@ -90,6 +142,9 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.group_timeout = absl::Seconds(absl::GetFlag(FLAGS_group_timeout_s));
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics_ended_jobs = absl::GetFlag(FLAGS_metrics_ended_jobs);
+  options.trace_file = absl::GetFlag(FLAGS_trace);
   auto server = mpilearn::server::MasterServer::BuildAndStart(options);
   if (!server.ok()) {
     std::fprintf(stderr, "mpilearn-master: %s\n",
@@ -103,11 +158,26 @@ int main(int argc, char** argv) {
                     ? absl::StrCat(", ", threads, " thread(s)")
                     : std::string())
             << ")";
+  if ((*server)->metrics_port() != 0) {
+    // The host as given, the port as bound.
+    const std::string& listen = options.metrics_listen;
+    const size_t colon = listen.rfind(':');
+    LOG(INFO) << "metrics at http://"
+              << (colon == std::string::npos ? listen : listen.substr(0, colon))
+              << ":" << (*server)->metrics_port() << "/metrics";
+  } else {
+    LOG(INFO) << "metrics off (--metrics_listen is empty)";
+  }
+  if (!options.trace_file.empty()) {
+    LOG(INFO) << "tracing to " << options.trace_file;
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
+  const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  if ((!port_file.empty() && !WritePortFile(port_file, (*server)->port())) ||
+      (!metrics_port_file.empty() && (*server)->metrics_port() != 0 &&
+       !WritePortFile(metrics_port_file, (*server)->metrics_port()))) {
+    (*server)->Shutdown();
+    return 1;
   }
 
   int signal_number = 0;

@@ -1,6 +1,7 @@
 #include "server/master_server.h"
 
 #include <chrono>
+#include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -11,16 +12,65 @@ namespace mpilearn::server {
 absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     const Options& options) {
   auto server = std::unique_ptr<MasterServer>(new MasterServer());
+  if (!options.trace_file.empty()) {
+    MPILEARN_ASSIGN_OR_RETURN(
+        server->trace_, TraceRecorder::ToFile(options.trace_file, /*pid=*/0,
+                                              "mpilearn-master"));
+  }
+  if (!options.metrics_listen.empty()) {
+    MasterMetrics::Options metrics_options;
+    metrics_options.ended_jobs = options.metrics_ended_jobs;
+    server->metrics_ = std::make_shared<MasterMetrics>(metrics_options);
+  }
   server->snapshots_ = std::make_unique<SnapshotHub>();
   JobRegistry::Options registry_options;
   registry_options.snapshot_sink = server->snapshots_.get();
+  registry_options.metrics = server->metrics_.get();
+  registry_options.trace = server->trace_.get();
   registry_options.state_dir = options.state_dir;
   registry_options.group_timeout = options.group_timeout;
   registry_options.engine = options.engine;
   MPILEARN_ASSIGN_OR_RETURN(server->registry_,
                             JobRegistry::Create(registry_options));
-  server->service_ = std::make_unique<MasterServiceImpl>(*server->registry_,
-                                                         *server->snapshots_);
+  server->service_ = std::make_unique<MasterServiceImpl>(
+      *server->registry_, *server->snapshots_, server->metrics_.get(),
+      server->trace_.get());
+
+  // Metrics before gRPC: a bad --metrics_listen fails the start before any
+  // client could have been served.
+  if (server->metrics_ != nullptr) {
+    JobRegistry* registry = server->registry_.get();
+    SnapshotHub* snapshots = server->snapshots_.get();
+    server->metrics_->SetStatusProvider([registry, snapshots] {
+      std::vector<JobMetricsView> jobs = registry->ListForMetrics();
+      for (JobMetricsView& job : jobs) {
+        const SnapshotHub::JobCounters counters =
+            snapshots->Counters(job.status.job_id());
+        job.status.set_snapshots_published(counters.published);
+        job.status.set_snapshots_skipped(counters.skipped);
+      }
+      return jobs;
+    });
+    std::string why;
+    try {
+      server->exposer_ = std::make_unique<prometheus::Exposer>(
+          options.metrics_listen, /*num_threads=*/2);
+      const std::vector<int> ports = server->exposer_->GetListeningPorts();
+      if (!ports.empty()) server->metrics_port_ = ports.front();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (server->exposer_ == nullptr || server->metrics_port_ == 0) {
+      server->exposer_.reset();
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve metrics on '", options.metrics_listen, "'",
+          why.empty() ? "" : absl::StrCat(" (", why, ")"),
+          "; is the port in use or the address not local? Use "
+          "--metrics_listen HOST:PORT (port 0 picks a free one), or "
+          "--metrics_listen= to serve no metrics"));
+    }
+    server->exposer_->RegisterCollectable(server->metrics_);
+  }
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
@@ -38,8 +88,16 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   server->reaper_ = std::thread([self] {
     const absl::Duration period =
         std::min(absl::Seconds(1), self->registry_->group_timeout() / 4);
+    bool flush_failed = false;
     while (!self->stopping_.WaitForNotificationWithTimeout(period)) {
       self->registry_->Tick();  // lost groups, time-based checkpoints
+      if (self->trace_ != nullptr) {
+        const absl::Status flushed = self->trace_->Flush();
+        if (!flushed.ok() && !flush_failed) {
+          LOG(ERROR) << "trace: " << flushed;  // once; the disk may be full
+        }
+        flush_failed = !flushed.ok();
+      }
     }
   });
   return server;
@@ -48,6 +106,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
 void MasterServer::Shutdown(absl::Duration grace) {
   if (stopping_.HasBeenNotified()) return;
   stopping_.Notify();
+  // No scrape reads the registry or the hub from now on.
+  exposer_.reset();
   // Snapshot streams never end on their own; closing the hub ends them now
   // rather than at the end of the grace period.
   if (snapshots_ != nullptr) snapshots_->Close();
@@ -58,6 +118,10 @@ void MasterServer::Shutdown(absl::Duration grace) {
   if (reaper_.joinable()) reaper_.join();
   // No call runs any more: the checkpoints hold everything the jobs did.
   if (registry_ != nullptr) registry_->CheckpointAll();
+  if (trace_ != nullptr) {
+    const absl::Status closed = trace_->Close();
+    if (!closed.ok()) LOG(ERROR) << "trace: " << closed;
+  }
 }
 
 MasterServer::~MasterServer() { Shutdown(); }

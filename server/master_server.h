@@ -1,7 +1,9 @@
 // mpilearn-master's top-level object: owns the job registry, the snapshot
-// hub (validation pools' feed), the gRPC service and server, and the thread
-// that declares silent groups lost and writes time-based checkpoints
-// (JobRegistry::Tick).
+// hub (validation pools' feed), the gRPC service and server, the metrics
+// (MasterMetrics, served by a prometheus::Exposer on Options::metrics_listen
+// at /metrics), the trace recorder (Options::trace_file), and the thread
+// that declares silent groups lost, writes time-based checkpoints
+// (JobRegistry::Tick) and flushes the trace about once a second.
 //
 //   auto server = MasterServer::BuildAndStart(options);  // listening now
 //   ...                                                  // until a signal
@@ -19,8 +21,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/trace.h"
 #include "grpcpp/grpcpp.h"
+#include "prometheus/exposer.h"
 #include "server/job_registry.h"
+#include "server/master_metrics.h"
 #include "server/master_service.h"
 #include "server/optimizer.h"
 #include "server/snapshot_hub.h"
@@ -36,8 +41,18 @@ class MasterServer {
     absl::Duration group_timeout = absl::Seconds(60);
     // Where jobs' optimizers run; device already resolved ("cpu", "cuda:N").
     EngineOptions engine;
+    // host:port for the Prometheus endpoint (/metrics); port 0 picks a free
+    // port (see metrics_port()); empty serves no metrics.
+    std::string metrics_listen;
+    // Ended jobs whose series the metrics keep (MasterMetrics::Options).
+    int metrics_ended_jobs = 20;
+    // If set, a Chrome trace of the master's work is streamed to this file
+    // (complete once Shutdown returns).
+    std::string trace_file;
   };
 
+  // Errors say what to change: a trace file that cannot be written, a
+  // --listen or --metrics_listen address that cannot be bound.
   static absl::StatusOr<std::unique_ptr<MasterServer>> BuildAndStart(
       const Options& options);
 
@@ -45,22 +60,33 @@ class MasterServer {
 
   // The port actually bound.
   int port() const { return port_; }
+  // The metrics endpoint's port actually bound; 0 when metrics are off.
+  int metrics_port() const { return metrics_port_; }
 
-  // Ends snapshot streams, stops accepting RPCs, waits up to `grace` for
-  // running ones, then cancels the rest, and checkpoints every job changed
-  // since its last checkpoint (JobRegistry::CheckpointAll). Idempotent.
+  // Stops serving metrics, ends snapshot streams, stops accepting RPCs,
+  // waits up to `grace` for running ones, then cancels the rest,
+  // checkpoints every job changed since its last checkpoint
+  // (JobRegistry::CheckpointAll) and closes the trace file. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
  private:
   MasterServer() = default;
 
+  // The trace and the metrics are declared first: the registry and the
+  // service record into them, so they outlive both.
+  std::unique_ptr<TraceRecorder> trace_;
+  std::shared_ptr<MasterMetrics> metrics_;
   // Declared before the registry (its sink) and the service (streams hold
   // subscriptions), so it outlives both.
   std::unique_ptr<SnapshotHub> snapshots_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<MasterServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  // Declared last: its scrapes read the registry and the hub, so it stops
+  // first.
+  std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
+  int metrics_port_ = 0;
   absl::Notification stopping_;
   std::thread reaper_;
 };

@@ -2,20 +2,42 @@
 // JobRegistry (or, for snapshot subscriptions, the SnapshotHub) and its
 // status back. Holds no state of its own beyond those references; all logic
 // lives in job_registry.h / job.h / snapshot_hub.h.
+//
+// Observability (both optional, null in tests that need neither):
+//   - MasterMetrics: every RPC's latency and status code
+//     (mpilearn_rpc_duration_seconds{method,code}), the streaming RPCs open
+//     now (PushGradient, PullWeights, InitWeights, SubscribeSnapshots), and
+//     tensor bytes received (PushGradient, InitWeights) and sent (the
+//     PushGradient reply, PullWeights, snapshots) per job.
+//   - TraceRecorder: the trace events "receive" (reading a PushGradient or
+//     InitWeights stream's tensors, arg bytes), "send" (streaming a
+//     PushGradient's reply weights), "pull" (PullWeights), "next_unit"
+//     (NextDataUnit), "snapshot_send" (one snapshot to a subscriber) and
+//     "validation_report" (ReportEpoch, ReportValidation); the registry
+//     records "apply" and "checkpoint".
 #ifndef MPILEARN_SERVER_MASTER_SERVICE_H_
 #define MPILEARN_SERVER_MASTER_SERVICE_H_
 
+#include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/mpilearn.grpc.pb.h"
 #include "server/job_registry.h"
+#include "server/master_metrics.h"
 #include "server/snapshot_hub.h"
 
 namespace mpilearn::server {
 
 class MasterServiceImpl final : public v1::Master::Service {
  public:
-  MasterServiceImpl(JobRegistry& registry, SnapshotHub& snapshots)
-      : registry_(registry), snapshots_(snapshots) {}
+  // `metrics` and `trace` may be null; when given they must outlive the
+  // service.
+  MasterServiceImpl(JobRegistry& registry, SnapshotHub& snapshots,
+                    MasterMetrics* metrics = nullptr,
+                    TraceRecorder* trace = nullptr)
+      : registry_(registry),
+        snapshots_(snapshots),
+        metrics_(metrics),
+        trace_(trace) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -67,6 +89,8 @@ class MasterServiceImpl final : public v1::Master::Service {
 
   JobRegistry& registry_;
   SnapshotHub& snapshots_;
+  MasterMetrics* const metrics_;
+  TraceRecorder* const trace_;
 };
 
 }  // namespace mpilearn::server
