@@ -2,8 +2,10 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -89,6 +91,44 @@ void MpiGroup::AllreduceSum(absl::Span<double> values) {
 }
 
 void MpiGroup::Barrier() { MPI_Barrier(Comm(comm_)); }
+
+std::vector<std::string> MpiGroup::GatherStrings(const std::string& mine,
+                                                 int root) {
+  // Every rank learns every length, so all ranks plan the same rounds.
+  const unsigned long long my_length = mine.size();
+  std::vector<unsigned long long> lengths(size_);
+  MPI_Allgather(&my_length, 1, MPI_UNSIGNED_LONG_LONG, lengths.data(), 1,
+                MPI_UNSIGNED_LONG_LONG, Comm(comm_));
+  const unsigned long long longest =
+      *std::max_element(lengths.begin(), lengths.end());
+  // Each round takes up to `piece` bytes from every rank, so one round's
+  // counts and displacements stay within int (one round in practice).
+  const unsigned long long piece = std::min<unsigned long long>(
+      size_t{1} << 30, std::max(1, INT_MAX / size_));
+  const bool is_root = rank_ == root;
+  std::vector<std::string> gathered(is_root ? size_ : 0);
+  std::vector<int> counts(size_), displacements(size_);
+  std::string buffer;
+  for (unsigned long long offset = 0; offset < longest; offset += piece) {
+    int total = 0;
+    for (int r = 0; r < size_; ++r) {
+      const unsigned long long left = lengths[r] > offset ? lengths[r] - offset : 0;
+      counts[r] = static_cast<int>(std::min(piece, left));
+      displacements[r] = total;
+      total += counts[r];
+    }
+    if (is_root) buffer.resize(total);
+    MPI_Gatherv(mine.data() + std::min<size_t>(offset, mine.size()), counts[rank_],
+                MPI_CHAR, is_root ? buffer.data() : nullptr, counts.data(),
+                displacements.data(), MPI_CHAR, root, Comm(comm_));
+    if (is_root) {
+      for (int r = 0; r < size_; ++r) {
+        gathered[r].append(buffer, displacements[r], counts[r]);
+      }
+    }
+  }
+  return gathered;
+}
 
 void SingleProcessGroup::Abort(int exit_code) { std::_Exit(exit_code); }
 

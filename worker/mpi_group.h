@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -32,6 +33,11 @@ class Collectives {
   virtual void AllreduceSum(absl::Span<float> values) = 0;
   virtual void AllreduceSum(absl::Span<double> values) = 0;
   virtual void Barrier() = 0;
+  // Collects every rank's `mine` on `root`: root gets them in rank order,
+  // the other ranks an empty vector. Strings of any length (sent in pieces
+  // when they exceed MPI's int counts).
+  virtual std::vector<std::string> GatherStrings(const std::string& mine,
+                                                 int root) = 0;
   // Ends every process of the group (after a fatal error on one rank).
   [[noreturn]] virtual void Abort(int exit_code) = 0;
 };
@@ -46,6 +52,9 @@ class SingleProcessGroup final : public Collectives {
   void AllreduceSum(absl::Span<float>) override {}
   void AllreduceSum(absl::Span<double>) override {}
   void Barrier() override {}
+  std::vector<std::string> GatherStrings(const std::string& mine, int) override {
+    return {mine};
+  }
   [[noreturn]] void Abort(int exit_code) override;
 };
 
@@ -67,6 +76,8 @@ class MpiGroup final : public Collectives {
   void AllreduceSum(absl::Span<float> values) override;
   void AllreduceSum(absl::Span<double> values) override;
   void Barrier() override;
+  std::vector<std::string> GatherStrings(const std::string& mine,
+                                         int root) override;
   [[noreturn]] void Abort(int exit_code) override;
 
  private:

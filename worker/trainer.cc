@@ -1,5 +1,8 @@
 #include "worker/trainer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,9 +43,28 @@ std::vector<absl::Span<float>> ViewsLike(const std::vector<torch::Tensor>& param
   return views;
 }
 
+// This process's CPU time (user + system), in seconds.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// This process's resident memory now, in bytes (0 if unknown).
+double ResidentBytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0.0;
+  unsigned long long size = 0, resident = 0;
+  const bool read = std::fscanf(statm, "%llu %llu", &size, &resident) == 2;
+  std::fclose(statm);
+  if (!read) return 0.0;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
 // Broadcasts the leader's outcome: every rank returns the leader's status
 // (non-leaders as ABORTED: they stop on the leader's word).
-absl::Status AgreeOnLeaderStatus(Collectives& group, const absl::Status& status) {
+absl::Status BroadcastLeaderStatus(Collectives& group, const absl::Status& status) {
   std::string message = status.ok() ? "" : std::string(status.message());
   group.Broadcast(&message, 0);
   if (message.empty()) return absl::OkStatus();
@@ -79,7 +101,32 @@ Trainer::Trainer(Collectives& group, MasterConnection& master,
       registration_(std::move(registration)),
       spec_(registration_.spec()),
       data_(std::move(data)),
-      options_(options) {}
+      options_(options),
+      trace_(options.trace) {
+  if (leader() && options_.progress.mode != ProgressMode::kOff) {
+    progress_ = std::make_unique<ProgressReporter>(options_.progress);
+  }
+}
+
+absl::Status Trainer::AgreeOnLeaderStatus(const absl::Status& status) {
+  absl::Status agreed = BroadcastLeaderStatus(group_, status);
+  if (!agreed.ok()) failed_together_ = true;
+  return agreed;
+}
+
+std::array<double, 6> Trainer::OwnTelemetry() const {
+  return {times_.data,         times_.compute, times_.master,
+          times_.mpi,          ProcessCpuSeconds(), ResidentBytes()};
+}
+
+void Trainer::SetTelemetry(const double* figures) {
+  telemetry_.set_data_seconds(figures[0]);
+  telemetry_.set_compute_seconds(figures[1]);
+  telemetry_.set_master_seconds(figures[2]);
+  telemetry_.set_mpi_seconds(figures[3]);
+  telemetry_.set_cpu_seconds(figures[4]);
+  telemetry_.set_resident_bytes(static_cast<uint64_t>(figures[5]));
+}
 
 absl::Status Trainer::BuildModelAndInitWeights() {
   // Same seed on every rank and every group: the initial weights are a
@@ -139,16 +186,22 @@ absl::Status Trainer::BuildModelAndInitWeights() {
 absl::Status Trainer::SyncToMasterWeights() {
   absl::Status pulled = absl::OkStatus();
   if (leader()) {
+    TraceSpan span(trace_, "pull", "master");
     absl::StatusOr<uint64_t> version = master_.PullWeights(
         registration_.job_id(), registration_.group_id(), param_views_);
     if (version.ok()) {
       version_ = *version;
+      span.Arg("version", static_cast<int64_t>(version_));
     } else {
       pulled = version.status();
     }
   }
-  MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(group_, pulled));
-  for (absl::Span<float> view : param_views_) group_.Broadcast(view, 0);
+  {
+    TraceSpan span(trace_, "broadcast", "mpi");
+    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(pulled));
+    for (absl::Span<float> view : param_views_) group_.Broadcast(view, 0);
+  }
+  TraceSpan span(trace_, "allreduce", "mpi");
   std::vector<double> version = {leader() ? static_cast<double>(version_) : 0.0};
   group_.AllreduceSum(absl::MakeSpan(version));
   version_ = static_cast<uint64_t>(version[0]);
@@ -173,6 +226,9 @@ absl::Status Trainer::Push(v1::UpdateKind kind,
                            absl::Span<const absl::Span<float>> reply,
                            double samples) {
   const absl::Time start = absl::Now();
+  TraceSpan span(trace_, "push", "master");
+  span.Arg("samples", static_cast<int64_t>(samples));
+  span.Arg("version", static_cast<int64_t>(version_));
   v1::PushGradientRequest::Header header;
   header.set_job_id(registration_.job_id());
   header.set_group_id(registration_.group_id());
@@ -185,11 +241,14 @@ absl::Status Trainer::Push(v1::UpdateKind kind,
   if (!version.ok() && IsStaleRejection(version.status())) {
     // Dropped as too stale: continue from the newest weights.
     ++stale_dropped_;
+    span.Arg("stale", 1);
     VLOG(1) << "[rank " << group_.rank() << "] " << version.status().message();
+    TraceSpan pull(trace_, "pull", "master");
     version = master_.PullWeights(registration_.job_id(),
                                   registration_.group_id(), reply);
   }
   times_.master += SecondsSince(start);
+  span.End();
   if (!version.ok() && IsGroupUnknown(version.status())) {
     // The master no longer knows this group (it restarted, or declared the
     // group lost). Drop the update; the leader's next data-unit request
@@ -229,10 +288,13 @@ absl::Status Trainer::Exchange(double samples) {
     // Sum of gradient sums and of sample counts over the group, then the
     // mean; the leader pushes it and everyone takes the returned weights.
     absl::Time start = absl::Now();
-    group_.AllreduceSum(absl::MakeSpan(grad_));
-    std::vector<double> count = {samples};
-    group_.AllreduceSum(absl::MakeSpan(count));
-    samples = count[0];
+    {
+      TraceSpan span(trace_, "allreduce", "mpi");
+      group_.AllreduceSum(absl::MakeSpan(grad_));
+      std::vector<double> count = {samples};
+      group_.AllreduceSum(absl::MakeSpan(count));
+      samples = count[0];
+    }
     times_.mpi += SecondsSince(start);
     if (samples <= 0) return absl::OkStatus();
     const float scale = static_cast<float>(1.0 / samples);
@@ -243,7 +305,8 @@ absl::Status Trainer::Exchange(double samples) {
                     param_views_, samples);
     }
     start = absl::Now();
-    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(group_, pushed));
+    TraceSpan span(trace_, "broadcast", "mpi");
+    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(pushed));
     for (absl::Span<float> view : param_views_) group_.Broadcast(view, 0);
     times_.mpi += SecondsSince(start);
     return absl::OkStatus();
@@ -322,19 +385,27 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
     const int64_t begin = std::min(step * batch, mine.size(0));
     const int64_t end = std::min(begin + batch, mine.size(0));
     if (end > begin) {
-      torch::Tensor index = mine.slice(0, begin, end);
-      torch::Tensor x = data_.train.images.index_select(0, index);
-      torch::Tensor y = data_.train.labels.index_select(0, index);
+      torch::Tensor x, y;
+      {
+        TraceSpan span(trace_, "data_load", "data");
+        torch::Tensor index = mine.slice(0, begin, end);
+        x = data_.train.images.index_select(0, index);
+        y = data_.train.labels.index_select(0, index);
+      }
       times_.data += SecondsSince(t);
       t = absl::Now();
-      // Summed (not averaged) loss: gradients of several batches and
-      // ranks add up, and Exchange divides by the sample count once.
-      torch::Tensor loss = SummedCrossEntropy(model_->forward(x), y);
-      loss.backward();
-      loss_sum += loss.item<double>();
+      {
+        TraceSpan span(trace_, "forward_backward", "compute");
+        // Summed (not averaged) loss: gradients of several batches and
+        // ranks add up, and Exchange divides by the sample count once.
+        torch::Tensor loss = SummedCrossEntropy(model_->forward(x), y);
+        loss.backward();
+        loss_sum += loss.item<double>();
+      }
       window_samples += static_cast<double>(end - begin);
       if (local_steps) {
         // EASGD's local optimizer steps on the batch mean.
+        TraceSpan span(trace_, "local_step", "compute");
         torch::NoGradGuard no_grad;
         for (torch::Tensor& p : params_) {
           if (p.grad().defined()) p.mutable_grad().div_(static_cast<double>(end - begin));
@@ -353,10 +424,19 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
       window_samples = 0.0;
     }
   }
-  double totals[2] = {loss_sum, static_cast<double>(mine.size(0))};
+  // The unit's loss and samples, and (riding along, for the leader's
+  // telemetry) every rank's cumulative figures.
+  double totals[8] = {loss_sum, static_cast<double>(mine.size(0))};
+  const std::array<double, 6> own = OwnTelemetry();
+  std::copy(own.begin(), own.end(), totals + 2);
   const absl::Time t = absl::Now();
-  group_.AllreduceSum(absl::MakeSpan(totals, 2));
+  {
+    TraceSpan span(trace_, "allreduce", "mpi");
+    group_.AllreduceSum(absl::MakeSpan(totals, 8));
+  }
   times_.mpi += SecondsSince(t);
+  SetTelemetry(totals + 2);
+  have_group_telemetry_ = true;
   v1::CompletedUnit completed;
   completed.set_unit_id(unit.unit_id());
   completed.set_loss_sum(totals[0]);
@@ -374,17 +454,31 @@ absl::StatusOr<v1::NextDataUnitResponse> Trainer::NextUnit(
     request.set_group_id(registration_.group_id());
     request.set_train_samples(data_.train.size());
     for (const v1::CompletedUnit& unit : completed) *request.add_completed() = unit;
+    if (!have_group_telemetry_) {
+      // No unit trained yet: the leader's own figures.
+      const std::array<double, 6> own = OwnTelemetry();
+      SetTelemetry(own.data());
+    }
+    *request.mutable_telemetry() = telemetry_;
+    request.mutable_telemetry()->set_wall_seconds(SecondsSince(run_start_));
     const absl::Time start = absl::Now();
+    TraceSpan span(trace_, "next_unit", "master");
     absl::StatusOr<v1::NextDataUnitResponse> response = master_.NextDataUnit(request);
+    span.End();
     times_.master += SecondsSince(start);
     if (response.ok()) {
       payload = response->SerializeAsString();
+      if (progress_ != nullptr) progress_->Update(response->progress());
     } else {
       asked = response.status();
     }
   }
-  MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(group_, asked));
-  group_.Broadcast(&payload, 0);
+  {
+    // Non-leaders wait here while the leader asks the master.
+    TraceSpan span(leader() ? nullptr : trace_, "wait", "wait");
+    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(asked));
+    group_.Broadcast(&payload, 0);
+  }
   v1::NextDataUnitResponse response;
   if (!response.ParseFromString(payload)) {
     return absl::InternalError("could not decode the broadcast data unit");
@@ -404,6 +498,8 @@ Evaluation Trainer::Evaluate(const Dataset& data) {
 
 absl::Status Trainer::ValidateEpoch(int epoch) {
   const absl::Time start = absl::Now();
+  TraceSpan span(trace_, "validation", "eval");
+  span.Arg("epoch", epoch + 1);
   // Without in-band validation a validation pool validates the master's
   // snapshots; the group only prints the master's record of the epoch.
   const bool inband = !spec_.has_inband_validation() || spec_.inband_validation();
@@ -456,6 +552,7 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
           inband ? absl::StrFormat("val_loss=%.4f  val_acc=%.4f", validation.loss,
                                    validation.accuracy)
                  : std::string("validation by pool");
+      if (progress_ != nullptr) progress_->ClearLine();
       std::printf(
           "epoch %d/%d  train_loss=%.4f  %s  samples/s=%.0f  elapsed=%.1fs  "
           "[group %s: data %.0f%% compute %.0f%% master %.0f%% mpi %.0f%%]\n",
@@ -467,11 +564,19 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
     }
   }
   validation_seconds_ += SecondsSince(start);
-  return AgreeOnLeaderStatus(group_, reported);
+  return AgreeOnLeaderStatus(reported);
 }
 
 absl::StatusOr<TrainResult> Trainer::Run() {
   run_start_ = absl::Now();
+  failed_together_ = false;
+  absl::StatusOr<TrainResult> result = RunLoop();
+  // The run's output ends on a clean line (the caller prints next).
+  if (progress_ != nullptr) progress_->Finish();
+  return result;
+}
+
+absl::StatusOr<TrainResult> Trainer::RunLoop() {
   MPILEARN_RETURN_IF_ERROR(BuildModelAndInitWeights());
   model_->train();
 
@@ -486,6 +591,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     }
     if (next.action() == v1::NextDataUnitResponse::DONE) {
       if (next.finish()) {
+        TraceSpan span(trace_, "test", "eval");
         MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
         result.finished_job = true;
         result.test = Evaluate(data_.test);
@@ -493,6 +599,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       break;
     }
     if (next.action() == v1::NextDataUnitResponse::WAIT) {
+      TraceSpan span(trace_, "wait", "wait");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
@@ -509,13 +616,16 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     completed.push_back(done);
   }
 
-  // Group-wide figures: every rank's step times summed.
-  double times[4] = {times_.data, times_.compute, times_.master, times_.mpi};
-  group_.AllreduceSum(absl::MakeSpan(times, 4));
-  result.times = {times[0], times[1], times[2], times[3]};
-  std::vector<double> stale = {static_cast<double>(stale_dropped_)};
-  group_.AllreduceSum(absl::MakeSpan(stale));
-  result.stale_dropped = static_cast<uint64_t>(stale[0]);
+  // Group-wide figures: every rank's step times (as of now, not the last
+  // unit's telemetry) and stale drops summed.
+  double totals[5] = {times_.data, times_.compute, times_.master, times_.mpi,
+                      static_cast<double>(stale_dropped_)};
+  {
+    TraceSpan span(trace_, "allreduce", "mpi");
+    group_.AllreduceSum(absl::MakeSpan(totals, 5));
+  }
+  result.times = {totals[0], totals[1], totals[2], totals[3]};
+  result.stale_dropped = static_cast<uint64_t>(totals[4]);
   result.seconds = SecondsSince(run_start_);
   result.validation_seconds = validation_seconds_;
   result.samples_per_second =

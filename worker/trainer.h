@@ -30,11 +30,26 @@
 // the metrics and the leader reports them. When the master says the job's
 // data is done, the group that finished it evaluates the test set.
 //
+// Observability:
+//   telemetry: the leader sends the group's cumulative figures (StepTimes,
+//             CPU time and resident memory summed over the ranks, its own
+//             wall time) with every NextDataUnit request. Other ranks' values
+//             ride on the allreduce that already ends every unit, so they
+//             cost no extra collective; they are as of the group's last unit.
+//   progress: the leader feeds the master's JobProgress from every answer
+//             to a ProgressReporter (progress.h), per TrainerOptions.
+//   trace:    with TrainerOptions::trace set, every rank records spans:
+//             data_load, forward_backward, local_step (easgd), push, pull,
+//             next_unit (leader), wait (WAIT answers; non-leaders waiting for
+//             the leader's unit), allreduce, broadcast, validation, test.
+//             Without it a span costs one null-pointer branch.
+//
 // Threading: one thread per rank (the MPI thread). Errors from the master or
 // the data come back as a Status; the caller decides how to end the group.
 #ifndef MPILEARN_WORKER_TRAINER_H_
 #define MPILEARN_WORKER_TRAINER_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,10 +61,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/master_connection.h"
+#include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/dataset.h"
 #include "worker/evaluation.h"
 #include "worker/mpi_group.h"
+#include "worker/progress.h"
 
 namespace mpilearn::worker {
 
@@ -60,6 +77,10 @@ struct TrainerOptions {
   bool print_epochs = true;
   // Test aid: sleep this long after every batch, to make a slow group.
   int64_t slowdown_ms_per_batch = 0;
+  // The leader's progress line (stdout); off unless asked for.
+  ProgressOptions progress{ProgressMode::kOff};
+  // This rank's trace recorder (not owned); null: no tracing.
+  TraceRecorder* trace = nullptr;
 };
 
 // Seconds spent in each part of training, summed over this group's ranks.
@@ -99,7 +120,21 @@ class Trainer {
 
   absl::StatusOr<TrainResult> Run();
 
+  // After Run failed: true when every rank of the group failed at the same
+  // point on the leader's word (the leader's error was broadcast), so the
+  // ranks are still together for collectives; false when this rank failed
+  // on its own and the others may be stuck in a collective.
+  bool failed_together() const { return failed_together_; }
+
  private:
+  absl::StatusOr<TrainResult> RunLoop();
+  // Broadcasts the leader's outcome: every rank returns the leader's status
+  // (non-leaders as ABORTED); notes a failure as failed_together.
+  absl::Status AgreeOnLeaderStatus(const absl::Status& status);
+  // This rank's cumulative figures, in the order the unit-end allreduce
+  // carries them: data, compute, master, mpi seconds, CPU seconds, RSS.
+  std::array<double, 6> OwnTelemetry() const;
+  void SetTelemetry(const double* figures);
   absl::Status BuildModelAndInitWeights();
   // Leader asks the master for the next unit (reporting `completed`); every
   // rank receives the answer or the leader's error.
@@ -154,6 +189,13 @@ class Trainer {
   uint64_t stale_dropped_ = 0;
   absl::Time run_start_;
   double validation_seconds_ = 0.0;
+  bool failed_together_ = false;
+  // The group's figures summed over its ranks as of the last unit's end
+  // (the leader's own before the first); the leader sends them.
+  v1::GroupTelemetry telemetry_;
+  bool have_group_telemetry_ = false;
+  TraceRecorder* const trace_;
+  std::unique_ptr<ProgressReporter> progress_;  // leader only
 };
 
 }  // namespace mpilearn::worker

@@ -160,11 +160,14 @@ Evaluation ValidationPool::Validate(
     JobState& job, const std::vector<std::vector<float>>& weights) {
   torch::NoGradGuard no_grad;
   // The leader holds the weights; every rank receives them into its model.
-  for (size_t i = 0; i < job.params.size(); ++i) {
-    torch::Tensor& p = job.params[i];
-    absl::Span<float> view(p.data_ptr<float>(), p.numel());
-    if (leader()) std::memcpy(view.data(), weights[i].data(), view.size() * sizeof(float));
-    group_.Broadcast(view, 0);
+  {
+    TraceSpan span(options_.trace, "broadcast", "mpi");
+    for (size_t i = 0; i < job.params.size(); ++i) {
+      torch::Tensor& p = job.params[i];
+      absl::Span<float> view(p.data_ptr<float>(), p.numel());
+      if (leader()) std::memcpy(view.data(), weights[i].data(), view.size() * sizeof(float));
+      group_.Broadcast(view, 0);
+    }
   }
   return EvaluateShard(group_, job.model, job.shard, options_.eval_batch_size);
 }
@@ -241,8 +244,12 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
   absl::Status outcome = absl::OkStatus();
   std::vector<std::vector<float>> weights;  // the leader's received copy
   while (true) {
-    std::string message = leader() ? NextMessage(&weights) : std::string();
-    group_.Broadcast(&message, 0);
+    std::string message;
+    {
+      TraceSpan span(options_.trace, "wait", "wait");
+      if (leader()) message = NextMessage(&weights);
+      group_.Broadcast(&message, 0);
+    }
     if (message.empty() || message[0] == 'S') break;
     if (message[0] == 'E') {
       outcome = leader() ? absl::UnavailableError(message.substr(1))
@@ -274,7 +281,11 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
       ++result.failed;
       continue;
     }
+    TraceSpan span(options_.trace, "validation", "eval");
+    span.Arg("version", static_cast<int64_t>(header.weights().version()));
+    span.Arg("epoch", header.epoch());
     const Evaluation metrics = Validate(job, weights);
+    span.End();
     if (leader()) {
       if (Report(header, metrics)) {
         ++result.validated;

@@ -23,6 +23,10 @@
 // `exit_when_idle` without a snapshot; it fails when the stream fails
 // (e.g. the master shut down).
 //
+// With options.trace set, every rank records `wait` (the leader waiting for
+// and receiving the next snapshot; the others waiting for the leader),
+// `validation` per snapshot and, inside it, `broadcast` (the weights).
+//
 // Threading: Run on each rank's MPI thread; Stop from any thread (a signal
 // watcher), on the leader. The leader runs one helper thread that cancels
 // the stream when asked to stop or idle.
@@ -44,6 +48,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/master_client.h"
+#include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/dataset.h"
 #include "worker/evaluation.h"
@@ -67,6 +72,8 @@ struct ValidationPoolOptions {
   // Polled by the leader (every 100 ms): true asks the pool to stop, like
   // Stop(). For signal handlers, which cannot call Stop().
   const std::atomic<bool>* stop_requested = nullptr;
+  // This rank's trace recorder (not owned); null: no tracing.
+  TraceRecorder* trace = nullptr;
 };
 
 // What the pool did, on the leader (other ranks: zeros).

@@ -2,19 +2,28 @@
 //
 //   mpirun -np 2 mpilearn-worker --master HOST:PORT [--job SPEC.json | --job_id ID]
 //   mpirun -np 2 mpilearn-worker --master HOST:PORT --role validate [--jobs ID,ID]
+//   ... [--progress auto|plain|off] [--trace FILE]
 //
 // Rank 0 (the leader) obtains the job from the master and broadcasts it;
 // every rank loads its data, builds the model and runs the Trainer. With
 // --role validate the ranks form a validation pool (validation_pool.h)
-// instead.
+// instead. The leader prints a progress line (--progress); with --trace every
+// rank records spans in memory and rank 0 writes them all to one Chrome trace
+// file when the group ends.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -23,16 +32,19 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "common/master_client.h"
 #include "common/master_connection.h"
 #include "common/status_macros.h"
+#include "common/trace.h"
 #include "glog/logging.h"
 #include "worker/dataset.h"
 #include "worker/local_master.h"
 #include "worker/mpi_group.h"
+#include "worker/progress.h"
 #include "worker/trainer.h"
 #include "worker/validation_pool.h"
 
@@ -77,6 +89,26 @@ ABSL_FLAG(double, exit_when_idle_s, 0,
 ABSL_FLAG(std::string, pool_label, "",
           "--role validate: the pool's name in validation records (\"pool "
           "LABEL\"); default HOST:PID of the leader.");
+ABSL_FLAG(std::string, progress, "auto",
+          "The group leader's progress line on stdout: current epoch, percent "
+          "of it done, job-wide samples/s (all groups, last ~15 s), training "
+          "loss and ETA, e.g. `progress: epoch 2/5  43.1%  samples/s=9650  "
+          "loss=0.4123  eta=0m21s`. auto: a live line rewritten in place "
+          "(at most every 0.5 s) when stdout is a terminal, else plain lines; "
+          "plain: a plain line every --progress_interval_s; off: none.");
+ABSL_FLAG(double, progress_interval_s, 30,
+          "Seconds between plain progress lines (--progress=plain, or auto "
+          "when stdout is not a terminal); the first comes after one "
+          "interval. Must be > 0.");
+ABSL_FLAG(std::string, trace, "",
+          "Write a Chrome trace of this group (or validation pool) to FILE "
+          "when the worker exits: every rank's spans (data_load, "
+          "forward_backward, push, pull, next_unit, allreduce, broadcast, "
+          "wait, validation, test, ...) in one file, each rank a process "
+          "(pid 1000 x group number + rank; pool ranks 1000000 + rank). Open "
+          "it in ui.perfetto.dev or chrome://tracing. Ranks keep events in "
+          "memory (at most 256 MiB each) and rank 0 writes the file; its "
+          "directory must exist and be writable. Off by default (no cost).");
 
 namespace mpilearn::worker {
 namespace {
@@ -183,6 +215,86 @@ void WriteSummary(const v1::RegisterGroupResponse& registration, int ranks,
   std::fclose(out);
 }
 
+// The rank mpirun gave this process, from its environment (before MPI is
+// initialized); -1 when not known.
+int LaunchRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    int rank = -1;
+    const char* value = std::getenv(name);
+    if (value != nullptr && absl::SimpleAtoi(value, &rank)) return rank;
+  }
+  return -1;
+}
+
+// --trace FILE: its directory must exist and be writable, so that a long
+// run does not end without its trace.
+absl::Status CheckTracePath(const std::string& path) {
+  struct stat info;
+  if (path.back() == '/' || (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace '", path, "' is a directory; give a file name"));
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  if (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--trace '", path, "': the directory '", dir, "' does not exist"));
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--trace '", path, "': the directory '", dir, "' is not writable"));
+  }
+  return absl::OkStatus();
+}
+
+// A training rank's trace pid: 1000 x the group's number ("g-12": 12) +
+// rank, so the groups of one job can share a viewer.
+int TracePid(const std::string& group_id, int rank) {
+  int number = 0;
+  const size_t dash = group_id.rfind('-');
+  if (!absl::SimpleAtoi(dash == std::string::npos ? group_id : group_id.substr(dash + 1),
+                        &number) ||
+      number < 0 || number > 2000000) {
+    number = 0;
+  }
+  return 1000 * number + rank;
+}
+
+// A validation pool rank's trace pid (apart from any group's).
+int PoolTracePid(int rank) { return 1000000 + rank; }
+
+// All ranks (a collective; they must still be together): gathers every
+// rank's events on rank 0, which writes the --trace file. Does nothing
+// without a recorder (no --trace). A file that cannot be written is
+// reported, not fatal.
+void WriteGroupTrace(Collectives& group, TraceRecorder* trace) {
+  if (trace == nullptr) return;
+  double counts[2] = {static_cast<double>(trace->recorded()),
+                      static_cast<double>(trace->dropped())};
+  group.AllreduceSum(absl::MakeSpan(counts, 2));
+  const std::vector<std::string> chunks = group.GatherStrings(trace->TakeEvents(), 0);
+  if (group.rank() != 0) return;
+  const std::string path = absl::GetFlag(FLAGS_trace);
+  const absl::Status written = WriteTraceFile(path, chunks);
+  if (!written.ok()) {
+    std::fprintf(stderr, "mpilearn-worker: the trace was not written: %s\n",
+                 std::string(written.message()).c_str());
+    return;
+  }
+  const auto events = static_cast<unsigned long long>(counts[0]);
+  const auto dropped = static_cast<unsigned long long>(counts[1]);
+  if (dropped > 0) {
+    LOG(WARNING) << "trace written to " << path << " (" << events << " events; "
+                 << dropped
+                 << " later events dropped: a rank reached the in-memory "
+                    "limit of 256 MiB of events)";
+  } else {
+    LOG(INFO) << "trace written to " << path << " (" << events << " events)";
+  }
+}
+
 // Set by SIGTERM/SIGINT in a validation pool; the pool's leader polls it.
 std::atomic<bool> stop_requested{false};
 
@@ -229,6 +341,13 @@ int RunValidationPool(Collectives& group, const std::string& tag) {
   }
   if (!EveryRankConnected(group, connected, tag)) return 1;
 
+  std::unique_ptr<TraceRecorder> trace;
+  if (!absl::GetFlag(FLAGS_trace).empty()) {
+    trace = TraceRecorder::InMemory(
+        PoolTracePid(group.rank()),
+        absl::StrCat("validation pool rank ", group.rank()));
+    trace->NameThread("validation");
+  }
   ValidationPoolOptions options;
   for (absl::string_view id :
        absl::StrSplit(absl::GetFlag(FLAGS_jobs), ',', absl::SkipWhitespace())) {
@@ -239,8 +358,11 @@ int RunValidationPool(Collectives& group, const std::string& tag) {
   const double idle_s = absl::GetFlag(FLAGS_exit_when_idle_s);
   if (idle_s > 0) options.exit_when_idle = absl::Seconds(idle_s);
   options.stop_requested = &stop_requested;
+  options.trace = trace.get();
   ValidationPool pool(group, master.get(), options);
   absl::StatusOr<ValidationPoolResult> result = pool.Run();
+  // The pool's ranks end Run together, whatever the outcome.
+  WriteGroupTrace(group, trace.get());
   if (!result.ok()) {
     if (group.rank() == 0 ||
         result.status().code() != absl::StatusCode::kAborted) {
@@ -295,6 +417,33 @@ int Main(int argc, char** argv) {
                  "mpilearn-worker: --role validate takes --jobs ID,ID (or none "
                  "for every job), not --local, --job or --job_id\n");
     return 2;
+  }
+  const std::optional<ProgressMode> progress_mode =
+      ParseProgressMode(absl::GetFlag(FLAGS_progress));
+  if (!progress_mode.has_value()) {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --progress must be one of auto, plain, off; "
+                 "got '%s'\n",
+                 absl::GetFlag(FLAGS_progress).c_str());
+    return 2;
+  }
+  const double progress_interval_s = absl::GetFlag(FLAGS_progress_interval_s);
+  if (!(progress_interval_s > 0) || !std::isfinite(progress_interval_s)) {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --progress_interval_s must be a number of "
+                 "seconds > 0, got %g\n",
+                 progress_interval_s);
+    return 2;
+  }
+  // Rank 0 writes the trace; checked there (or when not under mpirun).
+  const std::string trace_path = absl::GetFlag(FLAGS_trace);
+  if (!trace_path.empty() && LaunchRank() <= 0) {
+    absl::Status usable = CheckTracePath(trace_path);
+    if (!usable.ok()) {
+      std::fprintf(stderr, "mpilearn-worker: %s\n",
+                   std::string(usable.message()).c_str());
+      return 2;
+    }
   }
   if (local && absl::GetFlag(FLAGS_job).empty()) {
     std::fprintf(stderr, "mpilearn-worker: --local needs --job SPEC.json\n");
@@ -382,6 +531,15 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  // Kept for the process's life, also when the group registers again.
+  std::unique_ptr<TraceRecorder> trace;
+  if (!trace_path.empty()) {
+    trace = TraceRecorder::InMemory(
+        TracePid(registration->group_id(), group.rank()),
+        absl::StrCat("group ", registration->group_id(), " rank ", group.rank()));
+    trace->NameThread("training");
+  }
+
   auto leave_with_error = [&](const absl::Status& error) {
     if (group.rank() == 0) {
       v1::LeaveRequest leave;
@@ -400,20 +558,27 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
                    std::string(data.status().message()).c_str());
     }
+    WriteGroupTrace(group, trace.get());  // every rank failed together
     return 1;
   }
 
   TrainerOptions trainer_options;
   trainer_options.slowdown_ms_per_batch = absl::GetFlag(FLAGS_slowdown_ms_per_batch);
+  trainer_options.progress.mode = *progress_mode;
+  trainer_options.progress.interval = absl::Seconds(progress_interval_s);
+  trainer_options.trace = trace.get();
   // A group the master stops knowing (it restarted from a checkpoint, or
   // declared the group lost during a long outage) registers again and goes
   // on from the master's weights; every rank sees the same status, so the
   // whole group does this together.
   const DatasetSplits splits = std::move(data).value();
   absl::StatusOr<TrainResult> result;
+  // Whether a failure left every rank together (see Trainer::failed_together).
+  bool together = true;
   for (int rejoins = 0;; ++rejoins) {
     Trainer trainer(group, *master, *registration, splits, trainer_options);
     result = trainer.Run();
+    together = result.ok() || trainer.failed_together();
     if (result.ok() || !IsGroupUnknown(result.status()) || rejoins >= 100) break;
     if (group.rank() == 0) {
       std::printf("group %s: %s; registering again\n",
@@ -425,6 +590,7 @@ int Main(int argc, char** argv) {
         ObtainJob(group, *master, job_id);
     if (!again.ok()) {
       result = again.status();
+      together = true;  // every rank got the leader's answer
       break;
     }
     registration = std::move(again);
@@ -435,6 +601,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (!result.ok()) {
+    if (together) WriteGroupTrace(group, trace.get());
     // Aborted: every rank stopped together on the leader's word. Anything
     // else happened on this rank alone, and the others may be waiting in a
     // collective for it, so the whole group is ended.
@@ -452,6 +619,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
+  int exit_code = 0;
   if (group.rank() == 0) {
     // The group that finished the job's data reports the test result and
     // completes the job; any other group just leaves.
@@ -485,9 +653,10 @@ int Main(int argc, char** argv) {
     }
     std::fflush(stdout);
     WriteSummary(*registration, group.size(), local, *result);
-    if (!state.ok()) return 1;
+    if (!state.ok()) exit_code = 1;
   }
-  return 0;
+  WriteGroupTrace(group, trace.get());
+  return exit_code;
 }
 
 }  // namespace
