@@ -153,9 +153,13 @@ absl::StatusOr<std::unique_ptr<MasterProcess>> MasterProcess::Start(
   std::vector<std::string> argv = {Runfile("server/mpilearn-master"),
                                    "--listen=127.0.0.1:0",
                                    "--state_dir=" + state_dir,
-                                   "--port_file=" + port_file};
+                                   "--port_file=" + port_file,
+                                   "--metrics_listen=127.0.0.1:0",
+                                   "--metrics_port_file=" + state_dir + "/metrics_port"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   auto master = std::unique_ptr<MasterProcess>(new MasterProcess());
+  master->metrics_port_file_ = state_dir + "/metrics_port";
+  std::filesystem::remove(master->metrics_port_file_);
   auto process = ChildProcess::Start(argv, state_dir + "/master.log");
   if (!process.ok()) return process.status();
   master->process_ = std::move(process).value();
@@ -169,6 +173,21 @@ absl::StatusOr<std::unique_ptr<MasterProcess>> MasterProcess::Start(
     absl::SleepFor(absl::Milliseconds(50));
   }
   return absl::DeadlineExceededError("master did not start within 30s");
+}
+
+absl::StatusOr<int> MasterProcess::MetricsPort() {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    std::ifstream in(metrics_port_file_);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    if (process_->Wait(absl::ZeroDuration()).has_value()) {
+      return absl::InternalError("master exited: " + process_->Log());
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      "the master wrote no metrics port within 30s (--metrics_port_file)");
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(

@@ -62,7 +62,9 @@ class ChildProcess {
   std::optional<int> exit_code_;
 };
 
-// The real mpilearn-master on 127.0.0.1 with a port the OS picks.
+// The real mpilearn-master on 127.0.0.1 with ports the OS picks, for gRPC
+// and for its metrics endpoint (so tests never collide on the default
+// metrics port). `extra_flags` come last and win.
 class MasterProcess {
  public:
   static absl::StatusOr<std::unique_ptr<MasterProcess>> Start(
@@ -71,9 +73,13 @@ class MasterProcess {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   ChildProcess& process() { return *process_; }
 
+  // The metrics endpoint's port, once the master wrote it (waits up to 30s).
+  absl::StatusOr<int> MetricsPort();
+
  private:
   std::unique_ptr<ChildProcess> process_;
   int port_ = 0;
+  std::string metrics_port_file_;
 };
 
 // `mpirun -np N mpilearn-worker --master ADDRESS <worker_flags>`.

@@ -29,27 +29,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-here=$(cd "$(dirname "$0")" && pwd)
-runfiles=${RUNFILES_DIR:-$0.runfiles}
-bin_dir="$runfiles/mpilearn"
-[ -x "$bin_dir/worker/mpilearn-worker" ] || bin_dir="$here/.."
-master_bin="$bin_dir/server/mpilearn-master"
-worker_bin="$bin_dir/worker/mpilearn-worker"
-data=/usr/share/datasets/fashion-mnist
-[ -f "$data/train-images-idx3-ubyte.gz" ] || {
-  echo "bench_scaling: needs Debian's dataset-fashion-mnist (tools/install_deps.sh)" >&2
-  exit 1
-}
-
-work=$(mktemp -d -t mpilearn-bench-scaling.XXXXXX)
-master_pid=""
-cleanup() {
-  if [ -n "$master_pid" ] && kill -0 "$master_pid" 2>/dev/null; then
-    kill -TERM "$master_pid"; wait "$master_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+lib="${RUNFILES_DIR:-$0.runfiles}/mpilearn/tools/bench_lib.sh"
+[ -f "$lib" ] || lib="$(cd "$(dirname "$0")" && pwd)/bench_lib.sh"
+# shellcheck source=tools/bench_lib.sh
+source "$lib"
+bench_init bench_scaling
 
 spec() {  # spec ALGORITHM FILE
   cat > "$2" <<JSON
@@ -61,14 +45,7 @@ spec() {  # spec ALGORITHM FILE
 JSON
 }
 
-"$master_bin" --listen 127.0.0.1:0 --port_file "$work/port" --state_dir "$work/state" \
-  2>"$work/master.log" &
-master_pid=$!
-for _ in $(seq 1 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-[ -s "$work/port" ] || { cat "$work/master.log" >&2; exit 1; }
-port=$(cat "$work/port")
-mpi_flags=(--oversubscribe)
-[ "$(id -u)" -ne 0 ] || mpi_flags+=(--allow-run-as-root)
+bench_start_master
 
 results=()
 run() {  # run MODE RANKS
@@ -78,7 +55,7 @@ run() {  # run MODE RANKS
     "$worker_bin" --local --job "$work/spec-$mode.json" --threads 1 \
       --local_state_dir "$work/local" --summary_json "$out" >"$work/$mode.log" 2>&1
   else
-    mpirun "${mpi_flags[@]}" -np "$ranks" "$worker_bin" --master "127.0.0.1:$port" \
+    mpirun "${mpi_flags[@]}" -np "$ranks" "$worker_bin" --master "$master" \
       --job "$work/spec-$mode.json" --threads 1 --summary_json "$out" \
       >"$work/$mode-$ranks.log" 2>&1
   fi || { echo "bench_scaling: $mode with $ranks rank(s) failed:" >&2;
@@ -90,7 +67,7 @@ run() {  # run MODE RANKS
 # Warm-up (not reported): the master's first job pays for page faults and
 # channel set-up that later runs do not.
 spec sync "$work/spec-warmup.json"
-mpirun "${mpi_flags[@]}" -np 1 "$worker_bin" --master "127.0.0.1:$port" \
+mpirun "${mpi_flags[@]}" -np 1 "$worker_bin" --master "$master" \
   --job "$work/spec-warmup.json" --threads 1 >"$work/warmup.log" 2>&1 \
   || { echo "bench_scaling: warm-up run failed:" >&2; tail -5 "$work/warmup.log" >&2; exit 1; }
 
@@ -100,7 +77,7 @@ for algorithm in $algorithms; do
 done
 
 # Numbers out of the summaries (flat keys are unique enough to grep).
-field() { sed -E "s/.*\"$2\": ([0-9.eE+-]+).*/\1/" <<<"$1"; }
+field() { bench_field "$@"; }
 mode_of() { sed -E 's/.*"mode": "([a-z]+)".*/\1/' <<<"$1"; }
 base=$(field "${results[0]}" samples_per_s)
 

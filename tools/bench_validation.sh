@@ -31,30 +31,15 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-runfiles=${RUNFILES_DIR:-$0.runfiles}
-bin_dir="$runfiles/mpilearn"
-[ -x "$bin_dir/worker/mpilearn-worker" ] || bin_dir="$(cd "$(dirname "$0")/.." && pwd)"
-master_bin="$bin_dir/server/mpilearn-master"
-worker_bin="$bin_dir/worker/mpilearn-worker"
-data=/usr/share/datasets/fashion-mnist
-[ -f "$data/train-images-idx3-ubyte.gz" ] || {
-  echo "bench_validation: needs Debian's dataset-fashion-mnist (tools/install_deps.sh)" >&2
-  exit 1
-}
+lib="${RUNFILES_DIR:-$0.runfiles}/mpilearn/tools/bench_lib.sh"
+[ -f "$lib" ] || lib="$(cd "$(dirname "$0")" && pwd)/bench_lib.sh"
+# shellcheck source=tools/bench_lib.sh
+source "$lib"
+bench_init bench_validation
+mpi_flags+=(--bind-to none)
 cores=$(nproc)
 train_cpu=0
 pool_cpu=$(( cores > 1 ? 1 : 0 ))
-
-work=$(mktemp -d -t mpilearn-bench-validation.XXXXXX)
-master_pid=""
-pool_pid=""
-cleanup() {
-  for pid in $pool_pid $master_pid; do
-    if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; fi
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 spec() {  # spec FILE INBAND SNAPSHOT_EVERY
   cat > "$1" <<JSON
@@ -68,14 +53,7 @@ spec() {  # spec FILE INBAND SNAPSHOT_EVERY
 JSON
 }
 
-taskset -c "$train_cpu" "$master_bin" --listen 127.0.0.1:0 --port_file "$work/port" \
-  --state_dir "$work/state" 2>"$work/master.log" &
-master_pid=$!
-for _ in $(seq 1 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-[ -s "$work/port" ] || { cat "$work/master.log" >&2; exit 1; }
-master="127.0.0.1:$(cat "$work/port")"
-mpi_flags=(--oversubscribe --bind-to none)
-[ "$(id -u)" -ne 0 ] || mpi_flags+=(--allow-run-as-root)
+bench_start_master --cpu "$train_cpu"
 
 train_run() {  # train_run NAME INBAND SNAPSHOT_EVERY -> prints the summary JSON
   spec "$work/$1.json" "$2" "$3"
@@ -84,12 +62,12 @@ train_run() {  # train_run NAME INBAND SNAPSHOT_EVERY -> prints the summary JSON
     || { echo "bench_validation: run $1 failed:" >&2; tail -5 "$work/$1.log" >&2; exit 1; }
   cat "$work/$1.out"
 }
-field() { sed -E "s/.*\"$2\": ([0-9.eE+-]+).*/\1/" <<<"$1"; }
+field() { bench_field "$@"; }
 
 # The pool follows every job on the master; it idles between runs.
 taskset -c "$pool_cpu" mpirun "${mpi_flags[@]}" -np 1 "$worker_bin" --master "$master" \
   --role validate --threads 1 >"$work/pool.log" 2>&1 &
-pool_pid=$!
+bench_pids+=("$!")
 
 off_sum=0; pool_sum=0
 for i in $(seq 1 "$repeats"); do

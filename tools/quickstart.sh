@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, end to end, on a fresh Debian 12 machine:
 #   1. installs the Debian packages and builds the binaries with Bazel;
-#   2. starts mpilearn-master as a background service on a free loopback port;
+#   2. starts mpilearn-master as a background service on free loopback ports
+#      (gRPC, and Prometheus metrics);
 #   3. runs `mpirun -np 2 mpilearn-worker --master localhost:PORT --job SPEC`
 #      (default spec: docs/examples/fashion_mnist.json, Debian's Fashion-MNIST);
 #   4. stops the master cleanly (SIGTERM) and prints test_accuracy=<value>
@@ -23,7 +24,9 @@ bin=$(bazel info bazel-bin 2>/dev/null)
 state=${STATE_DIR:-$(mktemp -d -t mpilearn-quickstart.XXXXXX)}
 mkdir -p "$state"
 rm -f "$state/port"
+rm -f "$state/metrics_port"
 "$bin/server/mpilearn-master" --listen 127.0.0.1:0 --port_file "$state/port" \
+  --metrics_listen 127.0.0.1:0 --metrics_port_file "$state/metrics_port" \
   --state_dir "$state" 2>"$state/master.log" &
 master_pid=$!
 stop_master() {
@@ -42,6 +45,8 @@ done
 [ -s "$state/port" ] || { echo "quickstart: master did not start" >&2; exit 1; }
 port=$(cat "$state/port")
 echo "quickstart: mpilearn-master (pid $master_pid) on 127.0.0.1:$port, state in $state"
+[ -s "$state/metrics_port" ] &&
+  echo "quickstart: live metrics at http://127.0.0.1:$(cat "$state/metrics_port")/metrics"
 
 mpi_flags=(-np "$np" --oversubscribe)
 [ "$(id -u)" -ne 0 ] || mpi_flags+=(--allow-run-as-root)

@@ -1,0 +1,395 @@
+// End to end observability, with the real binaries started as users start
+// them.
+//
+// PrometheusScrapesTrainingRun: a real Prometheus server (Debian's
+// `prometheus`, on a loopback port, with a generated config) scrapes the
+// master's metrics endpoint every second while a 2-rank group trains; the
+// test then asks Prometheus' HTTP API for the job's series and finds the
+// samples trained and the validations increasing during the run and ending
+// at the master's own figures, the group's step-time breakdown and the RPC
+// counts present, and the endpoint's text accepted by `promtool check
+// metrics` (Prometheus' own exposition-format parser and linter).
+//
+// TracesAndProgress: a 2-rank sync group and the master run with --trace;
+// both files parse as JSON (protobuf's parser, not the writer's) and hold the
+// expected events for both ranks and for the master, and the leader printed
+// periodic progress lines.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/master_client.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/http_client.h"
+#include "tests/test_process.h"
+
+namespace mpilearn::testing {
+namespace {
+
+constexpr char kPrometheus[] = "/usr/bin/prometheus";
+constexpr char kPromtool[] = "/usr/bin/promtool";
+
+using google::protobuf::ListValue;
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+absl::StatusOr<Value> ParseJson(const std::string& json) {
+  Value value;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &value);
+  if (!status.ok()) {
+    return absl::DataLossError(absl::StrCat("not JSON (", status.ToString(),
+                                            "): ", json.substr(0, 300)));
+  }
+  return value;
+}
+
+const Value& Field(const Value& object, const std::string& key) {
+  static const Value* const kNull = new Value();
+  const auto& fields = object.struct_value().fields();
+  auto it = fields.find(key);
+  return it == fields.end() ? *kNull : it->second;
+}
+
+// A real Prometheus server on a free loopback port scraping one target
+// every second. Its ChildProcess ends it when the test ends.
+class PrometheusServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrometheusServer>> Start(
+      const std::string& dir, int target_port) {
+    const std::string config = dir + "/prometheus.yml";
+    WriteFileOrDie(config, absl::StrCat(
+        "global:\n"
+        "  scrape_interval: 1s\n"
+        "  evaluation_interval: 1s\n"
+        "scrape_configs:\n"
+        "  - job_name: mpilearn\n"
+        "    static_configs:\n"
+        "      - targets: ['127.0.0.1:", target_port, "']\n"));
+    auto server = std::unique_ptr<PrometheusServer>(new PrometheusServer());
+    // The free port could be taken between picking and binding: retry.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      server->port_ = PickFreePort();
+      auto process = ChildProcess::Start(
+          {kPrometheus, "--config.file=" + config,
+           "--storage.tsdb.path=" + dir + "/tsdb",
+           absl::StrCat("--web.listen-address=127.0.0.1:", server->port_),
+           "--log.level=warn"},
+          dir + "/prometheus.log");
+      if (!process.ok()) return process.status();
+      server->process_ = std::move(process).value();
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (absl::Now() < deadline) {
+        if (server->process_->Wait(absl::Milliseconds(200)).has_value()) break;
+        absl::StatusOr<HttpResponse> ready = HttpGet(server->port_, "/-/ready");
+        if (ready.ok() && ready->status == 200) return server;
+      }
+      server->process_->Stop();
+    }
+    return absl::UnavailableError("Prometheus did not become ready: " +
+                                  server->process_->Log());
+  }
+
+  // GET /api/v1/<endpoint>?<params>; the "data" member of a success answer.
+  absl::StatusOr<Value> Api(const std::string& endpoint,
+                            const std::map<std::string, std::string>& params) {
+    std::string target = "/api/v1/" + endpoint;
+    char separator = '?';
+    for (const auto& [key, value] : params) {
+      absl::StrAppend(&target, std::string(1, separator), key, "=", UrlEncode(value));
+      separator = '&';
+    }
+    absl::StatusOr<HttpResponse> response = HttpGet(port_, target);
+    if (!response.ok()) return response.status();
+    absl::StatusOr<Value> json = ParseJson(response->body);
+    if (!json.ok()) return json.status();
+    if (response->status != 200 ||
+        Field(*json, "status").string_value() != "success") {
+      return absl::InternalError(absl::StrCat("Prometheus answered ", response->status,
+                                              ": ", response->body));
+    }
+    return Field(*json, "data");
+  }
+
+  // The points (unix seconds, value) of the series `promql` selects (the
+  // first, if several) between `start` and now, one per second.
+  absl::StatusOr<std::vector<std::pair<double, double>>> Range(
+      const std::string& promql, absl::Time start) {
+    absl::StatusOr<Value> data =
+        Api("query_range", {{"query", promql},
+                            {"start", absl::StrCat(absl::ToUnixSeconds(start))},
+                            {"end", absl::StrCat(absl::ToUnixSeconds(absl::Now()))},
+                            {"step", "1"}});
+    if (!data.ok()) return data.status();
+    const ListValue& result = Field(*data, "result").list_value();
+    if (result.values_size() == 0) {
+      return absl::NotFoundError("Prometheus has no series for " + promql);
+    }
+    std::vector<std::pair<double, double>> points;
+    for (const Value& point : Field(result.values(0), "values").list_value().values()) {
+      double value = 0;
+      if (!absl::SimpleAtod(point.list_value().values(1).string_value(), &value)) {
+        return absl::DataLossError("bad sample value");
+      }
+      points.emplace_back(point.list_value().values(0).number_value(), value);
+    }
+    return points;
+  }
+
+  // The value of an instant query's first series.
+  absl::StatusOr<double> Instant(const std::string& promql) {
+    absl::StatusOr<Value> data = Api("query", {{"query", promql}});
+    if (!data.ok()) return data.status();
+    const ListValue& result = Field(*data, "result").list_value();
+    if (result.values_size() == 0) {
+      return absl::NotFoundError("Prometheus has no series for " + promql);
+    }
+    double value = 0;
+    if (!absl::SimpleAtod(
+            Field(result.values(0), "value").list_value().values(1).string_value(),
+            &value)) {
+      return absl::DataLossError("bad sample value");
+    }
+    return value;
+  }
+
+  ChildProcess& process() { return *process_; }
+
+ private:
+  PrometheusServer() = default;
+  int port_ = 0;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// Values of `points`, in time order, with repeats collapsed.
+std::vector<double> DistinctValues(const std::vector<std::pair<double, double>>& points) {
+  std::vector<double> values;
+  for (const auto& point : points) {
+    if (values.empty() || values.back() != point.second) values.push_back(point.second);
+  }
+  return values;
+}
+
+bool NonDecreasing(const std::vector<double>& values) {
+  for (size_t i = 1; i < values.size(); ++i) {
+    if (values[i] < values[i - 1]) return false;
+  }
+  return true;
+}
+
+// Runs `promtool check metrics` on `text`; returns its exit code and output.
+std::pair<int, std::string> PromtoolCheckMetrics(const std::string& dir,
+                                                 const std::string& text) {
+  const std::string input = dir + "/scrape.txt";
+  const std::string output = dir + "/promtool.out";
+  WriteFileOrDie(input, text);
+  const int rc = std::system(absl::StrCat(kPromtool, " check metrics < ", input,
+                                          " > ", output, " 2>&1")
+                                 .c_str());
+  return {WEXITSTATUS(rc), ReadFileOrDie(output)};
+}
+
+TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  ASSERT_EQ(access(kPrometheus, X_OK), 0)
+      << "this test needs a real Prometheus server: install Debian's "
+         "`prometheus` package (tools/install_deps.sh does)";
+  const std::string dir = NewTempDir("observability_prometheus");
+  const absl::Time test_start = absl::Now() - absl::Seconds(2);
+  auto master = MasterProcess::Start(dir + "/master");
+  ASSERT_TRUE(master.ok()) << master.status();
+  absl::StatusOr<int> metrics_port = (*master)->MetricsPort();
+  ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
+  auto client = MasterClient::Connect((*master)->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  auto prometheus = PrometheusServer::Start(dir, *metrics_port);
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+
+  v1::JobSpec spec = FashionMnistSubset("downpour", 12000, 3);
+  spec.set_data_unit_size(1000);
+  auto job_id = (*client)->SubmitJob(spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  auto workers = StartWorkers(2, (*master)->address(),
+                              {"--threads=1", "--slowdown_ms_per_batch=10"},
+                              dir + "/workers.log");
+  ASSERT_TRUE(workers.ok()) << workers.status();
+
+  // While it trains, the endpoint's text is valid exposition format with
+  // the job's series in it.
+  ASSERT_TRUE(WaitForStatus(**client, *job_id, absl::Seconds(120),
+                            [](const v1::JobStatus& s) {
+                              return s.samples_trained() > 0;
+                            }).ok());
+  absl::StatusOr<HttpResponse> scrape = HttpGet(*metrics_port, "/metrics");
+  ASSERT_TRUE(scrape.ok()) << scrape.status();
+  ASSERT_EQ(scrape->status, 200);
+  EXPECT_TRUE(absl::StrContains(
+      scrape->body, absl::StrCat("mpilearn_job_samples_trained_total{job_id=\"",
+                                 *job_id, "\"}")))
+      << scrape->body.substr(0, 3000);
+  if (access(kPromtool, X_OK) == 0) {
+    auto [rc, out] = PromtoolCheckMetrics(dir, scrape->body);
+    EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << out;
+  }
+
+  auto done = WaitForStatus(**client, *job_id, absl::Seconds(240),
+                            [](const v1::JobStatus& s) {
+                              return s.state() == v1::JOB_STATE_COMPLETED &&
+                                     s.has_test_accuracy();
+                            });
+  ASSERT_TRUE(done.ok()) << done.status() << "\n" << (*workers)->Log();
+  ASSERT_EQ((*workers)->Wait(absl::Seconds(60)), 0) << (*workers)->Log();
+  // Three more scrapes see the final figures.
+  absl::SleepFor(absl::Seconds(3.5));
+
+  absl::StatusOr<double> up = (*prometheus)->Instant("up{job=\"mpilearn\"}");
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_EQ(*up, 1.0) << "Prometheus could not scrape the master";
+
+  const std::string job = absl::StrCat("{job_id=\"", *job_id, "\"}");
+  auto samples = (*prometheus)->Range("mpilearn_job_samples_trained_total" + job,
+                                      test_start);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  const std::vector<double> sample_values = DistinctValues(*samples);
+  EXPECT_GE(sample_values.size(), 3u)
+      << "too few scrapes saw the job train: " << absl::StrJoin(sample_values, ", ");
+  EXPECT_TRUE(NonDecreasing(sample_values));
+  EXPECT_EQ(sample_values.back(), static_cast<double>(done->samples_trained()));
+  EXPECT_EQ(done->samples_trained(), 3u * 10000u);
+
+  auto validations = (*prometheus)->Range("mpilearn_job_validations_total" + job,
+                                          test_start);
+  ASSERT_TRUE(validations.ok()) << validations.status();
+  const std::vector<double> validation_values = DistinctValues(*validations);
+  EXPECT_GE(validation_values.size(), 2u);
+  EXPECT_TRUE(NonDecreasing(validation_values));
+  EXPECT_EQ(validation_values.back(),
+            static_cast<double>(done->validations_size()));
+  auto accuracy = (*prometheus)->Instant("mpilearn_job_validation_accuracy" + job);
+  ASSERT_TRUE(accuracy.ok()) << accuracy.status();
+  ASSERT_GT(done->validations_size(), 0);
+  EXPECT_NEAR(*accuracy, done->validations().rbegin()->val_accuracy(), 1e-9);
+  EXPECT_GT(*accuracy, 0.6);
+
+  // The group's own figures arrived through the master while it trained.
+  auto compute = (*prometheus)->Range(
+      absl::StrCat("sum(mpilearn_group_step_seconds_total{job_id=\"", *job_id,
+                   "\",phase=\"compute\"})"),
+      test_start);
+  ASSERT_TRUE(compute.ok()) << compute.status();
+  EXPECT_GT(DistinctValues(*compute).back(), 0.0);
+  auto pushes = (*prometheus)->Instant(
+      "sum(mpilearn_rpc_duration_seconds_count{method=\"PushGradient\",code=\"OK\"})");
+  ASSERT_TRUE(pushes.ok()) << pushes.status();
+  EXPECT_EQ(*pushes, static_cast<double>(done->updates_applied()));
+  auto applies = (*prometheus)->Instant(
+      "sum(mpilearn_apply_duration_seconds_count" + job + ")");
+  ASSERT_TRUE(applies.ok()) << applies.status();
+  EXPECT_EQ(*applies, static_cast<double>(done->updates_applied()));
+}
+
+// Event names per pid in a Chrome trace (JSON array format).
+absl::StatusOr<std::map<int, std::set<std::string>>> TraceEvents(
+    const std::string& path, absl::Time not_before) {
+  absl::StatusOr<Value> json = ParseJson(ReadFileOrDie(path));
+  if (!json.ok()) return json.status();
+  if (!json->has_list_value()) return absl::DataLossError("not a JSON array");
+  std::map<int, std::set<std::string>> names;
+  for (const Value& event : json->list_value().values()) {
+    const std::string phase = Field(event, "ph").string_value();
+    if (phase == "M") continue;
+    if (phase != "X") return absl::DataLossError("unexpected phase " + phase);
+    const double ts = Field(event, "ts").number_value();
+    if (ts < absl::ToUnixMicros(not_before) || Field(event, "dur").number_value() < 0) {
+      return absl::DataLossError(absl::StrCat("event ", Field(event, "name").string_value(),
+                                              " has a bad time"));
+    }
+    names[static_cast<int>(Field(event, "pid").number_value())].insert(
+        Field(event, "name").string_value());
+  }
+  return names;
+}
+
+TEST(ObservabilityTest, TracesAndProgress) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  const std::string dir = NewTempDir("observability_trace");
+  const absl::Time test_start = absl::Now();
+  const std::string master_trace = dir + "/master.trace.json";
+  const std::string group_trace = dir + "/group.trace.json";
+  auto master = MasterProcess::Start(dir + "/master", {"--trace=" + master_trace});
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto client = MasterClient::Connect((*master)->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto job_id = (*client)->SubmitJob(FashionMnistSubset("sync", 6000, 2));
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  auto workers = StartWorkers(
+      2, (*master)->address(),
+      {"--threads=1", "--slowdown_ms_per_batch=3", "--trace=" + group_trace,
+       "--progress=plain", "--progress_interval_s=0.5"},
+      dir + "/workers.log");
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ((*workers)->Wait(absl::Seconds(240)), 0) << (*workers)->Log();
+  auto status = (*client)->GetJobStatus(*job_id);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), v1::JOB_STATE_COMPLETED);
+  ASSERT_EQ(status->groups_size(), 1);
+
+  // One file for the group, both ranks in it: pid 1000 * group number + rank.
+  int group_number = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      absl::StripPrefix(status->groups(0).group_id(), "g-"), &group_number));
+  auto group_events = TraceEvents(group_trace, test_start);
+  ASSERT_TRUE(group_events.ok()) << group_events.status();
+  for (int rank : {0, 1}) {
+    const std::set<std::string>& names = (*group_events)[1000 * group_number + rank];
+    for (const char* name :
+         {"data_load", "forward_backward", "allreduce", "broadcast", "validation"}) {
+      EXPECT_TRUE(names.count(name)) << "rank " << rank << " has no " << name;
+    }
+  }
+  for (const char* name : {"push", "next_unit", "test"}) {
+    EXPECT_TRUE((*group_events)[1000 * group_number].count(name))
+        << "the leader has no " << name;
+  }
+  EXPECT_EQ(group_events->size(), 2u) << "only the group's two ranks";
+
+  // The master's file is complete once it shut down.
+  (*master)->process().Stop();
+  auto master_events = TraceEvents(master_trace, test_start);
+  ASSERT_TRUE(master_events.ok()) << master_events.status();
+  for (const char* name : {"receive", "apply", "send", "next_unit", "pull",
+                           "validation_report"}) {
+    EXPECT_TRUE((*master_events)[0].count(name)) << "the master has no " << name;
+  }
+
+  // Plain progress lines (stdout is not a terminal here), with the figures.
+  int progress_lines = 0;
+  for (absl::string_view line : absl::StrSplit((*workers)->Log(), '\n')) {
+    if (!absl::StartsWith(line, "progress: epoch ")) continue;
+    ++progress_lines;
+    EXPECT_TRUE(absl::StrContains(line, "samples/s=")) << line;
+    EXPECT_TRUE(absl::StrContains(line, "eta=")) << line;
+    EXPECT_FALSE(absl::StrContains(line, "\r")) << line;
+  }
+  EXPECT_GE(progress_lines, 2) << (*workers)->Log();
+}
+
+}  // namespace
+}  // namespace mpilearn::testing
