@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace mpilearn::worker {
@@ -14,6 +18,21 @@ std::optional<ProgressMode> ParseProgressMode(absl::string_view text) {
   if (text == "plain") return ProgressMode::kPlain;
   if (text == "off") return ProgressMode::kOff;
   return std::nullopt;
+}
+
+bool OutputReachesTerminal(std::FILE* out) {
+  if (out == nullptr || isatty(fileno(out)) != 1) return false;
+  if (fileno(out) != STDOUT_FILENO ||
+      std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {
+    return true;
+  }
+  char target[256];
+  const std::string link = absl::StrCat("/proc/", getppid(), "/fd/1");
+  const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n <= 0) return true;
+  const absl::string_view parent_stdout(target, static_cast<size_t>(n));
+  return absl::StartsWith(parent_stdout, "/dev/pts/") ||
+         absl::StartsWith(parent_stdout, "/dev/tty");
 }
 
 std::optional<ProgressFigures> ComputeProgress(const v1::JobProgress& progress,
@@ -77,7 +96,8 @@ ProgressReporter::ProgressReporter(ProgressOptions options, std::FILE* out,
       clock_(std::move(clock)) {
   if (out_ == nullptr) mode_ = ProgressMode::kOff;
   if (mode_ == ProgressMode::kAuto) {
-    const bool tty = terminal.has_value() ? *terminal : isatty(fileno(out_)) == 1;
+    const bool tty =
+        terminal.has_value() ? *terminal : OutputReachesTerminal(out_);
     mode_ = tty ? ProgressMode::kLive : ProgressMode::kPlain;
   }
   next_plain_ = clock_() + interval_;

@@ -17,8 +17,8 @@
 // Modes: kPlain prints newline-terminated lines, one per `interval` (the
 // first one interval after the reporter was made); kLive rewrites one line in
 // place (`\r`, text, erase to the end of the line) at most every 0.5 s, for a
-// terminal; kAuto is kLive when the output is a terminal and kPlain
-// otherwise; kOff prints nothing. Answers without progress (a master that
+// terminal; kAuto is kLive when the output reaches a terminal
+// (OutputReachesTerminal) and kPlain otherwise; kOff prints nothing. Answers without progress (a master that
 // does not fill it: samples_per_epoch 0) are ignored.
 //
 // Threading: not thread-safe; the leader's MPI thread uses it.
@@ -73,12 +73,21 @@ std::string FormatEta(double seconds);
 // The line's text, without `\r` or newline.
 std::string FormatProgressLine(const ProgressFigures& figures);
 
+// Whether lines written to `out` end up on a terminal. Open MPI gives each
+// rank a pseudo-terminal for stdout even when mpirun's own stdout is a pipe
+// or a file (`mpirun ... | tee log`, batch jobs), so under mpirun a rank's
+// isatty says nothing about where its output goes; for stdout, when mpirun
+// is this process's parent (ranks on mpirun's node), mpirun's stdout
+// decides. Where that cannot be read (a remote daemon), the rank's own
+// isatty does.
+bool OutputReachesTerminal(std::FILE* out);
+
 class ProgressReporter {
  public:
   using Clock = std::function<absl::Time()>;
 
-  // `terminal` says whether `out` is a terminal (kAuto's choice); unset, the
-  // reporter asks isatty. `clock` and `out` are seams for tests.
+  // `terminal` says whether `out` reaches a terminal (kAuto's choice);
+  // unset, the reporter asks OutputReachesTerminal. `clock` and `out` are seams for tests.
   explicit ProgressReporter(ProgressOptions options, std::FILE* out = stdout,
                             Clock clock = &absl::Now,
                             std::optional<bool> terminal = std::nullopt);

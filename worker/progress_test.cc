@@ -1,5 +1,7 @@
 #include "worker/progress.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -248,6 +250,19 @@ TEST(ProgressTest, NoProgressFromTheMasterPrintsNothing) {
   live.Finish();
   EXPECT_EQ(plain_out.text(), "");
   EXPECT_EQ(live_out.text(), "");
+}
+
+TEST(ProgressTest, PipesAndFilesAreNotTerminals) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::FILE* pipe_out = fdopen(fds[1], "w");
+  EXPECT_FALSE(OutputReachesTerminal(pipe_out));
+  std::fclose(pipe_out);
+  close(fds[0]);
+  std::FILE* file = std::tmpfile();
+  EXPECT_FALSE(OutputReachesTerminal(file));
+  std::fclose(file);
+  EXPECT_FALSE(OutputReachesTerminal(nullptr));
 }
 
 }  // namespace
