@@ -164,10 +164,7 @@ absl::Status Job::Touch(const std::string& group_id, absl::Time now,
         " was declared lost or has left; restart the group to rejoin"));
   }
   it->second.last_seen = now;
-  if (telemetry != nullptr) {
-    it->second.has_telemetry = true;
-    it->second.telemetry = *telemetry;
-  }
+  if (telemetry != nullptr) it->second.telemetry = *telemetry;
   return absl::OkStatus();
 }
 
@@ -374,7 +371,6 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     applied->staleness = staleness;
     applied->apply_start = apply_start;
     applied->apply_end = apply_end;
-    applied->apply_seconds = absl::ToDoubleSeconds(apply_end - apply_start);
     applied->device = engine_.device;
     applied->optimizer = update_rule_;
   }
@@ -794,10 +790,7 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   v1::NextDataUnitResponse response;
   if (state_ == v1::JOB_STATE_COMPLETED) {
     group.last_seen = now;
-    if (request.has_telemetry()) {
-      group.has_telemetry = true;
-      group.telemetry = request.telemetry();
-    }
+    if (request.has_telemetry()) group.telemetry = request.telemetry();
     response.set_action(v1::NextDataUnitResponse::DONE);
     if (StoppedLocked()) {
       // A stop rule ended the job: the unit the group trained is dropped,
@@ -869,10 +862,7 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   }
 
   group.last_seen = now;
-  if (request.has_telemetry()) {
-    group.has_telemetry = true;
-    group.telemetry = request.telemetry();
-  }
+  if (request.has_telemetry()) group.telemetry = request.telemetry();
   if (train_samples_ == 0) {
     train_samples_ = samples;
     units_per_epoch_ = units_per_epoch;
@@ -1076,7 +1066,7 @@ v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
     info->set_units_completed(group.units_completed);
     info->set_samples_trained(group.samples_trained);
     info->set_updates_applied(group.updates_applied);
-    if (group.has_telemetry) *info->mutable_telemetry() = group.telemetry;
+    if (group.telemetry.has_value()) *info->mutable_telemetry() = *group.telemetry;
   }
   if (has_test_result_) {
     status.set_test_loss(test_loss_);

@@ -129,12 +129,14 @@ struct AppliedUpdate {
   bool checkpoint_due = false;
   // Staleness of the update (master version minus base version).
   uint64_t staleness = 0;
-  // The update itself (optimizer step, elastic move or delta add), without
-  // the wait for the job's lock or the checks: its wall time, and when it
-  // ran (for the trace's "apply" event).
-  double apply_seconds = 0.0;
+  // When the update itself (optimizer step, elastic move or delta add) ran,
+  // without the wait for the job's lock or the checks (the trace's "apply"
+  // event), and its wall time (the apply histogram).
   absl::Time apply_start;
   absl::Time apply_end;
+  double apply_seconds() const {
+    return absl::ToDoubleSeconds(apply_end - apply_start);
+  }
   // Labels for the apply histogram: the job's engine device ("cpu",
   // "cuda:0") and UpdateRuleName(spec).
   std::string device;
@@ -339,8 +341,7 @@ class Job {
     uint64_t samples_trained = 0;
     uint64_t updates_applied = 0;
     // As the group last reported it (NextDataUnit, Heartbeat).
-    bool has_telemetry = false;
-    v1::GroupTelemetry telemetry;
+    std::optional<v1::GroupTelemetry> telemetry;
   };
 
   // An epoch some of whose units were handed out and whose record is not

@@ -804,7 +804,7 @@ TEST_F(JobRegistryTest, AppliedUpdatesReachMetricsAndTrace) {
     const RecordingMetrics::Observed& seen = metrics_.observed[i];
     EXPECT_EQ(seen.job_id, job_id);
     EXPECT_EQ(seen.update.staleness, staleness[i]);
-    EXPECT_GE(seen.update.apply_seconds, 0.0);
+    EXPECT_GE(seen.update.apply_seconds(), 0.0);
     EXPECT_EQ(seen.update.device, "cpu");
     EXPECT_EQ(seen.update.optimizer, "sgd");
   }

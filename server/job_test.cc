@@ -1140,9 +1140,9 @@ TEST(JobObservabilityTest, AppliedUpdateCarriesStalenessTimeAndLabels) {
     ASSERT_TRUE(reply.ok()) << reply.status();
     EXPECT_TRUE(applied.applied);
     EXPECT_EQ(applied.staleness, expected[i]) << "update " << i;
-    EXPECT_GT(applied.apply_seconds, 0.0);
-    EXPECT_LT(applied.apply_seconds, 10.0);
-    EXPECT_DOUBLE_EQ(applied.apply_seconds,
+    EXPECT_GT(applied.apply_seconds(), 0.0);
+    EXPECT_LT(applied.apply_seconds(), 10.0);
+    EXPECT_DOUBLE_EQ(applied.apply_seconds(),
                      absl::ToDoubleSeconds(applied.apply_end - applied.apply_start));
     EXPECT_EQ(applied.device, "cpu");
     EXPECT_EQ(applied.optimizer, "sgd");
@@ -1185,7 +1185,7 @@ TEST(JobObservabilityTest, UpdateRuleNamesOptimizerOrAlgorithm) {
                        absl::Now(), &applied)
                     .ok());
     EXPECT_EQ(applied.optimizer, algorithm);
-    EXPECT_GE(applied.apply_seconds, 0.0);
+    EXPECT_GE(applied.apply_seconds(), 0.0);
   }
 }
 

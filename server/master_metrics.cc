@@ -209,7 +209,7 @@ void MasterMetrics::OnUpdateApplied(const std::string& job_id,
     if (job != jobs_.end() && job->second.staleness != nullptr) {
       auto apply = job->second.apply.find(key);
       if (apply != job->second.apply.end()) {
-        apply->second->Observe(update.apply_seconds);
+        apply->second->Observe(update.apply_seconds());
         job->second.staleness->Observe(static_cast<double>(update.staleness));
         return;
       }
@@ -228,7 +228,7 @@ void MasterMetrics::OnUpdateApplied(const std::string& job_id,
                                 {"optimizer", update.optimizer}},
                                ApplyBuckets());
   }
-  apply->Observe(update.apply_seconds);
+  apply->Observe(update.apply_seconds());
   series.staleness->Observe(static_cast<double>(update.staleness));
 }
 

@@ -43,12 +43,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     SnapshotHub* snapshots = server->snapshots_.get();
     server->metrics_->SetStatusProvider([registry, snapshots] {
       std::vector<JobMetricsView> jobs = registry->ListForMetrics();
-      for (JobMetricsView& job : jobs) {
-        const SnapshotHub::JobCounters counters =
-            snapshots->Counters(job.status.job_id());
-        job.status.set_snapshots_published(counters.published);
-        job.status.set_snapshots_skipped(counters.skipped);
-      }
+      for (JobMetricsView& job : jobs) snapshots->FillCounters(job.status);
       return jobs;
     });
     std::string why;

@@ -386,12 +386,6 @@ grpc::Status MasterServiceImpl::SubscribeSnapshots(
   return rpc.Finish(ToGrpcStatus(absl::CancelledError("the subscriber cancelled")));
 }
 
-void MasterServiceImpl::AddSnapshotCounters(v1::JobStatus& status) const {
-  const SnapshotHub::JobCounters counters = snapshots_.Counters(status.job_id());
-  status.set_snapshots_published(counters.published);
-  status.set_snapshots_skipped(counters.skipped);
-}
-
 grpc::Status MasterServiceImpl::GetJobStatus(
     grpc::ServerContext*, const v1::GetJobStatusRequest* request,
     v1::JobStatus* response) {
@@ -399,7 +393,7 @@ grpc::Status MasterServiceImpl::GetJobStatus(
   auto status = registry_.Status(request->job_id());
   if (!status.ok()) return rpc.Finish(ToGrpcStatus(status.status()));
   *response = std::move(status).value();
-  AddSnapshotCounters(*response);
+  snapshots_.FillCounters(*response);
   return rpc.Finish(grpc::Status::OK);
 }
 
@@ -408,7 +402,7 @@ grpc::Status MasterServiceImpl::ListJobs(grpc::ServerContext*,
                                          v1::ListJobsResponse* response) {
   RpcScope rpc(metrics_, "ListJobs");
   for (v1::JobStatus& status : registry_.List()) {
-    AddSnapshotCounters(status);
+    snapshots_.FillCounters(status);
     *response->add_jobs() = std::move(status);
   }
   return rpc.Finish(grpc::Status::OK);

@@ -84,9 +84,6 @@ class MasterServiceImpl final : public v1::Master::Service {
                         v1::ListJobsResponse* response) override;
 
  private:
-  // Fills status.snapshots_published/skipped from the hub.
-  void AddSnapshotCounters(v1::JobStatus& status) const;
-
   JobRegistry& registry_;
   SnapshotHub& snapshots_;
   MasterMetrics* const metrics_;

@@ -182,4 +182,10 @@ std::optional<SnapshotHub::Delivery> SnapshotHub::Next(
 
 SnapshotHub::Subscription::~Subscription() { hub_.Unsubscribe(*this); }
 
+void SnapshotHub::FillCounters(v1::JobStatus& status) const {
+  const JobCounters counters = Counters(status.job_id());
+  status.set_snapshots_published(counters.published);
+  status.set_snapshots_skipped(counters.skipped);
+}
+
 }  // namespace mpilearn::server

@@ -99,6 +99,9 @@ class SnapshotHub final : public SnapshotSink {
   void Close();
 
   JobCounters Counters(const std::string& job_id) const;
+  // Sets status.snapshots_published / snapshots_skipped from Counters (for
+  // GetJobStatus, ListJobs and the metrics).
+  void FillCounters(v1::JobStatus& status) const;
 
  private:
   // One published snapshot, shared by every slot that holds it.
