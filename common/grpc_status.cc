@@ -2,18 +2,33 @@
 
 #include <string>
 
+#include "common/error_reason.h"
+#include "proto/mpilearn.pb.h"
+
 namespace mpilearn {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  v1::ErrorReason reason = ReasonOf(status);
+  if (reason == v1::ERROR_REASON_UNSPECIFIED) {
+    reason = DefaultReasonFor(status.code());
+  }
+  v1::ErrorInfo info;
+  info.set_reason(reason);
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      std::string(status.message()), info.SerializeAsString());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  absl::Status converted(static_cast<absl::StatusCode>(status.error_code()),
+                         status.error_message());
+  v1::ErrorInfo info;
+  if (!status.error_details().empty() &&
+      info.ParseFromString(status.error_details())) {
+    converted = WithReason(std::move(converted), info.reason());
+  }
+  return converted;
 }
 
 }  // namespace mpilearn

@@ -1,4 +1,10 @@
 // The one place where absl::Status and grpc::Status meet.
+//
+// The code and message map one to one (the numeric codes coincide). The
+// reason (common/error_reason.h) travels as a serialized v1::ErrorInfo in
+// grpc::Status's error_details: ToGrpcStatus writes it (the reason attached
+// to the status, else DefaultReasonFor its code, so every error the master
+// sends carries one) and FromGrpcStatus reads it back onto the absl::Status.
 #ifndef MPILEARN_COMMON_GRPC_STATUS_H_
 #define MPILEARN_COMMON_GRPC_STATUS_H_
 
@@ -7,7 +13,6 @@
 
 namespace mpilearn {
 
-// Same code (the numeric codes coincide) and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 

@@ -337,16 +337,40 @@ absl::Status NormalizeSnapshots(v1::SnapshotSpec* snapshots) {
 
 }  // namespace
 
+v1::Algorithm AlgorithmFromName(absl::string_view name) {
+  if (name == "downpour") return v1::ALGORITHM_DOWNPOUR;
+  if (name == "sync") return v1::ALGORITHM_SYNC;
+  if (name == "easgd") return v1::ALGORITHM_EASGD;
+  if (name == "gem") return v1::ALGORITHM_GEM;
+  return v1::ALGORITHM_UNSPECIFIED;
+}
+
+v1::Algorithm AlgorithmOf(const v1::JobSpec& spec) {
+  // Normalized specs name one of the four; an empty name is the default.
+  if (spec.algorithm().empty()) return v1::ALGORITHM_DOWNPOUR;
+  return AlgorithmFromName(spec.algorithm());
+}
+
+v1::UpdateKind UpdateKindOf(v1::Algorithm algorithm) {
+  switch (algorithm) {
+    case v1::ALGORITHM_EASGD:
+      return v1::UPDATE_KIND_ELASTIC;
+    case v1::ALGORITHM_GEM:
+      return v1::UPDATE_KIND_DELTA;
+    default:
+      return v1::UPDATE_KIND_GRADIENT;
+  }
+}
+
 absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeModel(spec->mutable_model()));
   MPILEARN_RETURN_IF_ERROR(NormalizeData(spec->mutable_data()));
   MPILEARN_RETURN_IF_ERROR(NormalizeOptimizerSpec(spec->mutable_optimizer()));
   if (spec->algorithm().empty()) spec->set_algorithm("downpour");
-  const std::string& algorithm = spec->algorithm();
-  if (algorithm != "downpour" && algorithm != "sync" && algorithm != "easgd" &&
-      algorithm != "gem") {
+  const v1::Algorithm algorithm = AlgorithmFromName(spec->algorithm());
+  if (algorithm == v1::ALGORITHM_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "algorithm: unknown algorithm '", algorithm,
+        "algorithm: unknown algorithm '", spec->algorithm(),
         "'; available: 'downpour', 'sync', 'easgd', 'gem'"));
   }
   if (!spec->has_epochs()) spec->set_epochs(5);
@@ -374,9 +398,9 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                                          int64_t{1} << 40));
   // The algorithms' own sections are filled in and checked only for the
   // algorithm that uses them; the others are left as given.
-  if (algorithm == "easgd") {
+  if (algorithm == v1::ALGORITHM_EASGD) {
     MPILEARN_RETURN_IF_ERROR(NormalizeEasgd(spec->mutable_easgd()));
-  } else if (algorithm == "gem") {
+  } else if (algorithm == v1::ALGORITHM_GEM) {
     MPILEARN_RETURN_IF_ERROR(NormalizeGem(spec->mutable_gem()));
   }
   // Early stopping is on only when its section is present; the target rule

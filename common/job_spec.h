@@ -36,6 +36,18 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec);
 // optimizers resolve their hyperparameters through this same function.
 absl::Status NormalizeOptimizerSpec(v1::OptimizerSpec* spec);
 
+// The algorithm a spec names: users write JobSpec.algorithm as a string
+// ("downpour", "sync", "easgd", "gem"); code past parsing switches on the
+// enum. AlgorithmFromName gives ALGORITHM_UNSPECIFIED for an unknown name
+// (NormalizeJobSpec refuses those); AlgorithmOf takes an empty name as the
+// default, downpour.
+v1::Algorithm AlgorithmFromName(absl::string_view name);
+v1::Algorithm AlgorithmOf(const v1::JobSpec& spec);
+
+// What pushes to a job of `algorithm` carry: an elastic exchange (easgd), a
+// delta (gem), else a gradient.
+v1::UpdateKind UpdateKindOf(v1::Algorithm algorithm);
+
 // Pretty JSON of a spec, with field names as in the .proto.
 std::string JobSpecToJson(const v1::JobSpec& spec);
 

@@ -444,5 +444,21 @@ TEST(JobSpecTest, ShippedExamplesAreValid) {
   EXPECT_GE(checked, 4);
 }
 
+TEST(JobSpecTest, AlgorithmNamesMapToTheEnum) {
+  EXPECT_EQ(AlgorithmFromName("downpour"), v1::ALGORITHM_DOWNPOUR);
+  EXPECT_EQ(AlgorithmFromName("sync"), v1::ALGORITHM_SYNC);
+  EXPECT_EQ(AlgorithmFromName("easgd"), v1::ALGORITHM_EASGD);
+  EXPECT_EQ(AlgorithmFromName("gem"), v1::ALGORITHM_GEM);
+  EXPECT_EQ(AlgorithmFromName("Sync"), v1::ALGORITHM_UNSPECIFIED);
+  v1::JobSpec spec;
+  EXPECT_EQ(AlgorithmOf(spec), v1::ALGORITHM_DOWNPOUR);
+  spec.set_algorithm("gem");
+  EXPECT_EQ(AlgorithmOf(spec), v1::ALGORITHM_GEM);
+  EXPECT_EQ(UpdateKindOf(v1::ALGORITHM_DOWNPOUR), v1::UPDATE_KIND_GRADIENT);
+  EXPECT_EQ(UpdateKindOf(v1::ALGORITHM_SYNC), v1::UPDATE_KIND_GRADIENT);
+  EXPECT_EQ(UpdateKindOf(v1::ALGORITHM_EASGD), v1::UPDATE_KIND_ELASTIC);
+  EXPECT_EQ(UpdateKindOf(v1::ALGORITHM_GEM), v1::UPDATE_KIND_DELTA);
+}
+
 }  // namespace
 }  // namespace mpilearn

@@ -45,8 +45,8 @@
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
-#include "server/job.h"
-#include "server/metrics_sink.h"
+#include "server/core/job.h"
+#include "server/core/metrics_sink.h"
 
 namespace mpilearn::server {
 

@@ -27,7 +27,7 @@
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
-#include "server/job_registry.h"
+#include "server/core/job_registry.h"
 
 namespace mpilearn::server {
 namespace {

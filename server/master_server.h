@@ -24,11 +24,11 @@
 #include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
-#include "server/job_registry.h"
+#include "server/core/job_registry.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"
-#include "server/optimizer.h"
-#include "server/snapshot_hub.h"
+#include "server/core/optimizer.h"
+#include "server/core/snapshot_hub.h"
 
 namespace mpilearn::server {
 

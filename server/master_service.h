@@ -21,9 +21,9 @@
 #include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/mpilearn.grpc.pb.h"
-#include "server/job_registry.h"
+#include "server/core/job_registry.h"
 #include "server/master_metrics.h"
-#include "server/snapshot_hub.h"
+#include "server/core/snapshot_hub.h"
 
 namespace mpilearn::server {
 

@@ -60,7 +60,7 @@
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
-#include "server/job_store.h"
+#include "server/core/job_store.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/model.h"
 

@@ -17,7 +17,7 @@
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/job_store.h"
+#include "server/core/job_store.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/model.h"
 

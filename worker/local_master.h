@@ -13,8 +13,8 @@
 #include <string>
 
 #include "common/master_connection.h"
-#include "server/job_registry.h"
-#include "server/optimizer.h"
+#include "server/core/job_registry.h"
+#include "server/core/optimizer.h"
 
 namespace mpilearn::worker {
 

@@ -1,0 +1,661 @@
+#include "server/core/cuda/cuda_engine.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/memory/memory.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/status_macros.h"
+#include "server/core/cuda/optimizer_kernels.h"
+#include "server/core/optimizer_config.h"
+
+namespace mpilearn::server {
+namespace {
+
+// Number of kernel state slots (StepArrays::state0..state2).
+constexpr int kStateSlots = 3;
+// Host<->device copies go in chunks of at least this many floats (16 MiB),
+// and at most kMaxChunks chunks, so the DMA of one chunk overlaps the host
+// copy of the next.
+constexpr size_t kMinChunkFloats = size_t{1} << 22;
+constexpr size_t kMaxChunks = 32;
+// Grid cap per SM: 2048 resident threads / 256 per block.
+constexpr int kBlocksPerSm = 8;
+
+absl::Status CudaError(cudaError_t error, absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorString(error)));
+}
+
+#define MPILEARN_CUDA_RETURN_IF_ERROR(expr, what)    \
+  do {                                               \
+    const cudaError_t mpilearn_cuda_error_ = (expr); \
+    if (mpilearn_cuda_error_ != cudaSuccess) {       \
+      return CudaError(mpilearn_cuda_error_, what);  \
+    }                                                \
+  } while (false)
+
+absl::Status CheckDevice(int device) {
+  const int count = CudaEngine::DeviceCount();
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device ", device, " (found ", count, ")"));
+  }
+  return absl::OkStatus();
+}
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+using DeviceFloats = std::unique_ptr<float, DeviceFree>;
+using PinnedFloats = std::unique_ptr<float, HostFree>;
+
+absl::StatusOr<DeviceFloats> AllocateDevice(size_t count) {
+  if (count == 0) return DeviceFloats();
+  void* p = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&p, count * sizeof(float)),
+      absl::StrCat("cudaMalloc of ", count * sizeof(float), " bytes"));
+  return DeviceFloats(static_cast<float*>(p));
+}
+
+absl::StatusOr<PinnedFloats> AllocatePinned(size_t count) {
+  if (count == 0) return PinnedFloats();
+  void* p = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(&p, count * sizeof(float)),
+      absl::StrCat("cudaMallocHost of ", count * sizeof(float), " bytes"));
+  return PinnedFloats(static_cast<float*>(p));
+}
+
+struct StreamDestroy {
+  void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+};
+struct EventDestroy {
+  void operator()(CUevent_st* e) const { cudaEventDestroy(e); }
+};
+using Stream = std::unique_ptr<CUstream_st, StreamDestroy>;
+using Event = std::unique_ptr<CUevent_st, EventDestroy>;
+
+// Copies flat elements [begin, end) of the concatenation of `tensors`
+// (tensor i starting at offsets[i]) to or from `flat`.
+template <typename T>
+void CopyToFlat(absl::Span<const absl::Span<T>> tensors,
+                const std::vector<size_t>& offsets, size_t begin, size_t end,
+                float* flat) {
+  size_t i = std::upper_bound(offsets.begin(), offsets.end(), begin) -
+             offsets.begin() - 1;
+  for (; i < tensors.size() && offsets[i] < end; ++i) {
+    const size_t from = std::max(begin, offsets[i]);
+    const size_t to = std::min(end, offsets[i + 1]);
+    if (from < to) {
+      std::memcpy(flat + from, tensors[i].data() + (from - offsets[i]),
+                  (to - from) * sizeof(float));
+    }
+  }
+}
+
+void CopyFromFlat(const float* flat, const std::vector<size_t>& offsets,
+                  size_t begin, size_t end,
+                  absl::Span<const absl::Span<float>> tensors) {
+  size_t i = std::upper_bound(offsets.begin(), offsets.end(), begin) -
+             offsets.begin() - 1;
+  for (; i < tensors.size() && offsets[i] < end; ++i) {
+    const size_t from = std::max(begin, offsets[i]);
+    const size_t to = std::min(end, offsets[i + 1]);
+    if (from < to) {
+      std::memcpy(tensors[i].data() + (from - offsets[i]), flat + from,
+                  (to - from) * sizeof(float));
+    }
+  }
+}
+
+template <typename T>
+absl::Status CheckShapes(absl::string_view what,
+                         absl::Span<const absl::Span<T>> tensors,
+                         const std::vector<size_t>& sizes) {
+  if (tensors.size() != sizes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", tensors.size(), " ",
+                                                   what, " tensors, expected ",
+                                                   sizes.size()));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (tensors[i].size() != sizes[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " tensor ", i, " has ", tensors[i].size(),
+                       " elements, expected ", sizes[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The kernel slot (StepArrays::state<slot>) that holds state buffer `name`
+// of `kind`; -1 for a name the kernels do not know.
+int KernelSlot(OptimizerKind kind, const std::string& name) {
+  if (name == "momentum_buffer") {
+    if (kind == OptimizerKind::kSgd) return 0;
+    if (kind == OptimizerKind::kRmsprop) return 1;
+  }
+  if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW) {
+    if (name == "exp_avg") return 0;
+    if (name == "exp_avg_sq") return 1;
+  }
+  if (kind == OptimizerKind::kRmsprop) {
+    if (name == "square_avg") return 0;
+    if (name == "grad_avg") return 2;
+  }
+  if (kind == OptimizerKind::kAdadelta) {
+    if (name == "square_avg") return 0;
+    if (name == "acc_delta") return 1;
+  }
+  if (kind == OptimizerKind::kAdagrad && name == "sum") return 0;
+  return -1;
+}
+
+// The slots the kernel for `config` reads and writes, ascending: the Uses*()
+// of the rules in optimizer_kernels.cu. Empty for an unknown kind.
+std::vector<int> KernelSlots(const OptimizerConfig& config) {
+  switch (config.kind) {
+    case OptimizerKind::kSgd:
+      if (config.momentum > 0) return {0};
+      return {};
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdadelta:
+      return {0, 1};
+    case OptimizerKind::kRmsprop: {
+      std::vector<int> slots = {0};
+      if (config.momentum > 0) slots.push_back(1);
+      if (config.centered) slots.push_back(2);
+      return slots;
+    }
+    case OptimizerKind::kAdagrad:
+      return {0};
+  }
+  return {};
+}
+
+// Maps StateBufferNames(config), the layout of CudaEngineState, to kernel
+// slots; InternalError if the two disagree (a buffer in the seam that the
+// kernels do not keep, say).
+absl::StatusOr<std::vector<std::pair<std::string, int>>> BufferSlots(
+    const OptimizerConfig& config) {
+  std::vector<std::pair<std::string, int>> buffers;
+  std::vector<int> slots;
+  for (std::string& name : StateBufferNames(config)) {
+    const int slot = KernelSlot(config.kind, name);
+    slots.push_back(slot);
+    buffers.emplace_back(std::move(name), slot);
+  }
+  std::sort(slots.begin(), slots.end());
+  if (slots != KernelSlots(config)) {
+    std::string names;
+    for (const auto& buffer : buffers) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", buffer.first);
+    }
+    return absl::InternalError(
+        absl::StrCat("the CUDA kernels do not implement the state buffers {",
+                     names, "} of ", OptimizerKindName(config.kind)));
+  }
+  return buffers;
+}
+
+}  // namespace
+
+struct CudaEngine::Impl {
+  OptimizerConfig config;
+  int device = 0;
+  int max_blocks = 1;
+  std::vector<size_t> sizes;
+  // offsets[i]: where tensor i starts in every flat array; offsets.back() ==
+  // total.
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  // Chunk length for host<->device copies; a multiple of 4 floats.
+  size_t chunk = 1;
+  // (name, kernel slot) of each state buffer, in StateBufferNames order.
+  std::vector<std::pair<std::string, int>> buffers;
+
+  // The engine's only stream: every copy and kernel runs on it, and every
+  // public call returns with it idle.
+  Stream stream;
+  // One per chunk, recorded after that chunk's device-to-host copy.
+  std::vector<Event> chunk_done;
+  // Flat device arrays of `total` floats (null when total == 0); state
+  // slots the rule does not use stay null.
+  DeviceFloats params;
+  DeviceFloats grads;
+  DeviceFloats state[kStateSlots];
+  // Pinned host staging, `total` floats each.
+  PinnedFloats staged_params;
+  PinnedFloats staged_grads;
+
+  int64_t steps = 0;
+  // False until the device holds the caller's current parameters.
+  bool params_on_device = false;
+  // The first CUDA failure of a state-changing call; every later call
+  // returns it.
+  absl::Status broken;
+
+  // Fails with `broken` once a CUDA call has failed; sets the device.
+  absl::Status Begin() {
+    MPILEARN_RETURN_IF_ERROR(broken);
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
+    return absl::OkStatus();
+  }
+
+  absl::Status Poison(absl::Status status) {
+    if (!status.ok() && broken.ok()) {
+      broken = absl::InternalError(absl::StrCat(
+          "this CUDA engine failed earlier and can no longer be used: ",
+          status.message()));
+    }
+    return status;
+  }
+
+  // Enqueues the upload of `tensors` (sizes checked) into `device_flat`
+  // through `staging`, chunk by chunk.
+  template <typename T>
+  absl::Status EnqueueUpload(absl::Span<const absl::Span<T>> tensors,
+                             float* staging, float* device_flat) {
+    for (size_t begin = 0; begin < total; begin += chunk) {
+      const size_t end = std::min(total, begin + chunk);
+      CopyToFlat(tensors, offsets, begin, end, staging);
+      MPILEARN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(device_flat + begin, staging + begin,
+                          (end - begin) * sizeof(float), cudaMemcpyHostToDevice,
+                          stream.get()),
+          "copying to the GPU");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LaunchStep() {
+    const double t = static_cast<double>(steps + 1);
+    const OptimizerConfig& c = config;
+    cuda::StepArrays arrays;
+    arrays.param = params.get();
+    arrays.grad = grads.get();
+    arrays.state0 = state[0].get();
+    arrays.state1 = state[1].get();
+    arrays.state2 = state[2].get();
+    arrays.n = static_cast<int64_t>(total);
+    const auto f = [](double x) { return static_cast<float>(x); };
+    cudaError_t error = cudaSuccess;
+    switch (c.kind) {
+      case OptimizerKind::kSgd: {
+        cuda::SgdScalars s;
+        s.learning_rate = f(c.learning_rate);
+        s.weight_decay = f(c.weight_decay);
+        s.momentum = f(c.momentum);
+        s.has_momentum = c.momentum > 0;
+        s.nesterov = c.nesterov;
+        s.first_step = steps == 0;
+        error = cuda::LaunchSgdStep(arrays, s, max_blocks, stream.get());
+        break;
+      }
+      case OptimizerKind::kAdam:
+      case OptimizerKind::kAdamW: {
+        const bool decoupled = c.kind == OptimizerKind::kAdamW;
+        cuda::AdamScalars s;
+        s.decay = decoupled ? f(1.0 - c.learning_rate * c.weight_decay) : 1.0f;
+        s.weight_decay = decoupled ? 0.0f : f(c.weight_decay);
+        s.beta1 = f(c.beta1);
+        s.one_minus_beta1 = f(1.0 - c.beta1);
+        s.beta2 = f(c.beta2);
+        s.one_minus_beta2 = f(1.0 - c.beta2);
+        s.step_size = f(c.learning_rate / (1.0 - std::pow(c.beta1, t)));
+        s.inv_bias_correction2_sqrt =
+            f(1.0 / std::sqrt(1.0 - std::pow(c.beta2, t)));
+        s.epsilon = f(c.epsilon);
+        error = cuda::LaunchAdamStep(arrays, s, max_blocks, stream.get());
+        break;
+      }
+      case OptimizerKind::kRmsprop: {
+        cuda::RmspropScalars s;
+        s.learning_rate = f(c.learning_rate);
+        s.weight_decay = f(c.weight_decay);
+        s.alpha = f(c.alpha);
+        s.one_minus_alpha = f(1.0 - c.alpha);
+        s.epsilon = f(c.epsilon);
+        s.momentum = f(c.momentum);
+        s.has_momentum = c.momentum > 0;
+        s.centered = c.centered;
+        error = cuda::LaunchRmspropStep(arrays, s, max_blocks, stream.get());
+        break;
+      }
+      case OptimizerKind::kAdadelta: {
+        cuda::AdadeltaScalars s;
+        s.learning_rate = f(c.learning_rate);
+        s.weight_decay = f(c.weight_decay);
+        s.rho = f(c.rho);
+        s.one_minus_rho = f(1.0 - c.rho);
+        s.epsilon = f(c.epsilon);
+        error = cuda::LaunchAdadeltaStep(arrays, s, max_blocks, stream.get());
+        break;
+      }
+      case OptimizerKind::kAdagrad: {
+        cuda::AdagradScalars s;
+        s.clr = f(c.learning_rate / (1.0 + (t - 1.0) * c.lr_decay));
+        s.weight_decay = f(c.weight_decay);
+        s.epsilon = f(c.epsilon);
+        error = cuda::LaunchAdagradStep(arrays, s, max_blocks, stream.get());
+        break;
+      }
+    }
+    MPILEARN_CUDA_RETURN_IF_ERROR(error, "launching the optimizer kernel");
+    return absl::OkStatus();
+  }
+
+  absl::Status DoStep(absl::Span<const absl::Span<float>> host_params,
+                      absl::Span<const absl::Span<const float>> host_grads) {
+    if (!params_on_device) {
+      MPILEARN_RETURN_IF_ERROR(
+          EnqueueUpload(host_params, staged_params.get(), params.get()));
+    }
+    MPILEARN_RETURN_IF_ERROR(
+        EnqueueUpload(host_grads, staged_grads.get(), grads.get()));
+    MPILEARN_RETURN_IF_ERROR(LaunchStep());
+    for (size_t begin = 0, k = 0; begin < total; begin += chunk, ++k) {
+      const size_t end = std::min(total, begin + chunk);
+      MPILEARN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(staged_params.get() + begin, params.get() + begin,
+                          (end - begin) * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream.get()),
+          "copying parameters from the GPU");
+      MPILEARN_CUDA_RETURN_IF_ERROR(
+          cudaEventRecord(chunk_done[k].get(), stream.get()),
+          "cudaEventRecord");
+    }
+    // Copy each chunk out as soon as it lands, while later ones are in
+    // flight. The first wait also reports errors of the kernel itself.
+    for (size_t begin = 0, k = 0; begin < total; begin += chunk, ++k) {
+      const size_t end = std::min(total, begin + chunk);
+      MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(chunk_done[k].get()),
+                                    "optimizer step on the GPU");
+      CopyFromFlat(staged_params.get(), offsets, begin, end, host_params);
+    }
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()),
+                                  "optimizer step on the GPU");
+    params_on_device = true;
+    ++steps;
+    return absl::OkStatus();
+  }
+};
+
+CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudaEngine::~CudaEngine() {
+  // Frees on the engine's device, whichever thread destroys it.
+  cudaSetDevice(impl_->device);
+}
+
+absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(
+    const OptimizerConfig& config, const std::vector<size_t>& tensor_sizes,
+    int device_index) {
+  MPILEARN_RETURN_IF_ERROR(CheckDevice(device_index));
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index), "cudaSetDevice");
+
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->device = device_index;
+  impl->sizes = tensor_sizes;
+  impl->offsets.reserve(tensor_sizes.size() + 1);
+  impl->offsets.push_back(0);
+  for (size_t size : tensor_sizes) {
+    impl->total += size;
+    impl->offsets.push_back(impl->total);
+  }
+  MPILEARN_ASSIGN_OR_RETURN(impl->buffers, BufferSlots(config));
+  const size_t wanted_chunk =
+      std::max(kMinChunkFloats, (impl->total + kMaxChunks - 1) / kMaxChunks);
+  impl->chunk = (wanted_chunk + 3) / 4 * 4;
+
+  int sms = 0;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                             device_index),
+      "cudaDeviceGetAttribute");
+  impl->max_blocks = std::max(1, sms * kBlocksPerSm);
+
+  cudaStream_t stream = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+      "cudaStreamCreate");
+  impl->stream.reset(stream);
+  const size_t chunks = (impl->total + impl->chunk - 1) / impl->chunk;
+  for (size_t k = 0; k < chunks; ++k) {
+    cudaEvent_t event = nullptr;
+    MPILEARN_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+        "cudaEventCreate");
+    impl->chunk_done.emplace_back(event);
+  }
+
+  MPILEARN_ASSIGN_OR_RETURN(impl->params, AllocateDevice(impl->total));
+  MPILEARN_ASSIGN_OR_RETURN(impl->grads, AllocateDevice(impl->total));
+  MPILEARN_ASSIGN_OR_RETURN(impl->staged_params, AllocatePinned(impl->total));
+  MPILEARN_ASSIGN_OR_RETURN(impl->staged_grads, AllocatePinned(impl->total));
+  const bool adagrad = config.kind == OptimizerKind::kAdagrad;
+  const float initial_sum =
+      static_cast<float>(config.initial_accumulator_value);
+  if (adagrad && impl->total > 0 && initial_sum != 0.0f) {
+    std::fill_n(impl->staged_grads.get(), impl->total, initial_sum);
+  }
+  for (const auto& [name, slot] : impl->buffers) {
+    MPILEARN_ASSIGN_OR_RETURN(impl->state[slot], AllocateDevice(impl->total));
+    if (impl->total == 0) continue;
+    const size_t bytes = impl->total * sizeof(float);
+    if (adagrad && initial_sum != 0.0f) {
+      MPILEARN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(impl->state[slot].get(), impl->staged_grads.get(),
+                          bytes, cudaMemcpyHostToDevice, impl->stream.get()),
+          "initialising the optimizer state");
+    } else {
+      MPILEARN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->state[slot].get(), 0,
+                                                    bytes, impl->stream.get()),
+                                    "initialising the optimizer state");
+    }
+  }
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl->stream.get()),
+                                "initialising the optimizer state");
+  return absl::WrapUnique(new CudaEngine(std::move(impl)));
+}
+
+absl::Status CudaEngine::UploadParams(
+    absl::Span<const absl::Span<const float>> params) {
+  MPILEARN_RETURN_IF_ERROR(impl_->Begin());
+  MPILEARN_RETURN_IF_ERROR(CheckShapes("parameter", params, impl_->sizes));
+  impl_->params_on_device = false;
+  absl::Status status = impl_->EnqueueUpload(params, impl_->staged_params.get(),
+                                             impl_->params.get());
+  if (status.ok()) {
+    const cudaError_t error = cudaStreamSynchronize(impl_->stream.get());
+    if (error != cudaSuccess) status = CudaError(error, "uploading parameters");
+  }
+  MPILEARN_RETURN_IF_ERROR(impl_->Poison(std::move(status)));
+  impl_->params_on_device = true;
+  return absl::OkStatus();
+}
+
+void CudaEngine::MarkHostParamsChanged() { impl_->params_on_device = false; }
+
+absl::Status CudaEngine::Step(absl::Span<const absl::Span<float>> params,
+                              absl::Span<const absl::Span<const float>> grads) {
+  MPILEARN_RETURN_IF_ERROR(impl_->Begin());
+  MPILEARN_RETURN_IF_ERROR(CheckShapes("parameter", params, impl_->sizes));
+  MPILEARN_RETURN_IF_ERROR(CheckShapes("gradient", grads, impl_->sizes));
+  return impl_->Poison(impl_->DoStep(params, grads));
+}
+
+absl::StatusOr<double> CudaEngine::TimeKernelMs(int iterations) {
+  MPILEARN_RETURN_IF_ERROR(impl_->Begin());
+  if (!impl_->params_on_device || impl_->steps == 0) {
+    return absl::FailedPreconditionError(
+        "TimeKernelMs needs one Step first (weights and gradients on the GPU)");
+  }
+  if (iterations < 1) {
+    return absl::InvalidArgumentError("iterations must be >= 1");
+  }
+  cudaEvent_t start_raw = nullptr;
+  cudaEvent_t stop_raw = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_raw), "cudaEventCreate");
+  Event start(start_raw);
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_raw), "cudaEventCreate");
+  Event stop(stop_raw);
+  auto run = [&]() -> absl::Status {
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), impl_->stream.get()),
+                                  "cudaEventRecord");
+    for (int i = 0; i < iterations; ++i) {
+      MPILEARN_RETURN_IF_ERROR(impl_->LaunchStep());
+    }
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), impl_->stream.get()),
+                                  "cudaEventRecord");
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()),
+                                  "waiting for the timed kernels");
+    return absl::OkStatus();
+  };
+  MPILEARN_RETURN_IF_ERROR(impl_->Poison(run()));
+  float milliseconds = 0;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaEventElapsedTime(&milliseconds, start.get(), stop.get()),
+      "cudaEventElapsedTime");
+  return static_cast<double>(milliseconds) / iterations;
+}
+
+int64_t CudaEngine::steps() const { return impl_->steps; }
+
+const OptimizerConfig& CudaEngine::config() const { return impl_->config; }
+
+int CudaEngine::device_index() const { return impl_->device; }
+
+absl::StatusOr<CudaEngineState> CudaEngine::SaveState() const {
+  MPILEARN_RETURN_IF_ERROR(impl_->Begin());
+  CudaEngineState saved;
+  saved.steps = impl_->steps;
+  saved.buffers.resize(impl_->buffers.size());
+  for (size_t b = 0; b < impl_->buffers.size(); ++b) {
+    const float* device_flat = impl_->state[impl_->buffers[b].second].get();
+    saved.buffers[b].resize(impl_->sizes.size());
+    for (size_t i = 0; i < impl_->sizes.size(); ++i) {
+      std::vector<float>& tensor = saved.buffers[b][i];
+      tensor.resize(impl_->sizes[i]);
+      if (tensor.empty()) continue;
+      MPILEARN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(tensor.data(), device_flat + impl_->offsets[i],
+                          tensor.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                          impl_->stream.get()),
+          "copying optimizer state from the GPU");
+    }
+  }
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream.get()),
+                                "copying optimizer state from the GPU");
+  return saved;
+}
+
+absl::Status CudaEngine::RestoreState(const CudaEngineState& state) {
+  MPILEARN_RETURN_IF_ERROR(impl_->Begin());
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer state has ", state.steps, " steps"));
+  }
+  if (state.buffers.size() != impl_->buffers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer state has ", state.buffers.size(), " buffers, ",
+                     impl_->buffers.size(), " expected"));
+  }
+  for (size_t b = 0; b < state.buffers.size(); ++b) {
+    const std::string& name = impl_->buffers[b].first;
+    if (state.buffers[b].size() != impl_->sizes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state buffer ", name, " has ", state.buffers[b].size(),
+          " tensors, expected ", impl_->sizes.size()));
+    }
+    for (size_t i = 0; i < impl_->sizes.size(); ++i) {
+      if (state.buffers[b][i].size() != impl_->sizes[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer state buffer ", name, " of tensor ", i,
+                         " has ", state.buffers[b][i].size(),
+                         " elements, expected ", impl_->sizes[i]));
+      }
+    }
+  }
+  // From here on a failure leaves the state half-written.
+  impl_->params_on_device = false;
+  const auto upload = [&]() -> absl::Status {
+    for (size_t b = 0; b < state.buffers.size(); ++b) {
+      float* device_flat = impl_->state[impl_->buffers[b].second].get();
+      for (size_t i = 0; i < impl_->sizes.size(); ++i) {
+        const std::vector<float>& tensor = state.buffers[b][i];
+        if (tensor.empty()) continue;
+        MPILEARN_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(device_flat + impl_->offsets[i], tensor.data(),
+                            tensor.size() * sizeof(float),
+                            cudaMemcpyHostToDevice, impl_->stream.get()),
+            "copying optimizer state to the GPU");
+      }
+    }
+    MPILEARN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream.get()),
+                                  "copying optimizer state to the GPU");
+    return absl::OkStatus();
+  };
+  MPILEARN_RETURN_IF_ERROR(impl_->Poison(upload()));
+  impl_->steps = state.steps;
+  return absl::OkStatus();
+}
+
+bool CudaEngine::BuiltWithCuda() { return true; }
+
+int CudaEngine::DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the non-sticky "no device" error
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<double> CudaEngine::MeasureCopyBandwidthGBps(size_t bytes,
+                                                            int device) {
+  if (bytes == 0) return absl::InvalidArgumentError("bytes must be positive");
+  MPILEARN_RETURN_IF_ERROR(CheckDevice(device));
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
+  const size_t floats = (bytes + sizeof(float) - 1) / sizeof(float);
+  MPILEARN_ASSIGN_OR_RETURN(DeviceFloats src, AllocateDevice(floats));
+  MPILEARN_ASSIGN_OR_RETURN(DeviceFloats dst, AllocateDevice(floats));
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0, bytes), "cudaMemset");
+  cudaStream_t raw_stream = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking),
+      "cudaStreamCreate");
+  const Stream stream(raw_stream);
+  // About 1 GiB copied in all, and at least a few copies.
+  const int iterations =
+      static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 1000));
+  float milliseconds = 0;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cuda::TimeDeviceCopies(dst.get(), src.get(), bytes, iterations,
+                             stream.get(), &milliseconds),
+      "timing device-to-device copies");
+  if (!(milliseconds > 0)) {
+    return absl::InternalError("device-to-device copies took no time");
+  }
+  return 2.0 * static_cast<double>(bytes) * iterations / (milliseconds * 1e-3) /
+         1e9;
+}
+
+}  // namespace mpilearn::server

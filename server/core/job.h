@@ -1,0 +1,394 @@
+// One training job on the master: its spec, weights, optimizer, progress,
+// data queue and the groups serving it.
+//
+// Threading: every public method is thread-safe; one mutex per job, so jobs
+// never wait on each other. ApplyGradient checks the update for NaN/Inf
+// before taking the job's mutex and holds it only for the update and the
+// bookkeeping; the update is assembled by the caller beforehand and the reply
+// weights are handed out as an immutable snapshot that is encoded after the
+// lock is released.
+//
+// Lifecycle: QUEUED -> RUNNING (a group registered) -> COMPLETED (a group
+// left having trained every epoch) or FAILED (a group reported an error).
+// A RUNNING job whose groups are all lost or gone goes back to QUEUED, keeping
+// its weights and progress, so the next group continues it.
+//
+// Validations and stop rules (RecordValidation, StopRules): every validation
+// (a group's at an epoch end, a pool's of a snapshot) is appended to the
+// job's list and fed to its rules. When early stopping or the target fires,
+// a QUEUED or RUNNING job becomes COMPLETED with stop_reason set, and its
+// weights freeze: pushes still in flight are answered with the final weights
+// without being applied, NextDataUnit answers DONE to every group and
+// finish = true to the first that asks, and that group's Leave(completed)
+// stores the test result.
+//
+// Checkpoints (SaveCheckpoint / Resume): the whole job (status, weights,
+// optimizer state, data queue) as one v1::JobCheckpointFile. Units in flight
+// when it was taken count as not done: a resumed job hands them out again.
+//
+// Updates, by spec().algorithm():
+//   downpour, sync  UPDATE_KIND_GRADIENT: one step of the job's optimizer.
+//   easgd           UPDATE_KIND_ELASTIC: the rank's weights x; the centre c
+//                   moves by alpha * (x - c); the reply is c before the move.
+//   gem             UPDATE_KIND_DELTA: c += delta.
+// An update computed on version B while the master is at W has staleness
+// s = W - B. With max_staleness > 0, s > max_staleness is refused (ABORTED);
+// with staleness_scaling "inverse" the gradient (downpour, sync), alpha
+// (easgd) or delta (gem) is scaled by 1 / max(1, s).
+//
+// Telemetry and progress: every NextDataUnit request (and Heartbeat, via
+// Touch) may carry the group's GroupTelemetry; the job keeps each group's
+// latest and reports it in Status() (GroupInfo.telemetry). Every
+// NextDataUnit answer carries the job's JobProgress; train_loss (here and in
+// JobStatus) is the mean loss of the units completed by the most recent
+// request that completed any.
+//
+// Data queue (NextDataUnit): each epoch's training order is cut into units of
+// data_unit_size samples; groups ask for one unit at a time and report it done
+// with their next request, so a faster group trains more units. Epoch e + 1
+// is handed out once every unit of epoch e has been, but never while epoch
+// e - 1 is unfinished: at most one epoch runs ahead of the oldest unfinished
+// one. A unit held by a group that leaves or is declared lost goes back to
+// the front of the queue. The master writes an epoch's record (train loss,
+// samples, time) when its last unit completes; the group whose request
+// completed it validates and merges its metrics with ReportEpoch
+// (RecordEpoch). The group that completes the job's last unit finishes the
+// job (test set, Leave(completed)); if it leaves or is lost first, the next
+// group to ask does.
+#ifndef MPILEARN_SERVER_CORE_JOB_H_
+#define MPILEARN_SERVER_CORE_JOB_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/mpilearn.pb.h"
+#include "server/core/job_values.h"
+#include "server/core/optimizer.h"
+#include "server/core/stop_rules.h"
+
+namespace mpilearn::server {
+
+// What the master's metrics call a job's update rule (the apply histogram's
+// `optimizer` label, job_info's): the optimizer's name for downpour and sync,
+// "easgd" or "gem" for those algorithms (they apply their own rule).
+std::string UpdateRuleName(const v1::JobSpec& spec);
+
+// When the registry asks whether a checkpoint is due (Job::CheckpointDue).
+enum class CheckpointTrigger {
+  // checkpoint.every_updates updates since the last checkpoint.
+  kUpdates,
+  // checkpoint.every_seconds since the last checkpoint, with changes since,
+  // for a job that has not ended.
+  kSeconds,
+  // Any change since the last checkpoint (master shutdown).
+  kChanges,
+};
+
+class Job {
+ public:
+  // `engine` says where the job's optimizer runs (EngineOptions).
+  Job(std::string id, v1::JobSpec spec, EngineOptions engine = {});
+
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& id() const { return id_; }
+  const v1::JobSpec& spec() const { return spec_; }  // immutable
+
+  v1::JobState state() const;
+
+  // Adds a group; the job becomes RUNNING. FAILED_PRECONDITION when the job
+  // has already ended.
+  absl::StatusOr<v1::RegisterGroupResponse> AddGroup(const std::string& group_id,
+                                                     int ranks,
+                                                     const std::string& host,
+                                                     absl::Time now);
+
+  // Marks `group_id` as seen and, when given, keeps `telemetry` as its
+  // latest. NOT_FOUND for a group this job never had, FAILED_PRECONDITION
+  // for one declared lost or gone.
+  absl::Status Touch(const std::string& group_id, absl::Time now,
+                     const v1::GroupTelemetry* telemetry = nullptr);
+
+  // Installs the initial weights and builds the optimizer for them (downpour,
+  // sync). Returns false (not an error) when weights were already installed.
+  // INVALID_ARGUMENT when `values` do not match `header` or hold NaN/Inf.
+  absl::StatusOr<bool> InitWeights(v1::TensorSetHeader header,
+                                   std::vector<std::vector<float>> values);
+
+  // The weights' layout (names, shapes); FAILED_PRECONDITION before
+  // InitWeights.
+  absl::StatusOr<v1::TensorSetHeader> Layout() const;
+
+  // Applies one update as the job's algorithm says (see the class comment)
+  // and returns the weights for the reply: the new weights, or for easgd the
+  // centre before the move. Errors, each leaving the job unchanged:
+  // INVALID_ARGUMENT for a kind other than the algorithm's, tensors that do
+  // not match Layout() in count or size, or NaN/Inf; FAILED_PRECONDITION
+  // before InitWeights, when the job is not RUNNING or the group not active;
+  // ABORTED (counted in stale_rejected) beyond max_staleness.
+  //
+  // After a stop rule ended the job, an update from a group still active is
+  // dropped, not refused: the reply carries the final weights and
+  // `applied->applied` is false. `applied`, when given, receives what the
+  // update did.
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ApplyGradient(
+      const GradientUpdate& update, absl::Time now,
+      AppliedUpdate* applied = nullptr);
+
+  // The data queue (see the class comment and NextDataUnitRequest in the
+  // proto): records the units the group completed and hands it the next
+  // one, or tells it to wait or that the data is done. Errors, each leaving
+  // the job unchanged: INVALID_ARGUMENT for train_samples <= 0 before the
+  // job's count is fixed, a completed unit the group does not hold (or with
+  // a wrong sample count), or asking while holding an unlisted unit;
+  // FAILED_PRECONDITION for another train_samples than the job's, an
+  // inactive group or a FAILED job. A COMPLETED job answers DONE; one a stop
+  // rule ended also gives finish = true to the first group that asks until
+  // the test result is in (a unit the group held is dropped). Every answer
+  // carries the job's progress after the request; an accepted request's
+  // telemetry, when present, becomes the group's latest.
+  absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
+      const v1::NextDataUnitRequest& request, absl::Time now);
+
+  // Weights and optimizer state, for the state directory;
+  // FAILED_PRECONDITION before InitWeights. SaveCheckpoint adds the rest of
+  // the job to them.
+  absl::StatusOr<JobCheckpoint> Checkpoint() const;
+
+  // Whether the job's CheckpointSpec makes a checkpoint due now; never
+  // before InitWeights.
+  bool CheckpointDue(CheckpointTrigger trigger, absl::Time now) const;
+
+  // The whole job at one moment, copied under its mutex so the caller
+  // writes the file after releasing it: status (with history, validations
+  // and groups), weights, optimizer state, data queue. Counts as the last
+  // checkpoint for CheckpointDue. FAILED_PRECONDITION before InitWeights.
+  absl::StatusOr<v1::JobCheckpointFile> SaveCheckpoint(absl::Time now);
+
+  // The checkpoint of weight version `version` is on disk
+  // (JobStatus.checkpoint_version).
+  void CheckpointWritten(uint64_t version);
+
+  // Makes a freshly constructed job (no InitWeights, no groups) the job
+  // `checkpoint` was taken of: weights, optimizer state, version, counters,
+  // history, validations (replayed through the stop rules), test result,
+  // data queue. A job that had ended comes back as it was, any other
+  // QUEUED. INVALID_ARGUMENT / DATA_LOSS when the checkpoint does not fit
+  // the spec; the job is then unusable (build a new one).
+  absl::Status Resume(v1::JobCheckpointFile checkpoint);
+
+  // Marks the job ended as `status` (a history.json whose state is
+  // COMPLETED or FAILED) says: state, message, stop reason, test result.
+  // Counters, history and validations are taken from `status` too when the
+  // job has no weights (no checkpoint was loaded). No-op for other states.
+  void ResumeEnded(const v1::JobStatus& status);
+
+  // Installs weights and optimizer state from a checkpoint (instead of
+  // InitWeights): training continues exactly where Checkpoint() was taken.
+  // INVALID_ARGUMENT / DATA_LOSS if the checkpoint does not fit the job's
+  // optimizer; FAILED_PRECONDITION if the job already has weights.
+  absl::Status Restore(const JobCheckpoint& checkpoint);
+
+  // Current weights; FAILED_PRECONDITION before InitWeights.
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Weights() const;
+
+  // Merges a group's validation metrics (val_loss, val_accuracy, group_id)
+  // into the master's record of epoch record.epoch(), which the data queue
+  // wrote when the epoch's last unit completed; the master's train_loss,
+  // samples, wall_seconds, samples_per_second and updates_applied are kept.
+  // INVALID_ARGUMENT for an epoch outside [1, epochs], NOT_FOUND for one not
+  // finished yet.
+  absl::Status RecordEpoch(const v1::EpochRecord& record, absl::Time now);
+
+  // Appends a validation to the job's list (unix_seconds defaults to `now`),
+  // updates the best by checkpoint.best_metric and, while the job is QUEUED
+  // or RUNNING, applies the stop rules (see the class comment). A job that
+  // has ended still records validations (and its best) but never stops
+  // again. `effect`, when given, receives what it did.
+  absl::Status RecordValidation(const v1::ValidationRecord& record,
+                                absl::Time now,
+                                ValidationEffect* effect = nullptr);
+
+  // A group leaves: completed => COMPLETED, error => FAILED, else the group
+  // is removed and the job re-queued if no group is left. The group's data
+  // unit, if any, goes back to the queue. On a job a stop rule ended,
+  // completed stores the test result if none is stored yet. `effect`, when
+  // given, receives what it did.
+  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request,
+                                     LeaveEffect* effect = nullptr);
+
+  // Declares groups silent for longer than `timeout` lost and re-queues
+  // their data units; returns how many groups.
+  int ReapLostGroups(absl::Time now, absl::Duration timeout);
+
+  // Groups carry their latest telemetry; train_loss and samples_per_epoch
+  // are set once known.
+  v1::JobStatus Status(bool with_history, absl::Time now) const;
+
+  // Status for the metrics exporter (see JobMetricsView).
+  JobMetricsView MetricsView(absl::Time now) const;
+
+ private:
+  // No unit held.
+  static constexpr int64_t kNoUnit = -1;
+
+  struct Group {
+    int ranks = 0;
+    std::string host;
+    absl::Time last_seen;
+    bool alive = true;
+    // The data unit this group trains now, or kNoUnit. Invariant: kNoUnit
+    // once the group is not alive (its unit went back to the queue).
+    int64_t held_unit = kNoUnit;
+    uint64_t units_completed = 0;
+    uint64_t samples_trained = 0;
+    uint64_t updates_applied = 0;
+    // As the group last reported it (NextDataUnit, Heartbeat).
+    std::optional<v1::GroupTelemetry> telemetry;
+  };
+
+  // An epoch some of whose units were handed out and whose record is not
+  // written yet.
+  struct EpochProgress {
+    int64_t units_completed = 0;
+    // completed[i]: unit i of the epoch is done (units_per_epoch_ entries
+    // once a unit completed; for checkpoints).
+    std::vector<bool> completed;
+    uint64_t samples = 0;
+    double loss_sum = 0.0;
+    absl::Time first_handout;
+    // Set when units_completed reaches units_per_epoch_ (an epoch can
+    // complete before the one before it, whose record comes first).
+    absl::Time completed_at;
+    uint64_t updates_at_completion = 0;
+  };
+
+  bool EndedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == v1::JOB_STATE_COMPLETED || state_ == v1::JOB_STATE_FAILED;
+  }
+  // Ended by a stop rule: weights frozen, a group may still finish it.
+  bool StoppedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == v1::JOB_STATE_COMPLETED && !stop_reason_.empty();
+  }
+  absl::StatusOr<JobCheckpoint> CheckpointLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobStatus StatusLocked(bool with_history, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // JobProgress for NextDataUnit's answers.
+  v1::JobProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Installs the queue progress of a checkpoint; units handed out but not
+  // completed go back to the queue.
+  absl::Status ResumeQueueLocked(const v1::CheckpointQueue& queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int LiveGroupsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RUNNING -> QUEUED when no live group is left.
+  void RequeueIfOrphanedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts the group's held unit back at the queue's front; the group stops
+  // being the job's finisher.
+  void ReleaseGroupLocked(const std::string& group_id, Group& group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The unit's range within its epoch; unit_id < epochs * units_per_epoch_.
+  v1::DataUnit UnitLocked(int64_t unit_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the records of the oldest epochs while they are complete,
+  // appending their 0-based numbers to `finished`.
+  void RecordCompletedEpochsLocked(
+      google::protobuf::RepeatedField<int32_t>* finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string id_;
+  const v1::JobSpec spec_;
+  const EngineOptions engine_;
+  // What pushes carry, from spec_.algorithm().
+  const v1::UpdateKind update_kind_;
+  // UpdateRuleName(spec_), for AppliedUpdate.
+  const std::string update_rule_;
+
+  mutable absl::Mutex mu_;
+  v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_QUEUED;
+  std::string message_ ABSL_GUARDED_BY(mu_);
+  // Invariant: weights_ is null before InitWeights (or Restore) and set
+  // after it; optimizer_ is set with it when update_kind_ is
+  // UPDATE_KIND_GRADIENT and null otherwise (easgd and gem have their own
+  // master-side rule). A snapshot handed out is never mutated: an update
+  // changes weights_ in place only while nobody else holds it and copies it
+  // first otherwise (copy-on-write).
+  std::shared_ptr<WeightsSnapshot> weights_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  // Scratch for gradients scaled for staleness; reused to spare the hot
+  // path an allocation per update.
+  std::vector<std::vector<float>> scaled_ ABSL_GUARDED_BY(mu_);
+  uint64_t updates_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  // Samples of completed data units.
+  uint64_t samples_trained_ ABSL_GUARDED_BY(mu_) = 0;
+  // Mean loss of the units the latest NextDataUnit request that completed
+  // any completed (JobStatus.train_loss); unset before the first.
+  std::optional<double> train_loss_ ABSL_GUARDED_BY(mu_);
+  // Staleness of applied updates, and updates refused by max_staleness.
+  uint64_t stale_rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_staleness_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t staleness_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t staleness_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // One record per finished epoch, in epoch order: history_[e] is epoch
+  // e + 1 (1-based, as EpochRecord numbers them).
+  std::vector<v1::EpochRecord> history_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+
+  // The data queue. train_samples_ is 0 until the first NextDataUnit fixes
+  // it; then units_per_epoch_ = ceil(train_samples_ / data_unit_size) and
+  // unit i of epoch e has id e * units_per_epoch_ + i.
+  int64_t train_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t units_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Units given back by groups that left or were lost, handed out first.
+  std::deque<int64_t> requeued_units_ ABSL_GUARDED_BY(mu_);
+  uint64_t units_requeued_ ABSL_GUARDED_BY(mu_) = 0;
+  // The next fresh unit: unit next_unit_ of epoch next_epoch_. Every unit
+  // before it has been handed out at least once.
+  int32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_unit_ ABSL_GUARDED_BY(mu_) = 0;
+  // Keyed by 0-based epoch; holds epochs history_.size() and on.
+  std::map<int32_t, EpochProgress> open_epochs_ ABSL_GUARDED_BY(mu_);
+  // The group told to finish the job (finish = true), or empty.
+  std::string finisher_ ABSL_GUARDED_BY(mu_);
+  bool has_test_result_ ABSL_GUARDED_BY(mu_) = false;
+  double test_loss_ ABSL_GUARDED_BY(mu_) = 0.0;
+  double test_accuracy_ ABSL_GUARDED_BY(mu_) = 0.0;
+
+  // Every validation, in arrival order, and the rules they drive.
+  std::vector<v1::ValidationRecord> validations_ ABSL_GUARDED_BY(mu_);
+  StopRules rules_ ABSL_GUARDED_BY(mu_);
+  // Set when a stop rule ended the job (then state_ is COMPLETED).
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  // A group left with completed = true after the stop: nobody else is told
+  // to finish.
+  bool stop_finished_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Counts the changes a checkpoint would capture (weights, completed
+  // units, epoch reports, validations, leaves); CheckpointDue compares it
+  // with its value at the last SaveCheckpoint.
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t changes_at_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t version_at_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time checkpoint_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Weight version of the newest checkpoint on disk.
+  uint64_t checkpoint_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Shown by Status() while weights_ is null, for an ended job resumed from
+  // its history alone.
+  uint64_t resumed_version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t resumed_parameters_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace mpilearn::server
+
+#endif  // MPILEARN_SERVER_CORE_JOB_H_

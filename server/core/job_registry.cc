@@ -1,0 +1,500 @@
+#include "server/core/job_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "glog/logging.h"
+
+namespace mpilearn::server {
+namespace {
+
+bool Ended(v1::JobState state) {
+  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED;
+}
+
+// Raises `last` to the highest group number ("g-12" -> 12) in `status`.
+void NoteGroupNumbers(const v1::JobStatus& status, int64_t* last) {
+  for (const v1::GroupInfo& group : status.groups()) {
+    int64_t number = 0;
+    if (absl::StartsWith(group.group_id(), "g-") &&
+        absl::SimpleAtoi(group.group_id().substr(2), &number)) {
+      *last = std::max(*last, number);
+    }
+  }
+}
+
+// Unlocks a mutex locked (or TryLock'ed) by hand.
+class UnlockOnExit {
+ public:
+  explicit UnlockOnExit(absl::Mutex& mu) : mu_(mu) {}
+  ~UnlockOnExit() { mu_.Unlock(); }
+  UnlockOnExit(const UnlockOnExit&) = delete;
+  UnlockOnExit& operator=(const UnlockOnExit&) = delete;
+
+ private:
+  absl::Mutex& mu_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobRegistry>> JobRegistry::Create(
+    Options options) {
+  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store,
+                            JobStore::Open(options.state_dir));
+  auto registry = std::unique_ptr<JobRegistry>(
+      new JobRegistry(std::move(options), std::move(store)));
+  if (registry->options_.resume_jobs) registry->LoadJobs();
+  return registry;
+}
+
+JobRegistry::JobRegistry(Options options, std::unique_ptr<JobStore> store)
+    : options_(std::move(options)), store_(std::move(store)) {
+  last_job_number_ = store_->LastJobNumber();
+}
+
+void JobRegistry::LoadJobs() {
+  int64_t last_group = 0;
+  std::vector<std::shared_ptr<Job>> loaded;
+  for (const std::string& id : store_->JobIds()) {
+    absl::StatusOr<v1::JobSpec> spec = store_->ReadSpec(id);
+    if (!spec.ok()) {
+      LOG(WARNING) << "job " << id << " not loaded: " << spec.status();
+      continue;
+    }
+    absl::StatusOr<v1::JobStatus> history = store_->ReadHistory(id);
+    if (!history.ok() && !absl::IsNotFound(history.status())) {
+      LOG(WARNING) << "job " << id << ": " << history.status()
+                   << "; using its checkpoint or spec alone";
+    }
+    store_->RemoveTempFiles(id);  // of writes a crash interrupted
+    // The newest checkpoint that reads and fits. Newer ones that do not are
+    // renamed *.corrupt, so that pruning never keeps them over good ones.
+    std::shared_ptr<Job> job;
+    std::string source = "its spec (no usable checkpoint)";
+    for (const std::string& path : store_->CheckpointPaths(id)) {
+      absl::StatusOr<v1::JobCheckpointFile> file = JobStore::ReadCheckpoint(path);
+      absl::Status status = file.status();
+      if (file.ok()) {
+        NoteGroupNumbers(file->status(), &last_group);
+        auto candidate = std::make_shared<Job>(id, *spec, options_.engine);
+        status = candidate->Resume(std::move(file).value());
+        if (status.ok()) {
+          job = std::move(candidate);
+          source = absl::StrCat("checkpoint '", path, "'");
+          break;
+        }
+      }
+      LOG(WARNING) << "job " << id << ": skipping checkpoint: " << status
+                   << "; trying the previous one";
+      const absl::Status renamed = store_->QuarantineCheckpoint(path);
+      if (!renamed.ok()) LOG(WARNING) << "job " << id << ": " << renamed;
+    }
+    if (job == nullptr) job = std::make_shared<Job>(id, *spec, options_.engine);
+    if (history.ok()) {
+      NoteGroupNumbers(*history, &last_group);
+      job->ResumeEnded(*history);  // no-op unless it says the job ended
+      if (Ended(history->state()) && !job->Weights().ok()) {
+        source = "its history.json (no usable checkpoint)";
+      }
+    }
+    const v1::JobStatus status = job->Status(/*with_history=*/false, Now());
+    LOG(INFO) << "job " << id << " loaded from " << source << ": "
+              << v1::JobState_Name(status.state()) << ", version "
+              << status.version() << ", " << status.epochs_done() << " of "
+              << job->spec().epochs() << " epochs done";
+    loaded.push_back(std::move(job));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& job : loaded) {
+      jobs_[job->id()].job = job;
+      order_.push_back(job->id());
+    }
+    last_group_number_ = std::max(last_group_number_, last_group);
+  }
+  // Resumed jobs are QUEUED now, with their in-flight units given back.
+  for (const auto& job : loaded) {
+    if (!Ended(job->state())) PersistHistory(*job);
+  }
+}
+
+absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
+  MPILEARN_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = absl::StrFormat("job-%06d", ++last_job_number_);
+  }
+  // Durable first: a job is queued only once its spec is on disk.
+  MPILEARN_RETURN_IF_ERROR(store_->WriteSpec(id, spec));
+  auto job = std::make_shared<Job>(id, std::move(spec), options_.engine);
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_[id].job = job;
+    order_.push_back(id);
+  }
+  PersistHistory(*job);
+  LOG(INFO) << "job " << job->id() << " queued: model " << job->spec().model().name()
+            << ", " << job->spec().algorithm() << ", "
+            << job->spec().optimizer().name() << ", " << job->spec().epochs()
+            << " epochs";
+  return job->id();
+}
+
+absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
+    const v1::RegisterGroupRequest& request) {
+  if (request.ranks() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks must be >= 1, got ", request.ranks()));
+  }
+  std::shared_ptr<Job> job;
+  std::string group_id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (request.job_id().empty()) {
+      for (const std::string& id : order_) {
+        if (jobs_[id].job->state() == v1::JOB_STATE_QUEUED) {
+          job = jobs_[id].job;
+          break;
+        }
+      }
+      if (job == nullptr) {
+        return absl::NotFoundError(
+            "no queued job; submit one with `mpilearnctl submit SPEC.json` "
+            "or start the workers with --job SPEC.json");
+      }
+    } else {
+      auto it = jobs_.find(request.job_id());
+      if (it == jobs_.end()) {
+        return absl::NotFoundError(absl::StrCat(
+            "unknown job '", request.job_id(),
+            "'; `mpilearnctl list` shows the jobs this master holds"));
+      }
+      job = it->second.job;
+    }
+    group_id = absl::StrFormat("g-%d", ++last_group_number_);
+  }
+  MPILEARN_ASSIGN_OR_RETURN(
+      v1::RegisterGroupResponse response,
+      job->AddGroup(group_id, request.ranks(), request.host(), Now()));
+  response.set_group_timeout_seconds(
+      absl::ToDoubleSeconds(options_.group_timeout));
+  // On disk before the group hears its id, so a restarted master, which
+  // numbers groups after the highest in the histories, never reuses it.
+  PersistHistory(*job);
+  LOG(INFO) << "job " << job->id() << ": group " << group_id << " joined ("
+            << request.ranks() << " ranks on " << request.host() << ")";
+  return response;
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::FindJob(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "unknown job '", job_id,
+        "'; `mpilearnctl list` shows the jobs this master holds"));
+  }
+  return it->second.job;
+}
+
+absl::StatusOr<v1::InitWeightsResponse> JobRegistry::InitWeights(
+    const std::string& job_id, const std::string& group_id,
+    v1::TensorSetHeader header, std::vector<std::vector<float>> values) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  MPILEARN_RETURN_IF_ERROR(job->Touch(group_id, Now()));
+  MPILEARN_ASSIGN_OR_RETURN(bool accepted,
+                            job->InitWeights(std::move(header), std::move(values)));
+  if (accepted) {
+    LOG(INFO) << "job " << job_id << ": initial weights from group " << group_id;
+  }
+  v1::InitWeightsResponse response;
+  response.set_accepted(accepted);
+  MPILEARN_ASSIGN_OR_RETURN(auto weights, job->Weights());
+  response.set_version(weights->header.version());
+  return response;
+}
+
+absl::StatusOr<std::shared_ptr<const WeightsSnapshot>>
+JobRegistry::ApplyGradient(Job& job, const GradientUpdate& update) {
+  AppliedUpdate applied;
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> reply =
+      job.ApplyGradient(update, Now(), &applied);
+  if (!reply.ok() || !applied.applied) return reply;
+  if (options_.metrics != nullptr) {
+    options_.metrics->OnUpdateApplied(job.id(), applied);
+  }
+  if (options_.trace != nullptr) {
+    const TraceRecorder::Arg args[] = {
+        {"version", static_cast<int64_t>(applied.weights->header.version())},
+        {"staleness", static_cast<int64_t>(applied.staleness)}};
+    options_.trace->Complete("apply", "master", applied.apply_start,
+                             applied.apply_end, args);
+  }
+  if (options_.snapshot_sink != nullptr) {
+    options_.snapshot_sink->OnUpdate(job.id(), job.spec(),
+                                     std::move(applied.weights),
+                                     applied.updates_applied,
+                                     applied.epochs_done);
+  }
+  applied.weights.reset();  // lets the next update change the weights in place
+  if (applied.checkpoint_due) {
+    WriteCheckpoint(job, CheckpointTrigger::kUpdates, /*wait=*/false,
+                    /*best=*/false);
+  }
+  return reply;
+}
+
+absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
+    const v1::NextDataUnitRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
+                            FindJob(request.job_id()));
+  MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), Now()));
+  MPILEARN_ASSIGN_OR_RETURN(v1::NextDataUnitResponse response,
+                            job->NextDataUnit(request, Now()));
+  if (!response.finished_epochs().empty()) {
+    for (int32_t epoch : response.finished_epochs()) {
+      LOG(INFO) << "job " << job->id() << ": epoch " << epoch + 1
+                << " finished; group " << request.group_id()
+                << " validates it";
+    }
+    PersistHistory(*job);
+    if (options_.snapshot_sink != nullptr) {
+      absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
+          job->Weights();
+      const int32_t epochs_done =
+          1 + *std::max_element(response.finished_epochs().begin(),
+                                response.finished_epochs().end());
+      if (weights.ok()) {
+        options_.snapshot_sink->OnEpochEnd(job->id(), job->spec(),
+                                           std::move(weights).value(),
+                                           epochs_done);
+      }
+    }
+  }
+  if (response.finish()) {
+    VLOG(1) << "job " << job->id() << ": group " << request.group_id()
+            << " is to finish the job";
+  }
+  return response;
+}
+
+absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
+    const std::string& job_id, const v1::EpochRecord& record) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  MPILEARN_RETURN_IF_ERROR(job->Touch(record.group_id(), Now()));
+  MPILEARN_RETURN_IF_ERROR(job->RecordEpoch(record, Now()));
+  v1::ValidationRecord validation;
+  {
+    // Released at once, so the next update need not copy the weights.
+    absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
+        job->Weights();
+    validation.set_version(weights.ok() ? (*weights)->header.version() : 0);
+  }
+  validation.set_epoch(record.epoch());
+  validation.set_val_loss(record.val_loss());
+  validation.set_val_accuracy(record.val_accuracy());
+  validation.set_source(absl::StrCat("group ", record.group_id()));
+  ValidationEffect effect;
+  MPILEARN_RETURN_IF_ERROR(job->RecordValidation(validation, Now(), &effect));
+  AfterValidation(*job, effect);
+  PersistHistory(*job);
+  return job->state();
+}
+
+absl::StatusOr<v1::JobState> JobRegistry::ReportValidation(
+    const std::string& job_id, const v1::ValidationRecord& record) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  ValidationEffect effect;
+  MPILEARN_RETURN_IF_ERROR(job->RecordValidation(record, Now(), &effect));
+  VLOG(1) << "job " << job_id << ": validation of version " << record.version()
+          << " by " << record.source() << ": val_loss " << record.val_loss()
+          << ", val_accuracy " << record.val_accuracy();
+  AfterValidation(*job, effect);
+  PersistHistory(*job);
+  return job->state();
+}
+
+void JobRegistry::AfterValidation(Job& job, const ValidationEffect& effect) {
+  if (effect.stopped) {
+    LOG(INFO) << "job " << job.id() << " stopped: "
+              << job.Status(/*with_history=*/false, Now()).stop_reason();
+    WriteJobEnd(job, /*ended_now=*/true, effect.best_improved);
+  } else if (effect.best_improved) {
+    WriteCheckpoint(job, std::nullopt, /*wait=*/true, /*best=*/true);
+  }
+}
+
+absl::StatusOr<v1::JobState> JobRegistry::Heartbeat(
+    const std::string& job_id, const std::string& group_id,
+    const v1::GroupTelemetry* telemetry) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  MPILEARN_RETURN_IF_ERROR(job->Touch(group_id, Now(), telemetry));
+  return job->state();
+}
+
+absl::StatusOr<v1::JobState> JobRegistry::Leave(
+    const v1::LeaveRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(request.job_id()));
+  LeaveEffect effect;
+  MPILEARN_ASSIGN_OR_RETURN(v1::JobState state, job->Leave(request, &effect));
+  LOG(INFO) << "job " << job->id() << ": group " << request.group_id()
+            << " left" << (request.error().empty() ? "" : " with error: ")
+            << request.error() << "; job is " << v1::JobState_Name(state);
+  if (effect.ended || effect.test_result_recorded) {
+    WriteJobEnd(*job, effect.ended, /*best=*/false);
+  }
+  PersistHistory(*job);
+  return state;
+}
+
+void JobRegistry::WriteJobEnd(Job& job, bool ended_now, bool best) {
+  std::optional<v1::JobCheckpointFile> checkpoint =
+      WriteCheckpoint(job, std::nullopt, /*wait=*/true, best);
+  if (checkpoint.has_value() &&
+      checkpoint->status().state() == v1::JOB_STATE_COMPLETED) {
+    absl::Status written = store_->WriteWeights(job.id(), checkpoint->weights());
+    if (written.ok()) {
+      written =
+          store_->WriteOptimizerState(job.id(), checkpoint->optimizer_state());
+    }
+    if (!written.ok()) LOG(ERROR) << "job " << job.id() << ": " << written;
+  }
+  if (ended_now && options_.snapshot_sink != nullptr) {
+    options_.snapshot_sink->OnJobEnded(job.id());
+  }
+}
+
+std::optional<v1::JobCheckpointFile> JobRegistry::WriteCheckpoint(
+    Job& job, std::optional<CheckpointTrigger> trigger, bool wait, bool best) {
+  std::shared_ptr<absl::Mutex> checkpoint_mu;
+  {
+    absl::MutexLock lock(&mu_);
+    auto entry = jobs_.find(job.id());
+    if (entry == jobs_.end()) return std::nullopt;  // not this registry's
+    checkpoint_mu = entry->second.checkpoint_mu;
+  }
+  if (wait) {
+    checkpoint_mu->Lock();
+  } else if (!checkpoint_mu->TryLock()) {
+    return std::nullopt;  // the write under way is at least as recent
+  }
+  UnlockOnExit unlock(*checkpoint_mu);
+  if (trigger.has_value() && !job.CheckpointDue(*trigger, Now())) {
+    return std::nullopt;
+  }
+  // Traced only when a checkpoint was written.
+  const absl::Time start =
+      options_.trace != nullptr ? absl::Now() : absl::InfinitePast();
+  absl::StatusOr<v1::JobCheckpointFile> checkpoint = job.SaveCheckpoint(Now());
+  if (!checkpoint.ok()) return std::nullopt;  // no weights yet
+  const uint64_t version = checkpoint->weights().header().version();
+  absl::Status written =
+      store_->WriteCheckpoint(job.id(), *checkpoint, job.spec().checkpoint().keep());
+  if (!written.ok()) {
+    LOG(ERROR) << "job " << job.id() << ": checkpoint at version " << version
+               << " not written: " << written;
+    return std::nullopt;
+  }
+  job.CheckpointWritten(version);
+  // every_updates may checkpoint many times a second; the others are rare.
+  if (trigger == CheckpointTrigger::kUpdates) {
+    VLOG(1) << "job " << job.id() << ": checkpoint at version " << version;
+  } else {
+    LOG(INFO) << "job " << job.id() << ": checkpoint at version " << version;
+  }
+  if (best) {
+    written = store_->WriteBestCheckpoint(job.id(), *checkpoint);
+    if (written.ok()) {
+      LOG(INFO) << "job " << job.id() << ": best.pb at version " << version
+                << " (" << job.spec().checkpoint().best_metric() << " "
+                << checkpoint->status().best_metric_value() << ")";
+    } else {
+      LOG(ERROR) << "job " << job.id() << ": best.pb not written: " << written;
+    }
+  }
+  if (options_.trace != nullptr) {
+    const TraceRecorder::Arg args[] = {{"version", static_cast<int64_t>(version)}};
+    options_.trace->Complete("checkpoint", "master", start, absl::Now(), args);
+  }
+  return std::move(checkpoint).value();
+}
+
+absl::StatusOr<v1::JobStatus> JobRegistry::Status(
+    const std::string& job_id) const {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  return job->Status(/*with_history=*/true, Now());
+}
+
+std::vector<std::shared_ptr<Job>> JobRegistry::AllJobs() const {
+  std::vector<std::shared_ptr<Job>> jobs;
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : order_) jobs.push_back(jobs_.at(id).job);
+  return jobs;
+}
+
+std::vector<v1::JobStatus> JobRegistry::List() const {
+  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
+  std::vector<v1::JobStatus> out;
+  for (const auto& job : jobs) {
+    out.push_back(job->Status(/*with_history=*/false, Now()));
+  }
+  return out;
+}
+
+std::vector<JobMetricsView> JobRegistry::ListForMetrics() const {
+  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
+  std::vector<JobMetricsView> out;
+  out.reserve(jobs.size());
+  for (const auto& job : jobs) out.push_back(job->MetricsView(Now()));
+  return out;
+}
+
+int JobRegistry::ReapLostGroups() {
+  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
+  int lost = 0;
+  for (const auto& job : jobs) {
+    const int n = job->ReapLostGroups(Now(), options_.group_timeout);
+    if (n > 0) {
+      LOG(WARNING) << "job " << job->id() << ": " << n
+                   << " group(s) lost after "
+                   << absl::FormatDuration(options_.group_timeout)
+                   << " without contact; job is now "
+                   << v1::JobState_Name(job->state());
+      PersistHistory(*job);
+    }
+    lost += n;
+  }
+  return lost;
+}
+
+void JobRegistry::Tick() {
+  ReapLostGroups();
+  for (const auto& job : AllJobs()) {
+    if (job->CheckpointDue(CheckpointTrigger::kSeconds, Now())) {
+      WriteCheckpoint(*job, CheckpointTrigger::kSeconds, /*wait=*/false,
+                      /*best=*/false);
+    }
+  }
+}
+
+void JobRegistry::CheckpointAll() {
+  for (const auto& job : AllJobs()) {
+    WriteCheckpoint(*job, CheckpointTrigger::kChanges, /*wait=*/true,
+                    /*best=*/false);
+  }
+}
+
+void JobRegistry::PersistHistory(const Job& job) const {
+  absl::Status status =
+      store_->WriteHistory(job.id(), job.Status(/*with_history=*/true, Now()));
+  if (!status.ok()) LOG(ERROR) << "job " << job.id() << ": " << status;
+}
+
+}  // namespace mpilearn::server

@@ -1,0 +1,878 @@
+#include "server/core/job_registry.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/tensor_codec.h"
+#include "common/trace.h"
+#include "gtest/gtest.h"
+#include "server/core/metrics_sink.h"
+#include "server/core/snapshot_sink.h"
+
+namespace mpilearn::server {
+namespace {
+
+v1::JobSpec SgdSpec() {
+  v1::JobSpec spec;
+  spec.mutable_data()->set_train_images("images.gz");
+  spec.mutable_data()->set_train_labels("labels.gz");
+  spec.mutable_optimizer()->set_name("sgd");
+  spec.mutable_optimizer()->set_learning_rate(0.5);
+  return spec;
+}
+
+// Counts what the registry hands its snapshot sink.
+class CountingSink : public SnapshotSink {
+ public:
+  void OnUpdate(const std::string&, const v1::JobSpec&,
+                std::shared_ptr<const WeightsSnapshot> weights,
+                uint64_t updates_applied, int) override {
+    ++updates;
+    last_version = weights->header.version();
+    last_updates_applied = updates_applied;
+  }
+  void OnEpochEnd(const std::string&, const v1::JobSpec&,
+                  std::shared_ptr<const WeightsSnapshot>,
+                  int epochs_done) override {
+    epoch_ends.push_back(epochs_done);
+  }
+  void OnJobEnded(const std::string& job_id) override {
+    ended.push_back(job_id);
+  }
+
+  int updates = 0;
+  uint64_t last_version = 0;
+  uint64_t last_updates_applied = 0;
+  std::vector<int> epoch_ends;
+  std::vector<std::string> ended;
+};
+
+// Records what the registry tells its metrics.
+class RecordingMetrics : public MetricsSink {
+ public:
+  struct Observed {
+    std::string job_id;
+    AppliedUpdate update;
+  };
+  void OnUpdateApplied(const std::string& job_id,
+                       const AppliedUpdate& update) override {
+    observed.push_back({job_id, update});
+  }
+  std::vector<Observed> observed;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+}
+
+class JobRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_dir_ = std::string(getenv("TEST_TMPDIR")) + "/" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(state_dir_);
+    registry_ = MakeRegistry();
+  }
+
+  std::unique_ptr<JobRegistry> MakeRegistry() {
+    JobRegistry::Options options;
+    options.state_dir = state_dir_;
+    options.group_timeout = absl::Seconds(10);
+    options.clock = [this] { return now_; };
+    options.snapshot_sink = &sink_;
+    options.metrics = &metrics_;
+    options.trace = trace_.get();
+    auto registry = JobRegistry::Create(options);
+    EXPECT_TRUE(registry.ok()) << registry.status();
+    return std::move(registry).value();
+  }
+
+  v1::RegisterGroupResponse Register(const std::string& job_id) {
+    v1::RegisterGroupRequest request;
+    request.set_job_id(job_id);
+    request.set_ranks(2);
+    request.set_host("test");
+    auto response = registry_->RegisterGroup(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return *response;
+  }
+
+  // Weights w = [1, 2, 3] (shape {3}) and b = [10] (shape {1}).
+  void InitWeights(const std::string& job_id, const std::string& group_id) {
+    auto response = registry_->InitWeights(
+        job_id, group_id, MakeFloat32Header(0, {"w", "b"}, {{3}, {1}}),
+        {{1, 2, 3}, {10}});
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_TRUE(response->accepted());
+  }
+
+  // Completes `completed` (a loss of 0.5 per sample) and asks for the next
+  // data unit.
+  absl::StatusOr<v1::NextDataUnitResponse> NextUnit(
+      const std::string& job_id, const std::string& group_id,
+      int64_t train_samples, const std::vector<v1::DataUnit>& completed) {
+    v1::NextDataUnitRequest request;
+    request.set_job_id(job_id);
+    request.set_group_id(group_id);
+    request.set_train_samples(train_samples);
+    for (const v1::DataUnit& unit : completed) {
+      v1::CompletedUnit* done = request.add_completed();
+      done->set_unit_id(unit.unit_id());
+      done->set_samples(static_cast<uint64_t>(unit.end() - unit.begin()));
+      done->set_loss_sum(0.5 * static_cast<double>(done->samples()));
+    }
+    return registry_->NextDataUnit(request);
+  }
+
+  // Pushes gradient g = [s, -s, 2s], [s] from the group at the job's
+  // current version; returns the new weights.
+  std::vector<std::vector<float>> Push(const std::string& job_id,
+                                       const std::string& group_id, float s) {
+    auto job = registry_->FindJob(job_id).value();
+    GradientUpdate update;
+    update.group_id = group_id;
+    update.base_version = job->Weights().value()->header.version();
+    update.values = {{s, -s, 2 * s}, {s}};
+    auto weights = registry_->ApplyGradient(*job, update);
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    return weights.ok() ? (*weights)->values : std::vector<std::vector<float>>{};
+  }
+
+  std::string CheckpointDir(const std::string& job_id) const {
+    return state_dir_ + "/jobs/" + job_id + "/checkpoints";
+  }
+
+  // File names in the job's checkpoint directory, sorted.
+  std::vector<std::string> CheckpointFiles(const std::string& job_id) const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& entry :
+         std::filesystem::directory_iterator(CheckpointDir(job_id), ec)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  CountingSink sink_;
+  RecordingMetrics metrics_;
+  std::unique_ptr<TraceRecorder> trace_ =
+      TraceRecorder::InMemory(/*pid=*/0, "mpilearn-master");
+  std::string state_dir_;
+  absl::Time now_ = absl::FromUnixSeconds(1000);
+  std::unique_ptr<JobRegistry> registry_;
+};
+
+TEST_F(JobRegistryTest, GradientUpdatesWeightsAndVersion) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const auto group = Register(job_id);
+  EXPECT_FALSE(group.weights_initialized());
+  EXPECT_EQ(group.spec().epochs(), 5);  // defaults filled in
+  InitWeights(job_id, group.group_id());
+
+  // A second group's offer is declined: the first one wins.
+  const auto late = Register(job_id);
+  EXPECT_TRUE(late.weights_initialized());
+  auto declined = registry_->InitWeights(
+      job_id, late.group_id(), MakeFloat32Header(0, {"w", "b"}, {{3}, {1}}),
+      {{0, 0, 0}, {0}});
+  ASSERT_TRUE(declined.ok());
+  EXPECT_FALSE(declined->accepted());
+
+  auto job = registry_->FindJob(job_id).value();
+  GradientUpdate update;
+  update.group_id = group.group_id();
+  update.samples = 64;
+  update.values = {{1, -1, 0.5f}, {2}};
+  auto weights = registry_->ApplyGradient(*job, update);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  // Plain SGD: w - 0.5 * g.
+  EXPECT_EQ((*weights)->values[0], (std::vector<float>{0.5f, 2.5f, 2.75f}));
+  EXPECT_EQ((*weights)->values[1], (std::vector<float>{9}));
+  EXPECT_EQ((*weights)->header.version(), 1u);
+
+  // The snapshot handed out stays as it was after the next update.
+  auto second = registry_->ApplyGradient(*job, update);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*weights)->values[1], (std::vector<float>{9}));
+  EXPECT_EQ((*second)->values[1], (std::vector<float>{8}));
+
+  auto status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.updates_applied(), 2u);
+  // Samples are counted from completed data units, not from pushes.
+  EXPECT_EQ(status.samples_trained(), 0u);
+  ASSERT_EQ(status.groups_size(), 2);
+  EXPECT_EQ(status.groups(0).group_id(), group.group_id());
+  EXPECT_EQ(status.groups(0).updates_applied(), 2u);
+  EXPECT_EQ(status.groups(1).updates_applied(), 0u);
+  EXPECT_EQ(status.version(), 2u);
+  EXPECT_EQ(status.parameters(), 4u);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(JobRegistryTest, UnknownJobAndEmptyQueueAreNotFound) {
+  v1::RegisterGroupRequest request;
+  request.set_ranks(1);
+  auto none = registry_->RegisterGroup(request);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("mpilearnctl submit"), std::string::npos);
+
+  request.set_job_id("job-999999");
+  auto unknown = registry_->RegisterGroup(request);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Status("nope").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobRegistryTest, InvalidSpecIsRejectedWithFieldName) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(-3);
+  auto submitted = registry_->Submit(spec);
+  EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(submitted.status().message().find("epochs"), std::string::npos);
+  EXPECT_TRUE(registry_->List().empty());
+}
+
+TEST_F(JobRegistryTest, QueueHandsOutOldestQueuedJob) {
+  const std::string first = registry_->Submit(SgdSpec()).value();
+  const std::string second = registry_->Submit(SgdSpec()).value();
+  EXPECT_EQ(Register("").job_id(), first);
+  EXPECT_EQ(Register("").job_id(), second);
+}
+
+TEST_F(JobRegistryTest, LostGroupRequeuesJobKeepingWeights) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const auto group = Register(job_id);
+  InitWeights(job_id, group.group_id());
+  now_ += absl::Seconds(5);
+  EXPECT_EQ(registry_->ReapLostGroups(), 0);
+  now_ += absl::Seconds(11);
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  EXPECT_EQ(registry_->Status(job_id)->state(), v1::JOB_STATE_QUEUED);
+
+  // The lost group is told to restart; a new group continues the job.
+  auto job = registry_->FindJob(job_id).value();
+  GradientUpdate update;
+  update.group_id = group.group_id();
+  update.values = {{0, 0, 0}, {0}};
+  EXPECT_EQ(registry_->ApplyGradient(*job, update).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  const auto next = Register("");
+  EXPECT_EQ(next.job_id(), job_id);
+  EXPECT_TRUE(next.weights_initialized());
+}
+
+TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const auto group = Register(job_id);
+  InitWeights(job_id, group.group_id());
+  v1::EpochRecord record;
+  record.set_epoch(1);
+  record.set_val_accuracy(0.75);
+  record.set_group_id(group.group_id());
+  // The epoch is not finished before its data units are.
+  EXPECT_EQ(registry_->ReportEpoch(job_id, record).status().code(),
+            absl::StatusCode::kNotFound);
+  auto unit = NextUnit(job_id, group.group_id(), 1000, {});
+  ASSERT_TRUE(unit.ok()) << unit.status();
+  ASSERT_EQ(unit->action(), v1::NextDataUnitResponse::TRAIN);
+  auto done = NextUnit(job_id, group.group_id(), 1000, {unit->unit()});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(done->finish());
+  EXPECT_EQ(done->finished_epochs_size(), 1);
+  ASSERT_TRUE(registry_->ReportEpoch(job_id, record).ok());
+
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id);
+  leave.set_group_id(group.group_id());
+  leave.set_completed(true);
+  leave.set_test_accuracy(0.8);
+  leave.set_test_loss(0.5);
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+
+  const std::string dir = state_dir_ + "/jobs/" + job_id;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/spec.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/weights.pb"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/optimizer.pb"));
+  std::ifstream history(dir + "/history.json");
+  std::string text((std::istreambuf_iterator<char>(history)),
+                   std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"val_accuracy\": 0.75"), std::string::npos) << text;
+  EXPECT_NE(text.find("JOB_STATE_COMPLETED"), std::string::npos);
+
+  // A finished job takes no new group.
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id);
+  request.set_ranks(1);
+  EXPECT_EQ(registry_->RegisterGroup(request).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A restarted master does not reuse the id.
+  registry_ = MakeRegistry();
+  EXPECT_NE(registry_->Submit(SgdSpec()).value(), job_id);
+}
+
+TEST_F(JobRegistryTest, LostGroupCannotFailTheJobItWasRemovedFrom) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const auto paused = Register(job_id);
+  now_ += absl::Seconds(11);
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  const auto successor = Register("");
+  ASSERT_EQ(successor.job_id(), job_id);
+
+  // The paused group wakes up, finds itself lost and reports an error.
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id);
+  leave.set_group_id(paused.group_id());
+  leave.set_error("group was declared lost");
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_RUNNING);
+
+  // The successor completes it; a late error after that changes nothing.
+  leave.set_group_id(successor.group_id());
+  leave.clear_error();
+  leave.set_completed(true);
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  leave.set_completed(false);
+  leave.set_error("late failure");
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+}
+
+TEST_F(JobRegistryTest, GroupErrorFailsJobWithMessage) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const auto group = Register(job_id);
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id);
+  leave.set_group_id(group.group_id());
+  leave.set_error("data.train_images: cannot open 'x'");
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(registry_->Status(job_id)->message().find("cannot open"),
+            std::string::npos);
+}
+
+// A group lost in the middle of an epoch: the unit it held goes back to the
+// queue and to the group still training, and the epoch still covers every
+// sample once.
+TEST_F(JobRegistryTest, LostGroupsUnitGoesToTheOtherGroup) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  spec.set_data_unit_size(100);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string a = Register(job_id).group_id();
+  const std::string b = Register(job_id).group_id();
+  constexpr int64_t kSamples = 450;  // 5 units, the last of 50
+
+  auto held_a = NextUnit(job_id, a, kSamples, {}).value();
+  auto held_b = NextUnit(job_id, b, kSamples, {}).value();
+  ASSERT_EQ(held_b.action(), v1::NextDataUnitResponse::TRAIN);
+  const int64_t lost_unit = held_b.unit().unit_id();
+  EXPECT_EQ(lost_unit, 1);
+  // a keeps working; b goes silent past the group timeout (10 s).
+  for (int i = 0; i < 2; ++i) {
+    now_ += absl::Seconds(6);
+    held_a = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  }
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.units_requeued(), 1u);
+
+  // The lost group is refused; its unit is a's next.
+  EXPECT_EQ(NextUnit(job_id, b, kSamples, {held_b.unit()}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  held_a = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  ASSERT_EQ(held_a.action(), v1::NextDataUnitResponse::TRAIN);
+  EXPECT_EQ(held_a.unit().unit_id(), lost_unit);
+  EXPECT_EQ(held_a.unit().begin(), 100);
+  EXPECT_EQ(held_a.unit().end(), 200);
+  held_a = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  EXPECT_EQ(held_a.unit().end(), kSamples);
+  auto last = NextUnit(job_id, a, kSamples, {held_a.unit()}).value();
+  EXPECT_EQ(last.action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(last.finish());
+  ASSERT_EQ(last.finished_epochs_size(), 1);
+
+  status = registry_->Status(job_id).value();
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_EQ(status.history(0).samples(), static_cast<uint64_t>(kSamples));
+  EXPECT_DOUBLE_EQ(status.history(0).train_loss(), 0.5);
+  EXPECT_EQ(status.samples_trained(), static_cast<uint64_t>(kSamples));
+  EXPECT_EQ(status.units_requeued(), 1u);
+  EXPECT_EQ(status.epochs_done(), 1);
+  for (const v1::GroupInfo& group : status.groups()) {
+    EXPECT_EQ(group.units_completed(), group.group_id() == a ? 5u : 0u);
+    EXPECT_EQ(group.samples_trained(),
+              group.group_id() == a ? static_cast<uint64_t>(kSamples) : 0u);
+  }
+  // The finished epoch is already on disk.
+  std::ifstream history(state_dir_ + "/jobs/" + job_id + "/history.json");
+  std::string text((std::istreambuf_iterator<char>(history)),
+                   std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"train_loss\": 0.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"units_requeued\": \"1\""), std::string::npos) << text;
+}
+
+TEST_F(JobRegistryTest, NextDataUnitNeedsARegisteredGroup) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  EXPECT_EQ(NextUnit(job_id, "g-99", 100, {}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(NextUnit("job-999999", "g-1", 100, {}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoints, restart, validations.
+
+TEST(CheckpointFileTest, RoundTripAndIntegrityCheck) {
+  v1::JobCheckpointFile file;
+  file.mutable_status()->set_job_id("job-000001");
+  file.mutable_status()->set_stop_reason("target reached");
+  *file.mutable_weights() =
+      ToTensorSet(MakeFloat32Header(812, {"w"}, {{3}}), {{1.5f, -2, 3}});
+  file.mutable_queue()->set_train_samples(450);
+  file.set_created_unix_seconds(1234.5);
+  const std::string bytes = EncodeCheckpoint(file).value();
+  ASSERT_EQ(bytes.size(), file.ByteSizeLong() + 8);
+  EXPECT_EQ(bytes.substr(bytes.size() - 4), "MLCK");
+  auto decoded = DecodeCheckpoint(bytes, "x");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->SerializeAsString(), file.SerializeAsString());
+
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x10;
+  auto damaged = DecodeCheckpoint(flipped, "ckpt-a.pb");
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(damaged.status().message().find("'ckpt-a.pb' is damaged: CRC-32"),
+            std::string::npos)
+      << damaged.status();
+  auto truncated = DecodeCheckpoint(bytes.substr(0, bytes.size() - 3), "b");
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+  // A payload cut short with a trailer copied after it fails the checksum.
+  auto cut = DecodeCheckpoint(bytes.substr(0, 10) + bytes.substr(bytes.size() - 8),
+                              "c");
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(JobStore::ReadCheckpoint("/nonexistent/ckpt.pb").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// A master restarted on the same state directory resumes the job from its
+// checkpoint: QUEUED, the old group unknown, the unit that was in flight
+// handed out again and the completed one not, and the next update
+// bit-identical to the one the first master applied after the checkpoint.
+TEST_F(JobRegistryTest, RestartResumesQueueAndUpdatesExactly) {
+  v1::JobSpec spec = SgdSpec();
+  spec.mutable_optimizer()->set_name("adam");
+  spec.mutable_optimizer()->set_learning_rate(0.01);
+  spec.set_epochs(1);
+  spec.set_data_unit_size(100);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string g1 = Register(job_id).group_id();
+  InitWeights(job_id, g1);
+  constexpr int64_t kSamples = 450;  // 5 units, the last of 50
+  auto unit = NextUnit(job_id, g1, kSamples, {}).value();
+  ASSERT_EQ(unit.unit().unit_id(), 0);
+  Push(job_id, g1, 0.5f);
+  Push(job_id, g1, -0.25f);
+  unit = NextUnit(job_id, g1, kSamples, {unit.unit()}).value();
+  ASSERT_EQ(unit.unit().unit_id(), 1);
+  Push(job_id, g1, 1.0f);
+  now_ += absl::Seconds(3);
+  registry_->CheckpointAll();
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000003.pb"}));
+  EXPECT_EQ(registry_->Status(job_id)->checkpoint_version(), 3u);
+  const std::vector<std::vector<float>> uninterrupted = Push(job_id, g1, 0.75f);
+
+  registry_ = MakeRegistry();
+  v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status.version(), 3u);
+  EXPECT_EQ(status.updates_applied(), 3u);
+  EXPECT_EQ(status.samples_trained(), 100u);
+  EXPECT_EQ(status.units_requeued(), 1u);
+  EXPECT_EQ(status.checkpoint_version(), 3u);
+  EXPECT_EQ(status.groups_size(), 0);
+  // The previous master's group must register again.
+  EXPECT_EQ(NextUnit(job_id, g1, kSamples, {unit.unit()}).status().code(),
+            absl::StatusCode::kNotFound);
+  const auto g2 = Register("");
+  EXPECT_EQ(g2.job_id(), job_id);
+  EXPECT_TRUE(g2.weights_initialized());
+  EXPECT_EQ(g2.group_id(), "g-2");  // ids continue after the saved ones
+  EXPECT_EQ(Push(job_id, g2.group_id(), 0.75f), uninterrupted);
+  std::vector<int64_t> handed_out;
+  for (auto next = NextUnit(job_id, g2.group_id(), kSamples, {}).value();
+       next.action() == v1::NextDataUnitResponse::TRAIN;
+       next = NextUnit(job_id, g2.group_id(), kSamples, {next.unit()}).value()) {
+    handed_out.push_back(next.unit().unit_id());
+  }
+  EXPECT_EQ(handed_out, (std::vector<int64_t>{1, 2, 3, 4}));
+  status = registry_->Status(job_id).value();
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_EQ(status.history(0).samples(), static_cast<uint64_t>(kSamples));
+  EXPECT_EQ(status.samples_trained(), static_cast<uint64_t>(kSamples));
+}
+
+// A damaged newest checkpoint and a truncated one before it are skipped
+// (and renamed *.corrupt); the job resumes from the one before them. With
+// none usable it restarts from its spec.
+TEST_F(JobRegistryTest, CorruptOrTruncatedCheckpointFallsBackToPrevious) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  std::vector<std::vector<std::vector<float>>> weights;
+  for (int i = 1; i <= 3; ++i) {
+    weights.push_back(Push(job_id, group, 0.5f * static_cast<float>(i)));
+    registry_->CheckpointAll();
+  }
+  const std::string dir = CheckpointDir(job_id) + "/";
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000001.pb",
+                                      "ckpt-000000000002.pb",
+                                      "ckpt-000000000003.pb"}));
+  std::string newest = ReadFile(dir + "ckpt-000000000003.pb");
+  newest[newest.size() / 3] ^= 0x01;
+  WriteFile(dir + "ckpt-000000000003.pb", newest);
+  const std::string middle = ReadFile(dir + "ckpt-000000000002.pb");
+  WriteFile(dir + "ckpt-000000000002.pb", middle.substr(0, middle.size() / 2));
+  // A write the crash interrupted leaves a temporary file; it goes.
+  WriteFile(dir + "ckpt-000000000004.pb.tmp.77.0", middle);
+
+  registry_ = MakeRegistry();
+  EXPECT_EQ(registry_->Status(job_id)->version(), 1u);
+  auto job = registry_->FindJob(job_id).value();
+  EXPECT_EQ(job->Weights().value()->values, weights[0]);
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000001.pb",
+                                      "ckpt-000000000002.pb.corrupt",
+                                      "ckpt-000000000003.pb.corrupt"}));
+
+  std::string oldest = ReadFile(dir + "ckpt-000000000001.pb");
+  oldest.back() = 'X';  // the trailer's magic
+  WriteFile(dir + "ckpt-000000000001.pb", oldest);
+  registry_ = MakeRegistry();
+  const v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status.updates_applied(), 0u);
+  EXPECT_FALSE(Register(job_id).weights_initialized());
+}
+
+// every_updates checkpoints on the pushing thread; keep bounds the files.
+TEST_F(JobRegistryTest, EveryUpdatesCheckpointsKeepTheNewest) {
+  v1::JobSpec spec = SgdSpec();
+  spec.mutable_checkpoint()->set_every_updates(2);
+  spec.mutable_checkpoint()->set_keep(2);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  Push(job_id, group, 1.0f);
+  EXPECT_TRUE(CheckpointFiles(job_id).empty());
+  for (int i = 0; i < 6; ++i) Push(job_id, group, 1.0f);
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000004.pb",
+                                      "ckpt-000000000006.pb"}));
+  EXPECT_EQ(registry_->Status(job_id)->checkpoint_version(), 6u);
+  EXPECT_EQ(sink_.updates, 7);
+  EXPECT_EQ(sink_.last_version, 7u);
+  EXPECT_EQ(sink_.last_updates_applied, 7u);
+}
+
+// every_seconds checkpoints come from Tick, only for a job that changed.
+TEST_F(JobRegistryTest, TickWritesTimeBasedCheckpoints) {
+  v1::JobSpec spec = SgdSpec();
+  spec.mutable_checkpoint()->set_every_seconds(30);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  registry_->Tick();  // no weights yet
+  EXPECT_TRUE(CheckpointFiles(job_id).empty());
+  InitWeights(job_id, group);
+  registry_->Tick();
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"ckpt-000000000000.pb"}));
+  Push(job_id, group, 1.0f);
+  now_ += absl::Seconds(9);
+  registry_->Tick();
+  EXPECT_EQ(CheckpointFiles(job_id).size(), 1u);
+  now_ += absl::Seconds(21);
+  registry_->Tick();
+  EXPECT_EQ(CheckpointFiles(job_id).back(), "ckpt-000000000001.pb");
+  now_ += absl::Seconds(60);
+  registry_->Tick();  // nothing changed; and the group is lost (timeout 10 s)
+  EXPECT_EQ(CheckpointFiles(job_id).size(), 2u);
+  EXPECT_EQ(registry_->Status(job_id)->state(), v1::JOB_STATE_QUEUED);
+}
+
+// best.pb holds the checkpoint taken when the best validation arrived.
+TEST_F(JobRegistryTest, BestCheckpointFollowsImprovements) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  const std::string best = CheckpointDir(job_id) + "/best.pb";
+  auto report = [&](double val_loss) {
+    v1::ValidationRecord record;
+    record.set_version(registry_->Status(job_id)->version());
+    record.set_val_loss(val_loss);
+    record.set_val_accuracy(0.5);
+    record.set_source("pool v-1");
+    return registry_->ReportValidation(job_id, record);
+  };
+  Push(job_id, group, 1.0f);
+  EXPECT_EQ(report(0.5).value(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(JobStore::ReadCheckpoint(best)->weights().header().version(), 1u);
+  Push(job_id, group, 1.0f);
+  ASSERT_TRUE(report(0.75).ok());  // worse: best.pb stays
+  EXPECT_EQ(JobStore::ReadCheckpoint(best)->weights().header().version(), 1u);
+  Push(job_id, group, 1.0f);
+  ASSERT_TRUE(report(0.25).ok());
+  auto file = JobStore::ReadCheckpoint(best);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->weights().header().version(), 3u);
+  EXPECT_DOUBLE_EQ(file->status().best_metric_value(), 0.25);
+  EXPECT_EQ(file->status().validations_size(), 3);
+  const v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_DOUBLE_EQ(status.best_metric_value(), 0.25);
+  EXPECT_EQ(status.validations(1).source(), "pool v-1");
+  EXPECT_EQ(registry_->ReportValidation("job-999999", v1::ValidationRecord())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+// In-band validation (ReportEpoch) reaching the target ends the job: the
+// sink hears of it, a group finishes the job and its test result is kept,
+// and the end is on disk.
+TEST_F(JobRegistryTest, TargetReachedAtEpochEndCompletesJob) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(3);
+  spec.set_data_unit_size(100);
+  spec.mutable_target()->set_value(0.7);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string a = Register(job_id).group_id();
+  const std::string b = Register(job_id).group_id();
+  InitWeights(job_id, a);
+  auto held_a = NextUnit(job_id, a, 200, {}).value();
+  auto held_b = NextUnit(job_id, b, 200, {}).value();
+  Push(job_id, a, 1.0f);
+  held_a = NextUnit(job_id, a, 200, {held_a.unit()}).value();
+  ASSERT_EQ(held_a.unit().epoch(), 1);
+  held_b = NextUnit(job_id, b, 200, {held_b.unit()}).value();
+  ASSERT_EQ(held_b.finished_epochs_size(), 1);
+  EXPECT_EQ(sink_.epoch_ends, (std::vector<int>{1}));
+
+  v1::EpochRecord record;
+  record.set_epoch(1);
+  record.set_group_id(b);
+  record.set_val_loss(0.5);
+  record.set_val_accuracy(0.75);
+  EXPECT_EQ(registry_->ReportEpoch(job_id, record).value(),
+            v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(sink_.ended, (std::vector<std::string>{job_id}));
+  v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.stop_reason(), "target reached: val_accuracy 0.75 > 0.7");
+  ASSERT_EQ(status.validations_size(), 1);
+  EXPECT_EQ(status.validations(0).source(), "group " + b);
+  EXPECT_EQ(status.validations(0).version(), 1u);
+  EXPECT_EQ(status.validations(0).epoch(), 1);
+  EXPECT_DOUBLE_EQ(status.validations(0).unix_seconds(), 1000.0);
+  EXPECT_TRUE(std::filesystem::exists(state_dir_ + "/jobs/" + job_id +
+                                      "/weights.pb"));
+  EXPECT_EQ(CheckpointFiles(job_id),
+            (std::vector<std::string>{"best.pb", "ckpt-000000000001.pb"}));
+
+  // a's push in flight is answered, not applied; a finishes, b leaves.
+  EXPECT_EQ(Push(job_id, a, 5.0f), registry_->FindJob(job_id).value()
+                                       ->Weights()
+                                       .value()
+                                       ->values);
+  EXPECT_EQ(sink_.updates, 1);
+  auto finish = NextUnit(job_id, a, 200, {held_a.unit()}).value();
+  EXPECT_EQ(finish.action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(finish.finish());
+  auto done = NextUnit(job_id, b, 200, {held_b.unit()}).value();
+  EXPECT_FALSE(done.finish());
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id);
+  leave.set_group_id(b);
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  leave.set_group_id(a);
+  leave.set_completed(true);
+  leave.set_test_loss(0.6);
+  leave.set_test_accuracy(0.72);
+  EXPECT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(sink_.ended.size(), 1u);
+
+  // The end, with the test result, survives a restart.
+  registry_ = MakeRegistry();
+  status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(status.test_accuracy(), 0.72);
+  EXPECT_EQ(status.stop_reason(), "target reached: val_accuracy 0.75 > 0.7");
+  EXPECT_EQ(status.version(), 1u);
+  EXPECT_EQ(status.epochs_done(), 1);
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id);
+  request.set_ranks(1);
+  EXPECT_EQ(registry_->RegisterGroup(request).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Jobs that ended, with or without a checkpoint (a failed job never got
+// weights; one from before checkpoints existed has only its history), come
+// back as they ended; a queued one stays queued; new ids continue.
+TEST_F(JobRegistryTest, EndedJobsLoadAsTheyEnded) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string done_id = registry_->Submit(spec).value();
+  const std::string group = Register(done_id).group_id();
+  InitWeights(done_id, group);
+  Push(done_id, group, 1.0f);
+  auto unit = NextUnit(done_id, group, 50, {}).value();
+  ASSERT_TRUE(NextUnit(done_id, group, 50, {unit.unit()}).value().finish());
+  v1::LeaveRequest leave;
+  leave.set_job_id(done_id);
+  leave.set_group_id(group);
+  leave.set_completed(true);
+  leave.set_test_accuracy(0.8);
+  ASSERT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+
+  const std::string failed_id = registry_->Submit(SgdSpec()).value();
+  leave.set_job_id(failed_id);
+  leave.set_group_id(Register(failed_id).group_id());
+  leave.set_completed(false);
+  leave.set_error("cannot open data");
+  ASSERT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_FAILED);
+  const std::string queued_id = registry_->Submit(SgdSpec()).value();
+
+  // As if written before checkpoints existed.
+  std::filesystem::remove_all(CheckpointDir(done_id));
+  registry_ = MakeRegistry();
+  ASSERT_EQ(registry_->List().size(), 3u);
+  const v1::JobStatus done = registry_->Status(done_id).value();
+  EXPECT_EQ(done.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(done.test_accuracy(), 0.8);
+  EXPECT_EQ(done.version(), 1u);
+  EXPECT_EQ(done.parameters(), 4u);
+  EXPECT_EQ(done.history_size(), 1);
+  const v1::JobStatus failed = registry_->Status(failed_id).value();
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(failed.message().find("cannot open data"), std::string::npos);
+  EXPECT_EQ(registry_->Status(queued_id)->state(), v1::JOB_STATE_QUEUED);
+  const auto next = Register("");
+  EXPECT_EQ(next.job_id(), queued_id);
+  EXPECT_EQ(next.group_id(), "g-3");
+  EXPECT_EQ(registry_->Submit(SgdSpec()).value(), "job-000004");
+}
+
+// Each applied update reaches the metrics with its staleness and labels,
+// and the trace gets an "apply" event (version, staleness) per update and a
+// "checkpoint" event per checkpoint; refused updates report nothing.
+TEST_F(JobRegistryTest, AppliedUpdatesReachMetricsAndTrace) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_max_staleness(2);
+  spec.mutable_checkpoint()->set_every_updates(3);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  auto job = registry_->FindJob(job_id).value();
+  trace_->TakeEvents();  // the process name
+
+  // Bases 0, 0, 1, 0: staleness 0, 1, 1, then 3 > 2 is refused.
+  const uint64_t bases[] = {0, 0, 1, 0};
+  for (uint64_t base : bases) {
+    GradientUpdate update;
+    update.group_id = group;
+    update.base_version = base;
+    update.values = {{1, 1, 1}, {1}};
+    registry_->ApplyGradient(*job, update).IgnoreError();
+  }
+  ASSERT_EQ(metrics_.observed.size(), 3u);
+  const uint64_t staleness[] = {0, 1, 1};
+  for (size_t i = 0; i < 3; ++i) {
+    const RecordingMetrics::Observed& seen = metrics_.observed[i];
+    EXPECT_EQ(seen.job_id, job_id);
+    EXPECT_EQ(seen.update.staleness, staleness[i]);
+    EXPECT_GE(seen.update.apply_seconds(), 0.0);
+    EXPECT_EQ(seen.update.device, "cpu");
+    EXPECT_EQ(seen.update.optimizer, "sgd");
+  }
+  EXPECT_EQ(registry_->Status(job_id)->stale_rejected(), 1u);
+
+  const std::string events = trace_->TakeEvents();
+  EXPECT_TRUE(absl::StrContains(
+      events, R"("name":"apply","cat":"master")"))
+      << events;
+  EXPECT_TRUE(absl::StrContains(events, R"("args":{"version":2,"staleness":1})"))
+      << events;
+  EXPECT_TRUE(absl::StrContains(events, R"("args":{"version":3,"staleness":1})"))
+      << events;
+  EXPECT_FALSE(absl::StrContains(events, R"("staleness":3)")) << events;
+  // every_updates 3: one checkpoint, at version 3.
+  EXPECT_TRUE(absl::StrContains(
+      events, R"("name":"checkpoint","cat":"master")"))
+      << events;
+  EXPECT_TRUE(absl::StrContains(events, R"("args":{"version":3}})")) << events;
+}
+
+// Heartbeats keep the group's telemetry; ListForMetrics has it, the latest
+// validation and the validation count; NextDataUnit answers carry progress.
+TEST_F(JobRegistryTest, TelemetryProgressAndMetricsView) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(2);
+  spec.set_data_unit_size(10);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+
+  v1::GroupTelemetry telemetry;
+  telemetry.set_compute_seconds(12.5);
+  telemetry.set_resident_bytes(1 << 20);
+  ASSERT_TRUE(registry_->Heartbeat(job_id, group, &telemetry).ok());
+  ASSERT_TRUE(registry_->Heartbeat(job_id, group).ok());  // keeps it
+
+  auto first = NextUnit(job_id, group, 20, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->progress().epochs(), 2);
+  EXPECT_EQ(first->progress().samples_per_epoch(), 20u);
+  auto second = NextUnit(job_id, group, 20, {first->unit()});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->progress().samples_trained(), 10u);
+  EXPECT_DOUBLE_EQ(second->progress().train_loss(), 0.5);  // NextUnit's loss
+
+  for (int i = 1; i <= 2; ++i) {
+    v1::ValidationRecord record;
+    record.set_version(static_cast<uint64_t>(i));
+    record.set_val_accuracy(0.25 * i);
+    ASSERT_TRUE(registry_->ReportValidation(job_id, record).ok());
+  }
+  const std::vector<JobMetricsView> views = registry_->ListForMetrics();
+  ASSERT_EQ(views.size(), 1u);
+  const JobMetricsView& view = views[0];
+  EXPECT_EQ(view.status.job_id(), job_id);
+  EXPECT_EQ(view.validations, 2u);
+  ASSERT_EQ(view.status.validations_size(), 1);
+  EXPECT_DOUBLE_EQ(view.status.validations(0).val_accuracy(), 0.5);
+  EXPECT_EQ(view.status.history_size(), 0);
+  EXPECT_DOUBLE_EQ(view.status.train_loss(), 0.5);
+  EXPECT_EQ(view.status.samples_per_epoch(), 20u);
+  ASSERT_EQ(view.status.groups_size(), 1);
+  EXPECT_DOUBLE_EQ(view.status.groups(0).telemetry().compute_seconds(), 12.5);
+  EXPECT_EQ(view.status.groups(0).telemetry().resident_bytes(), 1u << 20);
+  // List() stays as it was: no validations.
+  EXPECT_EQ(registry_->List()[0].validations_size(), 0);
+}
+
+}  // namespace
+}  // namespace mpilearn::server

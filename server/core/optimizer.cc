@@ -1,0 +1,629 @@
+#include "server/core/optimizer.h"
+
+#include <array>
+#include <cmath>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/core/cuda/cuda_engine.h"
+
+namespace mpilearn::server {
+namespace {
+
+// The kernels below split each range into a main loop whose trip count is a
+// multiple of kBlock and a scalar tail of fewer than kBlock elements. GCC 12 at
+// -O2 uses the "very cheap" vectorisation cost model, which only vectorises a
+// loop whose trip count is known to be a multiple of the vector width and
+// which needs no runtime alias checks; the split gives it the first, and the
+// __restrict pointers the second. kBlock covers 8 floats (AVX) and 4 (SSE).
+// sqrt vectorises only without errno, hence -fno-math-errno in BUILD.
+//
+// Every element is computed by the same fp32 operations whichever loop (and
+// whichever thread) handles it, and IEEE sqrt and division are correctly
+// rounded in vector and scalar form alike, so the result does not depend on
+// how the elements are split.
+constexpr size_t kBlock = 8;
+
+// Thread slices start at a multiple of this many floats within a tensor
+// (64 bytes: a cache line), so neighbouring slices share no line of an
+// aligned buffer.
+constexpr size_t kSliceAlign = 16;
+
+// Below this many elements in all, a step takes a few microseconds and waking
+// threads would cost more than it saves.
+constexpr size_t kMinParallelElements = size_t{64} * 1024;
+
+constexpr int kMaxThreads = 256;
+
+inline size_t MainLoopEnd(size_t n) { return n & ~(kBlock - 1); }
+
+// Per-step constants, computed in double once per step and rounded to fp32.
+// Each rule reads the fields named in its comment.
+struct StepScalars {
+  float learning_rate;  // adagrad: the decayed clr
+  float weight_decay;   // L2 coefficient added to the gradient
+  float momentum;
+  float decay;            // beta1 (adam), alpha (rmsprop), rho (adadelta)
+  float one_minus_decay;  // 1 - decay
+  float beta2;            // adam
+  float one_minus_beta2;  // adam
+  float step_size;        // adam: lr / (1 - beta1^t)
+  float inv_bias_correction2_sqrt;  // adam: 1 / sqrt(1 - beta2^t)
+  float weight_scale;               // adamw: 1 - lr * wd
+  float epsilon;
+};
+
+// A kernel applies one rule to elements [0, n) of one tensor range. s0..s2
+// are the rule's state buffers (see the rules), null where unused.
+using Kernel = void (*)(float* p, const float* g, float* s0, float* s1,
+                        float* s2, size_t n, StepScalars scalars);
+
+template <typename Rule>
+void RunKernel(float* __restrict p, const float* __restrict g,
+               float* __restrict s0, float* __restrict s1, float* __restrict s2,
+               size_t n, const StepScalars scalars) {
+  const size_t main_end = MainLoopEnd(n);
+  size_t i = 0;
+  for (; i < main_end; ++i) Rule::Update(p, g, s0, s1, s2, i, scalars);
+  for (; i < n; ++i) Rule::Update(p, g, s0, s1, s2, i, scalars);
+}
+
+// The rules, one element each, exactly as optimizer_config.h writes them. The
+// template flags take every branch out of the loops.
+
+// s0: momentum_buffer. kFirstStep: the buffer is set to the gradient rather
+// than accumulated into, as PyTorch does on a parameter's first step.
+template <bool kWeightDecay, bool kMomentum, bool kFirstStep, bool kNesterov>
+struct SgdRule {
+  static inline void Update(float* __restrict p, const float* __restrict g,
+                            float* __restrict s0, float* __restrict,
+                            float* __restrict, size_t i, const StepScalars& s) {
+    float d = g[i];
+    if (kWeightDecay) d += s.weight_decay * p[i];
+    if (kMomentum) {
+      const float b = kFirstStep ? d : s.momentum * s0[i] + d;
+      s0[i] = b;
+      d = kNesterov ? d + s.momentum * b : b;
+    }
+    p[i] -= s.learning_rate * d;
+  }
+};
+
+// s0: exp_avg, s1: exp_avg_sq. kDecoupled: adamw's decay of the weights.
+template <bool kWeightDecay, bool kDecoupled>
+struct AdamRule {
+  static inline void Update(float* __restrict p, const float* __restrict g,
+                            float* __restrict s0, float* __restrict s1,
+                            float* __restrict, size_t i, const StepScalars& s) {
+    float param = p[i];
+    if (kDecoupled) param *= s.weight_scale;
+    float grad = g[i];
+    if (kWeightDecay) grad += s.weight_decay * param;
+    const float m = s.decay * s0[i] + s.one_minus_decay * grad;
+    const float v = s.beta2 * s1[i] + s.one_minus_beta2 * grad * grad;
+    s0[i] = m;
+    s1[i] = v;
+    const float denom = std::sqrt(v) * s.inv_bias_correction2_sqrt + s.epsilon;
+    p[i] = param - s.step_size * (m / denom);
+  }
+};
+
+// s0: square_avg, s1: grad_avg (centered), s2: momentum_buffer.
+template <bool kWeightDecay, bool kCentered, bool kMomentum>
+struct RmspropRule {
+  static inline void Update(float* __restrict p, const float* __restrict g,
+                            float* __restrict s0, float* __restrict s1,
+                            float* __restrict s2, size_t i,
+                            const StepScalars& s) {
+    float grad = g[i];
+    if (kWeightDecay) grad += s.weight_decay * p[i];
+    const float sq = s.decay * s0[i] + s.one_minus_decay * grad * grad;
+    s0[i] = sq;
+    float avg;
+    if (kCentered) {
+      const float ga = s.decay * s1[i] + s.one_minus_decay * grad;
+      s1[i] = ga;
+      avg = std::sqrt(sq - ga * ga) + s.epsilon;
+    } else {
+      avg = std::sqrt(sq) + s.epsilon;
+    }
+    if (kMomentum) {
+      const float b = s.momentum * s2[i] + grad / avg;
+      s2[i] = b;
+      p[i] -= s.learning_rate * b;
+    } else {
+      p[i] -= s.learning_rate * (grad / avg);
+    }
+  }
+};
+
+// s0: square_avg, s1: acc_delta.
+template <bool kWeightDecay>
+struct AdadeltaRule {
+  static inline void Update(float* __restrict p, const float* __restrict g,
+                            float* __restrict s0, float* __restrict s1,
+                            float* __restrict, size_t i, const StepScalars& s) {
+    float grad = g[i];
+    if (kWeightDecay) grad += s.weight_decay * p[i];
+    const float sq = s.decay * s0[i] + s.one_minus_decay * grad * grad;
+    s0[i] = sq;
+    const float std_dev = std::sqrt(sq + s.epsilon);
+    const float delta = std::sqrt(s1[i] + s.epsilon) / std_dev * grad;
+    s1[i] = s.decay * s1[i] + s.one_minus_decay * delta * delta;
+    p[i] -= s.learning_rate * delta;
+  }
+};
+
+// s0: sum.
+template <bool kWeightDecay>
+struct AdagradRule {
+  static inline void Update(float* __restrict p, const float* __restrict g,
+                            float* __restrict s0, float* __restrict,
+                            float* __restrict, size_t i, const StepScalars& s) {
+    float grad = g[i];
+    if (kWeightDecay) grad += s.weight_decay * p[i];
+    const float sum = s0[i] + grad * grad;
+    s0[i] = sum;
+    p[i] -= s.learning_rate * (grad / (std::sqrt(sum) + s.epsilon));
+  }
+};
+
+// KernelFor<Rule>::Get(a, b, ...) is &RunKernel<Rule<a, b, ...>> for runtime
+// flags a, b, ...: it instantiates every combination once.
+template <template <bool...> class Rule, bool... kFlags>
+struct KernelFor {
+  static Kernel Get() { return &RunKernel<Rule<kFlags...>>; }
+  template <typename... Rest>
+  static Kernel Get(bool flag, Rest... rest) {
+    return flag ? KernelFor<Rule, kFlags..., true>::Get(rest...)
+                : KernelFor<Rule, kFlags..., false>::Get(rest...);
+  }
+};
+
+Kernel SelectKernel(const OptimizerConfig& c, bool first_step) {
+  const bool wd = c.weight_decay != 0;
+  switch (c.kind) {
+    case OptimizerKind::kSgd: {
+      const bool momentum = c.momentum != 0;
+      return KernelFor<SgdRule>::Get(wd, momentum, momentum && first_step,
+                                     momentum && c.nesterov);
+    }
+    case OptimizerKind::kAdam:
+      return KernelFor<AdamRule>::Get(wd, false);
+    case OptimizerKind::kAdamW:
+      return KernelFor<AdamRule>::Get(false, wd);
+    case OptimizerKind::kRmsprop:
+      return KernelFor<RmspropRule>::Get(wd, c.centered, c.momentum != 0);
+    case OptimizerKind::kAdadelta:
+      return KernelFor<AdadeltaRule>::Get(wd);
+    case OptimizerKind::kAdagrad:
+      return KernelFor<AdagradRule>::Get(wd);
+  }
+  return nullptr;  // unreachable: the config was validated
+}
+
+// `t` is the 1-based number of the step about to be applied.
+StepScalars ComputeScalars(const OptimizerConfig& c, int64_t t) {
+  double lr = c.learning_rate;
+  double decay = 0;
+  double step_size = 0;
+  double inv_bias_correction2_sqrt = 0;
+  switch (c.kind) {
+    case OptimizerKind::kSgd:
+      break;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: {
+      const double td = static_cast<double>(t);
+      decay = c.beta1;
+      step_size = c.learning_rate / (1.0 - std::pow(c.beta1, td));
+      inv_bias_correction2_sqrt = 1.0 / std::sqrt(1.0 - std::pow(c.beta2, td));
+      break;
+    }
+    case OptimizerKind::kRmsprop:
+      decay = c.alpha;
+      break;
+    case OptimizerKind::kAdadelta:
+      decay = c.rho;
+      break;
+    case OptimizerKind::kAdagrad:
+      lr = c.learning_rate / (1.0 + static_cast<double>(t - 1) * c.lr_decay);
+      break;
+  }
+  StepScalars s;
+  s.learning_rate = static_cast<float>(lr);
+  s.weight_decay = static_cast<float>(c.weight_decay);
+  s.momentum = static_cast<float>(c.momentum);
+  s.decay = static_cast<float>(decay);
+  s.one_minus_decay = static_cast<float>(1.0 - decay);
+  s.beta2 = static_cast<float>(c.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
+  s.step_size = static_cast<float>(step_size);
+  s.inv_bias_correction2_sqrt = static_cast<float>(inv_bias_correction2_sqrt);
+  s.weight_scale = static_cast<float>(1.0 - c.learning_rate * c.weight_decay);
+  s.epsilon = static_cast<float>(c.epsilon);
+  return s;
+}
+
+// Which state buffer (index into OptimizerState::buffers) each kernel operand
+// s0, s1, s2 is; -1 where the rule has none.
+std::array<int, 3> KernelOperands(const OptimizerConfig& c) {
+  switch (c.kind) {
+    case OptimizerKind::kSgd:
+      return {c.momentum != 0 ? 0 : -1, -1, -1};
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdadelta:
+      return {0, 1, -1};
+    case OptimizerKind::kRmsprop: {
+      int next = 1;
+      const int grad_avg = c.centered ? next++ : -1;
+      const int momentum_buffer = c.momentum != 0 ? next++ : -1;
+      return {0, grad_avg, momentum_buffer};
+    }
+    case OptimizerKind::kAdagrad:
+      return {0, -1, -1};
+  }
+  return {-1, -1, -1};
+}
+
+// InvalidArgumentError unless every field of `c` is in the range that
+// ResolveOptimizerConfig enforces; it resolves the spec that sets them all, so
+// the ranges live in one place.
+absl::Status ValidateConfig(const OptimizerConfig& c) {
+  v1::OptimizerSpec spec;
+  spec.set_name(OptimizerKindName(c.kind));
+  spec.set_learning_rate(c.learning_rate);
+  spec.set_weight_decay(c.weight_decay);
+  spec.set_momentum(c.momentum);
+  spec.set_nesterov(c.nesterov);
+  spec.set_beta1(c.beta1);
+  spec.set_beta2(c.beta2);
+  spec.set_epsilon(c.epsilon);
+  spec.set_alpha(c.alpha);
+  spec.set_centered(c.centered);
+  spec.set_rho(c.rho);
+  spec.set_lr_decay(c.lr_decay);
+  spec.set_initial_accumulator_value(c.initial_accumulator_value);
+  return ResolveOptimizerConfig(spec).status();
+}
+
+// ---------------------------------------------------------------------------
+
+// Runs a function on `slices` slice indices at once: slice 0 on the calling
+// thread, the others on threads started at construction and joined at
+// destruction.
+//
+// Threading: Run is called by one thread at a time.
+class SliceWorkers {
+ public:
+  explicit SliceWorkers(int slices) {
+    threads_.reserve(slices - 1);
+    for (int slice = 1; slice < slices; ++slice) {
+      threads_.emplace_back([this, slice] { Loop(slice); });
+    }
+  }
+
+  ~SliceWorkers() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      work_.SignalAll();
+    }
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  SliceWorkers(const SliceWorkers&) = delete;
+  SliceWorkers& operator=(const SliceWorkers&) = delete;
+
+  // Calls fn(0), ..., fn(slices - 1) concurrently and returns when all have
+  // returned.
+  void Run(absl::FunctionRef<void(int)> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      fn_ = &fn;
+      ++generation_;
+      running_ = static_cast<int>(threads_.size());
+      work_.SignalAll();
+    }
+    fn(0);
+    absl::MutexLock lock(&mu_);
+    while (running_ > 0) done_.Wait(&mu_);
+    fn_ = nullptr;
+  }
+
+ private:
+  void Loop(int slice) {
+    uint64_t seen = 0;
+    for (;;) {
+      const absl::FunctionRef<void(int)>* fn;
+      {
+        absl::MutexLock lock(&mu_);
+        while (!stopping_ && generation_ == seen) work_.Wait(&mu_);
+        if (stopping_) return;
+        seen = generation_;
+        fn = fn_;
+      }
+      (*fn)(slice);
+      absl::MutexLock lock(&mu_);
+      if (--running_ == 0) done_.Signal();
+    }
+  }
+
+  absl::Mutex mu_;
+  absl::CondVar work_;  // generation_ advanced or stopping_ set
+  absl::CondVar done_;  // running_ reached 0
+  // The function of the current Run; valid while running_ > 0.
+  const absl::FunctionRef<void(int)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Advanced once per Run; each worker runs each generation exactly once,
+  // since Run waits for all of them before the next can start.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers still in the current generation.
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+// ---------------------------------------------------------------------------
+
+// All six optimizers on the CPU, each tensor updated in one fused pass per
+// step. With more than one thread and a model of at least
+// kMinParallelElements, the concatenated elements of all tensors are split
+// into one contiguous slice per thread at construction; each step runs every
+// slice at once, the calling thread taking slice 0.
+//
+// Threading: as Optimizer; the workers only run inside Step.
+class CpuOptimizer final : public Optimizer {
+ public:
+  CpuOptimizer(const OptimizerConfig& config,
+               const std::vector<size_t>& tensor_sizes, int threads)
+      : config_(config),
+        tensor_sizes_(tensor_sizes),
+        operands_(KernelOperands(config)) {
+    const size_t buffer_count = StateBufferNames(config).size();
+    const float initial =
+        config.kind == OptimizerKind::kAdagrad
+            ? static_cast<float>(config.initial_accumulator_value)
+            : 0.0f;
+    state_.buffers.resize(buffer_count);
+    for (auto& buffer : state_.buffers) {
+      buffer.reserve(tensor_sizes.size());
+      for (const size_t size : tensor_sizes) buffer.emplace_back(size, initial);
+    }
+    size_t total = 0;
+    for (const size_t size : tensor_sizes) total += size;
+    const int slices = total >= kMinParallelElements ? threads : 1;
+    SplitIntoSlices(total, slices);
+    if (slices > 1) workers_ = std::make_unique<SliceWorkers>(slices);
+  }
+
+  absl::Status Step(absl::Span<const absl::Span<float>> params,
+                    absl::Span<const absl::Span<const float>> grads) override {
+    const StepScalars scalars = ComputeScalars(config_, state_.steps + 1);
+    const Kernel kernel = SelectKernel(config_, state_.steps == 0);
+    ++state_.steps;
+    const auto run_slice = [&](int slice) {
+      for (const Segment& seg : slices_[slice]) {
+        std::array<float*, 3> s = {nullptr, nullptr, nullptr};
+        for (size_t k = 0; k < s.size(); ++k) {
+          if (operands_[k] >= 0) {
+            s[k] = state_.buffers[operands_[k]][seg.tensor].data() + seg.begin;
+          }
+        }
+        kernel(params[seg.tensor].data() + seg.begin,
+               grads[seg.tensor].data() + seg.begin, s[0], s[1], s[2],
+               seg.end - seg.begin, scalars);
+      }
+    };
+    if (workers_ == nullptr) {
+      run_slice(0);
+    } else {
+      workers_->Run(run_slice);
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t steps() const override { return state_.steps; }
+  std::string name() const override { return OptimizerKindName(config_.kind); }
+  const OptimizerConfig& config() const override { return config_; }
+  absl::StatusOr<OptimizerState> SaveState() const override { return state_; }
+
+  absl::Status RestoreState(const OptimizerState& state) override {
+    if (state.steps < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state has a negative step count ", state.steps));
+    }
+    const std::vector<std::string> names = StateBufferNames(config_);
+    if (state.buffers.size() != names.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state has ", state.buffers.size(), " buffers, ", name(),
+          " with this configuration keeps ", names.size()));
+    }
+    for (size_t b = 0; b < names.size(); ++b) {
+      const auto& buffer = state.buffers[b];
+      if (buffer.size() != tensor_sizes_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "optimizer state buffer ", names[b], " has ", buffer.size(),
+            " tensors, the model has ", tensor_sizes_.size()));
+      }
+      for (size_t i = 0; i < buffer.size(); ++i) {
+        if (buffer[i].size() != tensor_sizes_[i]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("optimizer state buffer ", names[b], " of tensor ",
+                           i, " has ", buffer[i].size(),
+                           " elements, the tensor has ", tensor_sizes_[i]));
+        }
+      }
+    }
+    state_ = state;
+    return absl::OkStatus();
+  }
+
+ private:
+  // Elements [begin, end) of one tensor.
+  struct Segment {
+    size_t tensor;
+    size_t begin;
+    size_t end;
+  };
+
+  // Fills slices_ with `slices` contiguous runs of about total / slices
+  // elements each, every boundary rounded down to a multiple of kSliceAlign
+  // within its tensor. Empty tensors and empty segments are left out.
+  void SplitIntoSlices(size_t total, int slices) {
+    slices_.assign(slices, {});
+    // Slice k starts at element `begin` of `tensor`.
+    size_t tensor = 0;
+    size_t tensor_start = 0;  // global index of tensor's element 0
+    size_t begin = 0;         // within `tensor`, of the current slice
+    for (int k = 0; k < slices; ++k) {
+      const size_t global_end = total * (k + 1) / slices;
+      // Whole tensors that end at or before the boundary.
+      while (tensor < tensor_sizes_.size() &&
+             tensor_start + tensor_sizes_[tensor] <= global_end) {
+        if (begin < tensor_sizes_[tensor]) {
+          slices_[k].push_back({tensor, begin, tensor_sizes_[tensor]});
+        }
+        tensor_start += tensor_sizes_[tensor];
+        ++tensor;
+        begin = 0;
+      }
+      if (tensor == tensor_sizes_.size()) continue;
+      // The boundary falls inside `tensor`. Rounding down is monotone, so
+      // end >= begin.
+      const size_t end =
+          (global_end - tensor_start) / kSliceAlign * kSliceAlign;
+      if (end > begin) slices_[k].push_back({tensor, begin, end});
+      begin = end;
+    }
+  }
+
+  const OptimizerConfig config_;
+  const std::vector<size_t> tensor_sizes_;
+  // Kernel operands s0..s2 as indices into state_.buffers (-1: none).
+  const std::array<int, 3> operands_;
+  // buffers[b][i] is as long as tensor i; steps counts Step calls plus the
+  // count last restored.
+  OptimizerState state_;
+  // slices_[k] is what thread k updates each step; together the slices cover
+  // every element of every tensor exactly once.
+  std::vector<std::vector<Segment>> slices_;
+  // Null when steps run on the calling thread alone.
+  std::unique_ptr<SliceWorkers> workers_;
+};
+
+}  // namespace
+
+namespace {
+
+// An Optimizer whose weights and state live on a GPU (cuda/cuda_engine.h).
+class CudaOptimizer final : public Optimizer {
+ public:
+  explicit CudaOptimizer(std::unique_ptr<CudaEngine> engine)
+      : engine_(std::move(engine)) {}
+
+  absl::Status Step(absl::Span<const absl::Span<float>> params,
+                    absl::Span<const absl::Span<const float>> grads) override {
+    return engine_->Step(params, grads);
+  }
+  int64_t steps() const override { return engine_->steps(); }
+  std::string name() const override {
+    return OptimizerKindName(engine_->config().kind);
+  }
+  const OptimizerConfig& config() const override { return engine_->config(); }
+
+  absl::StatusOr<OptimizerState> SaveState() const override {
+    MPILEARN_ASSIGN_OR_RETURN(CudaEngineState saved, engine_->SaveState());
+    OptimizerState state;
+    state.steps = saved.steps;
+    state.buffers = std::move(saved.buffers);
+    return state;
+  }
+  absl::Status RestoreState(const OptimizerState& state) override {
+    CudaEngineState restored;
+    restored.steps = state.steps;
+    restored.buffers = state.buffers;
+    return engine_->RestoreState(restored);
+  }
+
+ private:
+  std::unique_ptr<CudaEngine> engine_;
+};
+
+// "cuda:N" -> N; error for anything else.
+absl::StatusOr<int> CudaIndex(absl::string_view device) {
+  int index = 0;
+  if (!absl::ConsumePrefix(&device, "cuda:") || !absl::SimpleAtoi(device, &index) ||
+      index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer device '", device, "' is not 'cpu' or 'cuda:N'"));
+  }
+  return index;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveOptimizerDevice(const std::string& flag) {
+  const int gpus = CudaEngine::DeviceCount();
+  if (flag == "cpu") return std::string("cpu");
+  if (flag == "auto") {
+    if (gpus > 0) return std::string("cuda:0");
+    LOG(INFO) << "--device=auto: no CUDA device found ("
+              << (CudaEngine::BuiltWithCuda() ? "none visible to this process"
+                                              : "this build has no CUDA")
+              << "); optimizers run on the CPU";
+    return std::string("cpu");
+  }
+  std::string device = flag == "cuda" ? "cuda:0" : flag;
+  if (!absl::StartsWith(device, "cuda:")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu, cuda or cuda:N, got '", flag, "'"));
+  }
+  MPILEARN_ASSIGN_OR_RETURN(int index, CudaIndex(device));
+  if (index >= gpus) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", flag, ": no CUDA device ", index, " (found ", gpus,
+        CudaEngine::BuiltWithCuda() ? "" : "; this build has no CUDA",
+        "); use --device=auto or --device=cpu"));
+  }
+  return device;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
+    const OptimizerConfig& config, const std::vector<size_t>& tensor_sizes,
+    const EngineOptions& engine) {
+  MPILEARN_RETURN_IF_ERROR(ValidateConfig(config));
+  if (engine.device != "cpu") {
+    MPILEARN_ASSIGN_OR_RETURN(int index, CudaIndex(engine.device));
+    MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<CudaEngine> cuda,
+                              CudaEngine::Create(config, tensor_sizes, index));
+    return std::unique_ptr<Optimizer>(
+        std::make_unique<CudaOptimizer>(std::move(cuda)));
+  }
+  if (engine.threads < 1 || engine.threads > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer threads must be in [1, ", kMaxThreads,
+                     "], got ", engine.threads));
+  }
+  return std::unique_ptr<Optimizer>(
+      std::make_unique<CpuOptimizer>(config, tensor_sizes, engine.threads));
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
+    const mpilearn::v1::OptimizerSpec& spec,
+    const std::vector<size_t>& tensor_sizes, const EngineOptions& engine) {
+  MPILEARN_ASSIGN_OR_RETURN(const OptimizerConfig config,
+                            ResolveOptimizerConfig(spec));
+  return CreateOptimizer(config, tensor_sizes, engine);
+}
+
+}  // namespace mpilearn::server
