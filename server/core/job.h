@@ -1,12 +1,33 @@
 // One training job on the master: its spec, weights, optimizer, progress,
 // data queue and the groups serving it.
 //
+// Parts, each a value class used under the job's mutex (none has a lock of
+// its own): GroupTable (groups, liveness, telemetry), DataQueue (units,
+// epochs and their records), UpdateRule (how an update changes the weights),
+// StopRules (validations); job_checkpoint.h encodes the weights and the
+// rule's state. Job itself keeps the state machine below, the weights, the
+// counters and the mutex.
+//
 // Threading: every public method is thread-safe; one mutex per job, so jobs
 // never wait on each other. ApplyGradient checks the update for NaN/Inf
 // before taking the job's mutex and holds it only for the update and the
 // bookkeeping; the update is assembled by the caller beforehand and the reply
 // weights are handed out as an immutable snapshot that is encoded after the
 // lock is released.
+//
+// Lock order: JobRegistry::mu_ -> Job::mu_, nested only in RegisterGroup
+// (it reads state() of each job under the registry's mutex to find a
+// queued one); JobRegistry::Entry::checkpoint_mu -> Job::mu_ in
+// WriteCheckpoint (CheckpointDue, SaveCheckpoint, CheckpointWritten), taken
+// after the registry's mutex is released. A Job never calls the registry
+// and takes no other lock while holding mu_, so the reverse never occurs.
+//
+// Errors carry a v1::ErrorReason (common/error_reason.h): GROUP_UNKNOWN for
+// a group unknown, lost or gone; STALE_UPDATE beyond max_staleness;
+// JOB_ENDED for a COMPLETED or FAILED job; JOB_STATE for no weights yet, a
+// job not RUNNING or a data-queue mismatch; INVALID_REQUEST for a bad
+// layout, NaN/Inf, a wrong update kind or a bad unit; INTERNAL for a
+// checkpoint that does not fit or a failing optimizer.
 //
 // Lifecycle: QUEUED -> RUNNING (a group registered) -> COMPLETED (a group
 // left having trained every epoch) or FAILED (a group reported an error).
@@ -59,8 +80,6 @@
 #define MPILEARN_SERVER_CORE_JOB_H_
 
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,27 +91,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/mpilearn.pb.h"
+#include "server/core/data_queue.h"
+#include "server/core/group_table.h"
+#include "server/core/job_checkpoint.h"
 #include "server/core/job_values.h"
 #include "server/core/optimizer.h"
 #include "server/core/stop_rules.h"
+#include "server/core/update_rule.h"
 
 namespace mpilearn::server {
-
-// What the master's metrics call a job's update rule (the apply histogram's
-// `optimizer` label, job_info's): the optimizer's name for downpour and sync,
-// "easgd" or "gem" for those algorithms (they apply their own rule).
-std::string UpdateRuleName(const v1::JobSpec& spec);
-
-// When the registry asks whether a checkpoint is due (Job::CheckpointDue).
-enum class CheckpointTrigger {
-  // checkpoint.every_updates updates since the last checkpoint.
-  kUpdates,
-  // checkpoint.every_seconds since the last checkpoint, with changes since,
-  // for a job that has not ended.
-  kSeconds,
-  // Any change since the last checkpoint (master shutdown).
-  kChanges,
-};
 
 class Job {
  public:
@@ -240,40 +247,6 @@ class Job {
   JobMetricsView MetricsView(absl::Time now) const;
 
  private:
-  // No unit held.
-  static constexpr int64_t kNoUnit = -1;
-
-  struct Group {
-    int ranks = 0;
-    std::string host;
-    absl::Time last_seen;
-    bool alive = true;
-    // The data unit this group trains now, or kNoUnit. Invariant: kNoUnit
-    // once the group is not alive (its unit went back to the queue).
-    int64_t held_unit = kNoUnit;
-    uint64_t units_completed = 0;
-    uint64_t samples_trained = 0;
-    uint64_t updates_applied = 0;
-    // As the group last reported it (NextDataUnit, Heartbeat).
-    std::optional<v1::GroupTelemetry> telemetry;
-  };
-
-  // An epoch some of whose units were handed out and whose record is not
-  // written yet.
-  struct EpochProgress {
-    int64_t units_completed = 0;
-    // completed[i]: unit i of the epoch is done (units_per_epoch_ entries
-    // once a unit completed; for checkpoints).
-    std::vector<bool> completed;
-    uint64_t samples = 0;
-    double loss_sum = 0.0;
-    absl::Time first_handout;
-    // Set when units_completed reaches units_per_epoch_ (an epoch can
-    // complete before the one before it, whose record comes first).
-    absl::Time completed_at;
-    uint64_t updates_at_completion = 0;
-  };
-
   bool EndedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_ == v1::JOB_STATE_COMPLETED || state_ == v1::JOB_STATE_FAILED;
   }
@@ -281,89 +254,64 @@ class Job {
   bool StoppedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_ == v1::JOB_STATE_COMPLETED && !stop_reason_.empty();
   }
+  // FAILED_PRECONDITION (ERROR_REASON_JOB_STATE) naming the job.
+  absl::Status NoWeightsError() const;
+  // An AppliedUpdate that applied nothing: the current weights and counts.
+  AppliedUpdate UnappliedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<JobCheckpoint> CheckpointLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusLocked(bool with_history, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JobProgress for NextDataUnit's answers.
-  v1::JobProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Installs the queue progress of a checkpoint; units handed out but not
-  // completed go back to the queue.
-  absl::Status ResumeQueueLocked(const v1::CheckpointQueue& queue)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int LiveGroupsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.Progress();
+  }
   // RUNNING -> QUEUED when no live group is left.
   void RequeueIfOrphanedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Puts the group's held unit back at the queue's front; the group stops
-  // being the job's finisher.
-  void ReleaseGroupLocked(const std::string& group_id, Group& group)
+  // Gives the group's held unit back to the queue (unless the job ended);
+  // the group stops being the job's finisher.
+  void ReleaseGroupLocked(const std::string& group_id, GroupTable::Group& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The unit's range within its epoch; unit_id < epochs * units_per_epoch_.
-  v1::DataUnit UnitLocked(int64_t unit_id) const
+  // The answer to a NextDataUnit request of a COMPLETED job.
+  v1::NextDataUnitResponse DoneLocked(const std::string& group_id,
+                                      GroupTable::Group& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the records of the oldest epochs while they are complete,
-  // appending their 0-based numbers to `finished`.
-  void RecordCompletedEpochsLocked(
-      google::protobuf::RepeatedField<int32_t>* finished)
+  // State, message, stop reason and test result as `status` says.
+  void ResumeOutcomeLocked(const v1::JobStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the validations of `status`, fed to the stop rules.
+  void ReplayValidationsLocked(const v1::JobStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // What the group that finished the job measured on the test set.
+  struct TestResult {
+    double loss = 0.0;
+    double accuracy = 0.0;
+  };
 
   const std::string id_;
   const v1::JobSpec spec_;
   const EngineOptions engine_;
-  // What pushes carry, from spec_.algorithm().
-  const v1::UpdateKind update_kind_;
   // UpdateRuleName(spec_), for AppliedUpdate.
   const std::string update_rule_;
 
   mutable absl::Mutex mu_;
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_QUEUED;
   std::string message_ ABSL_GUARDED_BY(mu_);
-  // Invariant: weights_ is null before InitWeights (or Restore) and set
-  // after it; optimizer_ is set with it when update_kind_ is
-  // UPDATE_KIND_GRADIENT and null otherwise (easgd and gem have their own
-  // master-side rule). A snapshot handed out is never mutated: an update
-  // changes weights_ in place only while nobody else holds it and copies it
-  // first otherwise (copy-on-write).
+  // Invariant: weights_ and rule_ are null before InitWeights (or Restore)
+  // and both set after it. A snapshot handed out is never mutated: an
+  // update changes weights_ in place only while nobody else holds it and
+  // copies it first otherwise (copy-on-write).
   std::shared_ptr<WeightsSnapshot> weights_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
-  // Scratch for gradients scaled for staleness; reused to spare the hot
-  // path an allocation per update.
-  std::vector<std::vector<float>> scaled_ ABSL_GUARDED_BY(mu_);
-  uint64_t updates_applied_ ABSL_GUARDED_BY(mu_) = 0;
-  // Samples of completed data units.
-  uint64_t samples_trained_ ABSL_GUARDED_BY(mu_) = 0;
-  // Mean loss of the units the latest NextDataUnit request that completed
-  // any completed (JobStatus.train_loss); unset before the first.
-  std::optional<double> train_loss_ ABSL_GUARDED_BY(mu_);
-  // Staleness of applied updates, and updates refused by max_staleness.
-  uint64_t stale_rejected_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t max_staleness_seen_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t staleness_sum_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t staleness_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // One record per finished epoch, in epoch order: history_[e] is epoch
-  // e + 1 (1-based, as EpochRecord numbers them).
-  std::vector<v1::EpochRecord> history_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
-
-  // The data queue. train_samples_ is 0 until the first NextDataUnit fixes
-  // it; then units_per_epoch_ = ceil(train_samples_ / data_unit_size) and
-  // unit i of epoch e has id e * units_per_epoch_ + i.
-  int64_t train_samples_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t units_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  // Units given back by groups that left or were lost, handed out first.
-  std::deque<int64_t> requeued_units_ ABSL_GUARDED_BY(mu_);
-  uint64_t units_requeued_ ABSL_GUARDED_BY(mu_) = 0;
-  // The next fresh unit: unit next_unit_ of epoch next_epoch_. Every unit
-  // before it has been handed out at least once.
-  int32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_unit_ ABSL_GUARDED_BY(mu_) = 0;
-  // Keyed by 0-based epoch; holds epochs history_.size() and on.
-  std::map<int32_t, EpochProgress> open_epochs_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<UpdateRule> rule_ ABSL_GUARDED_BY(mu_);
+  // Updates applied and refused, staleness.
+  UpdateStats stats_ ABSL_GUARDED_BY(mu_);
+  GroupTable groups_ ABSL_GUARDED_BY(mu_);
+  // Units, epochs, their records, samples trained, train loss.
+  DataQueue queue_ ABSL_GUARDED_BY(mu_);
   // The group told to finish the job (finish = true), or empty.
   std::string finisher_ ABSL_GUARDED_BY(mu_);
-  bool has_test_result_ ABSL_GUARDED_BY(mu_) = false;
-  double test_loss_ ABSL_GUARDED_BY(mu_) = 0.0;
-  double test_accuracy_ ABSL_GUARDED_BY(mu_) = 0.0;
+  std::optional<TestResult> test_result_ ABSL_GUARDED_BY(mu_);
 
   // Every validation, in arrival order, and the rules they drive.
   std::vector<v1::ValidationRecord> validations_ ABSL_GUARDED_BY(mu_);
@@ -374,15 +322,8 @@ class Job {
   // to finish.
   bool stop_finished_ ABSL_GUARDED_BY(mu_) = false;
 
-  // Counts the changes a checkpoint would capture (weights, completed
-  // units, epoch reports, validations, leaves); CheckpointDue compares it
-  // with its value at the last SaveCheckpoint.
-  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t changes_at_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t version_at_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time checkpoint_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // Weight version of the newest checkpoint on disk.
-  uint64_t checkpoint_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Changes since the last checkpoint, the version on disk.
+  CheckpointSchedule checkpoints_ ABSL_GUARDED_BY(mu_);
   // Shown by Status() while weights_ is null, for an ended job resumed from
   // its history alone.
   uint64_t resumed_version_ ABSL_GUARDED_BY(mu_) = 0;

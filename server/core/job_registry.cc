@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -149,7 +150,7 @@ absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
 absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
     const v1::RegisterGroupRequest& request) {
   if (request.ranks() < 1) {
-    return absl::InvalidArgumentError(
+    return InvalidRequestError(
         absl::StrCat("ranks must be >= 1, got ", request.ranks()));
   }
   std::shared_ptr<Job> job;
@@ -164,14 +165,14 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
         }
       }
       if (job == nullptr) {
-        return absl::NotFoundError(
+        return JobUnknownError(
             "no queued job; submit one with `mpilearnctl submit SPEC.json` "
             "or start the workers with --job SPEC.json");
       }
     } else {
       auto it = jobs_.find(request.job_id());
       if (it == jobs_.end()) {
-        return absl::NotFoundError(absl::StrCat(
+        return JobUnknownError(absl::StrCat(
             "unknown job '", request.job_id(),
             "'; `mpilearnctl list` shows the jobs this master holds"));
       }
@@ -197,7 +198,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::FindJob(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat(
+    return JobUnknownError(absl::StrCat(
         "unknown job '", job_id,
         "'; `mpilearnctl list` shows the jobs this master holds"));
   }

@@ -8,8 +8,14 @@
 //
 // Threading: thread-safe. The registry's mutex guards only the job table; each
 // job has its own mutex (job.h), so an update to one job never waits on
-// another. Errors are absl::Status values whose messages tell the caller what
-// to do; the service maps them to gRPC codes unchanged.
+// another. Lock order: registry mu_ -> Job::mu_ (RegisterGroup calls
+// Job::state() under mu_ to find a queued job; nothing else nests them), and
+// an Entry's checkpoint_mu -> Job::mu_ (WriteCheckpoint, which takes
+// checkpoint_mu only after releasing mu_). A Job never calls the registry,
+// so the reverse order never occurs. Errors are absl::Status values whose
+// messages tell the caller what to do and that carry a v1::ErrorReason
+// (unknown job id: ERROR_REASON_JOB_UNKNOWN); the service maps them to gRPC
+// codes unchanged.
 //
 // Durability (job_store.h): a job's spec is written before it is queued;
 // its history.json whenever its record changes; a checkpoint (status,

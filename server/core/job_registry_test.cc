@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/error_reason.h"
 #include "common/tensor_codec.h"
 #include "common/trace.h"
 #include "gtest/gtest.h"
@@ -872,6 +873,42 @@ TEST_F(JobRegistryTest, TelemetryProgressAndMetricsView) {
   EXPECT_EQ(view.status.groups(0).telemetry().resident_bytes(), 1u << 20);
   // List() stays as it was: no validations.
   EXPECT_EQ(registry_->List()[0].validations_size(), 0);
+}
+
+}  // namespace
+}  // namespace mpilearn::server
+
+namespace mpilearn::server {
+namespace {
+
+TEST_F(JobRegistryTest, ErrorsCarryReasons) {
+  v1::RegisterGroupRequest request;
+  request.set_ranks(1);
+  EXPECT_EQ(ReasonOf(registry_->RegisterGroup(request).status()),
+            v1::ERROR_REASON_JOB_UNKNOWN);  // no queued job
+  request.set_job_id("job-999999");
+  EXPECT_EQ(ReasonOf(registry_->RegisterGroup(request).status()),
+            v1::ERROR_REASON_JOB_UNKNOWN);
+  const absl::Status unknown = registry_->Status("nope").status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReasonOf(unknown), v1::ERROR_REASON_JOB_UNKNOWN);
+  EXPECT_EQ(ReasonOf(registry_->FindJob("nope").status()),
+            v1::ERROR_REASON_JOB_UNKNOWN);
+  request.set_ranks(0);
+  EXPECT_EQ(ReasonOf(registry_->RegisterGroup(request).status()),
+            v1::ERROR_REASON_INVALID_REQUEST);
+
+  // A job's own refusals pass through the registry with their reasons.
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const v1::RegisterGroupResponse group = Register(job_id);
+  InitWeights(job_id, group.group_id());
+  v1::NextDataUnitRequest next;
+  next.set_job_id(job_id);
+  next.set_group_id("g-404");
+  next.set_train_samples(8);
+  const absl::Status group_unknown = registry_->NextDataUnit(next).status();
+  EXPECT_EQ(group_unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReasonOf(group_unknown), v1::ERROR_REASON_GROUP_UNKNOWN);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error_reason.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 
@@ -1339,6 +1340,100 @@ TEST(JobObservabilityTest, MetricsViewHasLatestValidationAndCount) {
   EXPECT_EQ(view.status.validations(0).version(), 3u);
   EXPECT_DOUBLE_EQ(view.status.validations(0).val_accuracy(), 0.1 * 3);
   EXPECT_EQ(view.status.history_size(), 0);
+}
+
+}  // namespace
+}  // namespace mpilearn::server
+
+namespace mpilearn::server {
+namespace {
+
+// Every refusal says why in a machine-readable reason (common/error_reason.h),
+// with the status codes the job has always used.
+TEST(JobErrorReasonTest, RefusalsCarryTheirReason) {
+  v1::JobSpec spec = PlainSgd();
+  spec.set_max_staleness(1);
+  spec.set_epochs(1);
+  spec.set_data_unit_size(4);
+
+  auto fresh = std::make_unique<Job>("job-7", spec);
+  ASSERT_TRUE(fresh->AddGroup("g", 1, "h", absl::Now()).ok());
+  const absl::Status no_weights =
+      fresh->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {1, 1}),
+                           absl::Now())
+          .status();
+  EXPECT_EQ(no_weights.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReasonOf(no_weights), v1::ERROR_REASON_JOB_STATE);
+
+  auto job = JobWithWeights(spec, {4, 8});
+  // Group unknown: never registered (NOT_FOUND), not active
+  // (FAILED_PRECONDITION).
+  const absl::Status never = job->Touch("g-404", absl::Now());
+  EXPECT_EQ(never.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReasonOf(never), v1::ERROR_REASON_GROUP_UNKNOWN);
+  GradientUpdate stranger = UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {1, 1});
+  stranger.group_id = "g-404";
+  const absl::Status inactive =
+      job->ApplyGradient(stranger, absl::Now()).status();
+  EXPECT_EQ(inactive.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReasonOf(inactive), v1::ERROR_REASON_GROUP_UNKNOWN);
+  v1::LeaveRequest leave_unknown;
+  leave_unknown.set_group_id("g-404");
+  EXPECT_EQ(ReasonOf(job->Leave(leave_unknown).status()),
+            v1::ERROR_REASON_GROUP_UNKNOWN);
+
+  // Invalid request: wrong kind, wrong layout.
+  EXPECT_EQ(ReasonOf(job->ApplyGradient(UpdateOf(v1::UPDATE_KIND_DELTA, 0, {1, 1}),
+                                        absl::Now())
+                         .status()),
+            v1::ERROR_REASON_INVALID_REQUEST);
+  EXPECT_EQ(ReasonOf(job->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {1}),
+                                        absl::Now())
+                         .status()),
+            v1::ERROR_REASON_INVALID_REQUEST);
+
+  // Stale.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(job->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {0, 0}),
+                                   absl::Now())
+                    .ok());
+  }
+  const absl::Status stale =
+      job->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {1, 1}),
+                         absl::Now())
+          .status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(ReasonOf(stale), v1::ERROR_REASON_STALE_UPDATE);
+
+  // Queue mismatch.
+  v1::NextDataUnitRequest request;
+  request.set_group_id("g");
+  request.set_train_samples(8);
+  ASSERT_TRUE(job->NextDataUnit(request, absl::Now()).ok());
+  v1::NextDataUnitRequest other = request;
+  other.set_train_samples(9);
+  other.add_completed()->set_unit_id(0);
+  EXPECT_EQ(ReasonOf(job->NextDataUnit(other, absl::Now()).status()),
+            v1::ERROR_REASON_JOB_STATE);
+
+  // Ended: a second group leaves the job FAILED.
+  ASSERT_TRUE(job->AddGroup("g2", 1, "h", absl::Now()).ok());
+  v1::LeaveRequest fail;
+  fail.set_group_id("g2");
+  fail.set_error("out of memory");
+  ASSERT_EQ(job->Leave(fail).value(), v1::JOB_STATE_FAILED);
+  const absl::Status after_end =
+      job->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 2, {1, 1}),
+                         absl::Now())
+          .status();
+  EXPECT_EQ(after_end.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReasonOf(after_end), v1::ERROR_REASON_JOB_ENDED);
+  EXPECT_EQ(ReasonOf(job->NextDataUnit(request, absl::Now()).status()),
+            v1::ERROR_REASON_JOB_ENDED);
+  const absl::Status add_after_end =
+      job->AddGroup("g3", 1, "h", absl::Now()).status();
+  EXPECT_EQ(add_after_end.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReasonOf(add_after_end), v1::ERROR_REASON_JOB_ENDED);
 }
 
 }  // namespace

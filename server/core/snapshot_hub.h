@@ -93,10 +93,10 @@ class SnapshotHub final : public SnapshotSink {
 
   // Stops the subscription's deliveries and wakes its Next, which then
   // returns nullopt. Idempotent; also done by the Subscription's destructor.
-  void Unsubscribe(Subscription& subscription);
+  void Unsubscribe(Subscription& subscription) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Closes every subscription, present and future (server shutdown).
-  void Close();
+  void Close() ABSL_LOCKS_EXCLUDED(mu_);
 
   JobCounters Counters(const std::string& job_id) const;
   // Sets status.snapshots_published / snapshots_skipped from Counters (for
@@ -137,11 +137,12 @@ class SnapshotHub final : public SnapshotSink {
   };
 
   void Publish(const std::string& job_id, const v1::JobSpec& spec,
-               std::shared_ptr<const WeightsSnapshot> weights, int epoch);
+               std::shared_ptr<const WeightsSnapshot> weights, int epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Subscription::Next and closed().
   std::optional<Delivery> Next(const Subscription& subscription,
-                               absl::Duration timeout);
-  bool Subscribed(const Subscription& subscription) const;
+                               absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Subscribed(const Subscription& subscription) const ABSL_LOCKS_EXCLUDED(mu_);
   // Removes `subscription` from subscribers_ and wakes it.
   void RemoveLocked(const Subscription& subscription) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,0 +1,360 @@
+#include "server/core/data_queue.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
+
+namespace mpilearn::server {
+namespace {
+
+double ToUnixSecondsDouble(absl::Time time) {
+  return absl::ToDoubleSeconds(time - absl::UnixEpoch());
+}
+
+absl::Time FromUnixSecondsDouble(double seconds) {
+  return absl::UnixEpoch() + absl::Seconds(seconds);
+}
+
+int64_t UnitsPerEpoch(int64_t samples, int64_t unit_size) {
+  return samples / unit_size + (samples % unit_size != 0 ? 1 : 0);
+}
+
+}  // namespace
+
+DataQueue::DataQueue(std::string job_id, const v1::JobSpec& spec)
+    : job_id_(std::move(job_id)),
+      epochs_(spec.epochs()),
+      unit_size_(spec.data_unit_size()) {}
+
+absl::Status DataQueue::Check(const v1::NextDataUnitRequest& request,
+                              int64_t held_unit) const {
+  const std::string& group_id = request.group_id();
+  if (epochs_ < 1 || unit_size_ < 1) {
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "job ", job_id_, " has epochs ", epochs_, " and data_unit_size ",
+            unit_size_, "; its spec was not normalized (NormalizeJobSpec)")),
+        v1::ERROR_REASON_JOB_STATE);
+  }
+  const int64_t asked = request.train_samples();
+  if (asked < 0 || (asked == 0 && train_samples_ == 0)) {
+    return InvalidRequestError(absl::StrCat(
+        "train_samples must be > 0 (the training samples group ", group_id,
+        " sees after train_limit and the validation hold-out), got ", asked));
+  }
+  if (train_samples_ != 0 && asked != 0 && asked != train_samples_) {
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "group ", group_id, " sees ", asked, " samples but job ", job_id_,
+            " has ", train_samples_,
+            "; do all groups read the same data files with the same "
+            "train_limit?")),
+        v1::ERROR_REASON_JOB_STATE);
+  }
+  const int64_t samples = train_samples_ != 0 ? train_samples_ : asked;
+  const int64_t per_epoch = UnitsPerEpoch(samples, unit_size_);
+  if (per_epoch > std::numeric_limits<int64_t>::max() / epochs_) {
+    return InvalidRequestError(absl::StrCat(
+        "train_samples ", samples, " in units of ", unit_size_, " over ",
+        epochs_, " epochs makes too many data units; raise data_unit_size"));
+  }
+  bool listed_held = false;
+  for (const v1::CompletedUnit& done : request.completed()) {
+    if (held_unit == kNoUnit || done.unit_id() != held_unit || listed_held) {
+      return InvalidRequestError(absl::StrCat(
+          "group ", group_id, " lists unit ", done.unit_id(),
+          " as completed but ",
+          held_unit == kNoUnit
+              ? std::string("holds no unit")
+              : absl::StrCat("holds unit ", held_unit,
+                             listed_held ? ", already listed" : "")));
+    }
+    listed_held = true;
+    // A held unit was handed out, so train_samples_ is fixed.
+    const v1::DataUnit unit = Unit(done.unit_id());
+    const uint64_t unit_samples = static_cast<uint64_t>(unit.end() - unit.begin());
+    if (done.samples() != unit_samples) {
+      return InvalidRequestError(absl::StrCat(
+          "unit ", done.unit_id(), " covers ", unit_samples,
+          " samples but group ", group_id, " reports ", done.samples()));
+    }
+  }
+  if (held_unit != kNoUnit && !listed_held) {
+    return InvalidRequestError(absl::StrCat("group ", group_id,
+                                            " still holds unit ", held_unit,
+                                            "; list it in completed"));
+  }
+  return absl::OkStatus();
+}
+
+DataQueue::Completed DataQueue::Accept(
+    const v1::NextDataUnitRequest& request, absl::Time now,
+    uint64_t updates_applied,
+    google::protobuf::RepeatedField<int32_t>* finished) {
+  if (train_samples_ == 0) {
+    train_samples_ = request.train_samples();
+    units_per_epoch_ = UnitsPerEpoch(train_samples_, unit_size_);
+  }
+  Completed completed;
+  double loss_sum = 0.0;
+  for (const v1::CompletedUnit& done : request.completed()) {
+    const int32_t epoch = static_cast<int32_t>(done.unit_id() / units_per_epoch_);
+    EpochProgress& progress = open_epochs_[epoch];
+    if (progress.completed.empty()) {
+      progress.completed.assign(static_cast<size_t>(units_per_epoch_), false);
+    }
+    progress.completed[static_cast<size_t>(done.unit_id() % units_per_epoch_)] =
+        true;
+    ++progress.units_completed;
+    progress.samples += done.samples();
+    progress.loss_sum += done.loss_sum();
+    if (progress.units_completed == units_per_epoch_) {
+      progress.completed_at = now;
+      progress.updates_at_completion = updates_applied;
+    }
+    ++completed.units;
+    completed.samples += done.samples();
+    loss_sum += done.loss_sum();
+  }
+  samples_trained_ += completed.samples;
+  if (completed.samples > 0) {
+    train_loss_ = loss_sum / static_cast<double>(completed.samples);
+  }
+  RecordCompletedEpochs(finished);
+  return completed;
+}
+
+int64_t DataQueue::HandOut(absl::Time now) {
+  if (!requeued_units_.empty()) {
+    const int64_t unit = requeued_units_.front();
+    requeued_units_.pop_front();
+    return unit;
+  }
+  // next_epoch_ is at most one past the oldest unfinished epoch.
+  if (next_epoch_ >= epochs_ || next_epoch_ > epochs_done() + 1) return kNoUnit;
+  const int64_t unit = next_epoch_ * units_per_epoch_ + next_unit_;
+  if (next_unit_ == 0) open_epochs_[next_epoch_].first_handout = now;
+  if (++next_unit_ == units_per_epoch_) {
+    ++next_epoch_;
+    next_unit_ = 0;
+  }
+  return unit;
+}
+
+v1::DataUnit DataQueue::Unit(int64_t unit_id) const {
+  const int64_t index = unit_id % units_per_epoch_;
+  v1::DataUnit unit;
+  unit.set_epoch(static_cast<int32_t>(unit_id / units_per_epoch_));
+  unit.set_unit_id(unit_id);
+  unit.set_begin(index * unit_size_);
+  unit.set_end(std::min(train_samples_, unit.begin() + unit_size_));
+  return unit;
+}
+
+void DataQueue::GiveBack(int64_t unit_id) {
+  requeued_units_.push_back(unit_id);
+  ++units_requeued_;
+}
+
+absl::Status DataQueue::MergeEpochReport(const v1::EpochRecord& record) {
+  if (record.epoch() < 1) {
+    return InvalidRequestError(absl::StrCat(
+        "epoch must be >= 1 (epochs are numbered from 1), got ",
+        record.epoch()));
+  }
+  if (record.epoch() > epochs_done()) {
+    return WithReason(
+        absl::NotFoundError(absl::StrCat(
+            "epoch ", record.epoch(), " of job ", job_id_,
+            " is not finished (", history_.size(),
+            " are); report an epoch once NextDataUnit lists it in "
+            "finished_epochs")),
+        v1::ERROR_REASON_JOB_STATE);
+  }
+  v1::EpochRecord& stored = history_[static_cast<size_t>(record.epoch() - 1)];
+  stored.set_val_loss(record.val_loss());
+  stored.set_val_accuracy(record.val_accuracy());
+  stored.set_group_id(record.group_id());
+  return absl::OkStatus();
+}
+
+v1::JobProgress DataQueue::Progress() const {
+  v1::JobProgress progress;
+  progress.set_epochs_done(epochs_done());
+  progress.set_epochs(static_cast<int32_t>(epochs_));
+  progress.set_samples_trained(samples_trained_);
+  progress.set_samples_per_epoch(static_cast<uint64_t>(train_samples_));
+  if (train_loss_.has_value()) progress.set_train_loss(*train_loss_);
+  return progress;
+}
+
+void DataQueue::FillStatus(bool with_history, v1::JobStatus* status) const {
+  status->set_samples_trained(samples_trained_);
+  status->set_epochs_done(epochs_done());
+  status->set_units_requeued(units_requeued_);
+  if (train_loss_.has_value()) status->set_train_loss(*train_loss_);
+  status->set_samples_per_epoch(static_cast<uint64_t>(train_samples_));
+  if (with_history) {
+    for (const auto& record : history_) *status->add_history() = record;
+  }
+}
+
+void DataQueue::RecordCompletedEpochs(
+    google::protobuf::RepeatedField<int32_t>* finished) {
+  for (;;) {
+    const int32_t epoch = epochs_done();
+    auto it = open_epochs_.find(epoch);
+    if (it == open_epochs_.end() ||
+        it->second.units_completed < units_per_epoch_) {
+      return;
+    }
+    const EpochProgress& progress = it->second;
+    v1::EpochRecord record;
+    record.set_epoch(epoch + 1);
+    record.set_samples(progress.samples);
+    record.set_train_loss(progress.samples > 0
+                              ? progress.loss_sum /
+                                    static_cast<double>(progress.samples)
+                              : 0.0);
+    const double seconds =
+        absl::ToDoubleSeconds(progress.completed_at - progress.first_handout);
+    record.set_wall_seconds(seconds);
+    record.set_samples_per_second(
+        seconds > 0.0 ? static_cast<double>(progress.samples) / seconds : 0.0);
+    record.set_updates_applied(progress.updates_at_completion);
+    history_.push_back(std::move(record));
+    open_epochs_.erase(it);
+    finished->Add(epoch);
+  }
+}
+
+int64_t DataQueue::HandedOut(int64_t epoch) const {
+  return epoch < next_epoch_ ? units_per_epoch_
+                             : epoch == next_epoch_ ? next_unit_ : 0;
+}
+
+absl::Status DataQueue::BadQueueError(const std::string& what) const {
+  return WithReason(
+      absl::DataLossError(absl::StrCat("checkpoint of job ", job_id_,
+                                       " has an inconsistent data queue: ",
+                                       what)),
+      v1::ERROR_REASON_INTERNAL);
+}
+
+v1::CheckpointQueue DataQueue::Save() const {
+  v1::CheckpointQueue queue;
+  queue.set_train_samples(train_samples_);
+  queue.set_next_epoch(next_epoch_);
+  queue.set_next_unit(next_unit_);
+  for (const auto& [epoch, progress] : open_epochs_) {
+    v1::CheckpointEpochProgress* out = queue.add_open_epochs();
+    out->set_epoch(epoch);
+    for (size_t i = 0; i < progress.completed.size(); ++i) {
+      if (progress.completed[i]) {
+        out->add_completed_units(epoch * units_per_epoch_ +
+                                 static_cast<int64_t>(i));
+      }
+    }
+    out->set_samples(progress.samples);
+    out->set_loss_sum(progress.loss_sum);
+    out->set_first_handout_unix_seconds(
+        ToUnixSecondsDouble(progress.first_handout));
+    if (progress.units_completed == units_per_epoch_) {
+      out->set_completed_unix_seconds(ToUnixSecondsDouble(progress.completed_at));
+      out->set_updates_at_completion(progress.updates_at_completion);
+    }
+  }
+  return queue;
+}
+
+absl::Status DataQueue::Resume(const v1::CheckpointQueue& queue,
+                               const v1::JobStatus& status) {
+  if (status.history_size() > epochs_) {
+    return BadQueueError(
+        absl::StrCat(status.history_size(), " epochs recorded of ", epochs_));
+  }
+  history_.assign(status.history().begin(), status.history().end());
+  samples_trained_ = status.samples_trained();
+  if (status.has_train_loss()) train_loss_ = status.train_loss();
+  if (queue.train_samples() == 0) {
+    if (queue.next_epoch() != 0 || queue.next_unit() != 0 ||
+        queue.open_epochs_size() != 0 || !history_.empty()) {
+      return BadQueueError("progress without train_samples");
+    }
+    units_requeued_ += status.units_requeued();
+    return absl::OkStatus();
+  }
+  if (queue.train_samples() < 0 || epochs_ < 1 || unit_size_ < 1) {
+    return BadQueueError(absl::StrCat("train_samples ", queue.train_samples(),
+                                      ", epochs ", epochs_,
+                                      ", data_unit_size ", unit_size_));
+  }
+  const int64_t samples = queue.train_samples();
+  const int64_t per_epoch = UnitsPerEpoch(samples, unit_size_);
+  const int64_t recorded = epochs_done();
+  if (queue.next_epoch() < recorded || queue.next_epoch() > epochs_ ||
+      queue.next_unit() < 0 || queue.next_unit() >= per_epoch ||
+      (queue.next_epoch() == epochs_ && queue.next_unit() != 0)) {
+    return BadQueueError(absl::StrCat("next unit ", queue.next_unit(),
+                                      " of epoch ", queue.next_epoch()));
+  }
+  train_samples_ = samples;
+  units_per_epoch_ = per_epoch;
+  next_epoch_ = queue.next_epoch();
+  next_unit_ = queue.next_unit();
+  for (const v1::CheckpointEpochProgress& in : queue.open_epochs()) {
+    const int32_t epoch = in.epoch();
+    if (epoch < recorded || epoch >= epochs_ || HandedOut(epoch) == 0 ||
+        open_epochs_.count(epoch) != 0) {
+      return BadQueueError(absl::StrCat("open epoch ", epoch));
+    }
+    EpochProgress& progress = open_epochs_[epoch];
+    progress.completed.assign(static_cast<size_t>(units_per_epoch_), false);
+    for (int64_t unit_id : in.completed_units()) {
+      const int64_t index = unit_id - epoch * units_per_epoch_;
+      if (index < 0 || index >= HandedOut(epoch) ||
+          progress.completed[static_cast<size_t>(index)]) {
+        return BadQueueError(
+            absl::StrCat("unit ", unit_id, " completed in epoch ", epoch));
+      }
+      progress.completed[static_cast<size_t>(index)] = true;
+      ++progress.units_completed;
+    }
+    progress.samples = in.samples();
+    progress.loss_sum = in.loss_sum();
+    progress.first_handout = FromUnixSecondsDouble(in.first_handout_unix_seconds());
+    if (progress.units_completed == units_per_epoch_) {
+      progress.completed_at = FromUnixSecondsDouble(in.completed_unix_seconds());
+      progress.updates_at_completion = in.updates_at_completion();
+    }
+  }
+  // What was handed out and not completed was in flight: hand it out again,
+  // oldest first.
+  for (int64_t epoch = recorded; epoch < epochs_; ++epoch) {
+    const int64_t count = HandedOut(epoch);
+    if (count == 0) break;
+    auto progress = open_epochs_.find(static_cast<int32_t>(epoch));
+    if (progress == open_epochs_.end()) {
+      return BadQueueError(absl::StrCat(
+          "epoch ", epoch, " has units handed out but no progress"));
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (progress->second.completed[static_cast<size_t>(i)]) continue;
+      GiveBack(epoch * units_per_epoch_ + i);
+    }
+  }
+  units_requeued_ += status.units_requeued();
+  return absl::OkStatus();
+}
+
+void DataQueue::ResumeEnded(const v1::JobStatus& status) {
+  history_.assign(status.history().begin(), status.history().end());
+  samples_trained_ = status.samples_trained();
+  if (status.has_train_loss()) train_loss_ = status.train_loss();
+  units_requeued_ = status.units_requeued();
+}
+
+}  // namespace mpilearn::server

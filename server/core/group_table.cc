@@ -1,0 +1,97 @@
+#include "server/core/group_table.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
+
+namespace mpilearn::server {
+
+void GroupTable::Add(const std::string& group_id, int ranks,
+                     const std::string& host, absl::Time now) {
+  Group& group = groups_[group_id];
+  group.ranks = ranks;
+  group.host = host;
+  group.last_seen = now;
+  group.alive = true;
+}
+
+absl::Status GroupTable::Touch(const std::string& group_id, absl::Time now,
+                               const v1::GroupTelemetry* telemetry) {
+  auto it = groups_.find(group_id);
+  if (it == groups_.end()) {
+    return WithReason(absl::NotFoundError(absl::StrCat(
+                          "group '", group_id, "' is not registered with job ",
+                          job_id_, "; call RegisterGroup first")),
+                      v1::ERROR_REASON_GROUP_UNKNOWN);
+  }
+  if (!it->second.alive) {
+    return GroupUnknownError(absl::StrCat(
+        "group ", group_id, " of job ", job_id_,
+        " was declared lost or has left; restart the group to rejoin"));
+  }
+  it->second.last_seen = now;
+  if (telemetry != nullptr) it->second.telemetry = *telemetry;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GroupTable::Group*> GroupTable::Active(
+    const std::string& group_id) {
+  auto it = groups_.find(group_id);
+  if (it == groups_.end() || !it->second.alive) {
+    return GroupUnknownError(
+        absl::StrCat("group ", group_id, " is not an active group of job ",
+                     job_id_, "; restart the group to rejoin"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<GroupTable::Group*> GroupTable::Registered(
+    const std::string& group_id) {
+  Group* group = Find(group_id);
+  if (group == nullptr) {
+    return WithReason(
+        absl::NotFoundError(absl::StrCat(
+            "group '", group_id, "' is not registered with job ", job_id_)),
+        v1::ERROR_REASON_GROUP_UNKNOWN);
+  }
+  return group;
+}
+
+GroupTable::Group* GroupTable::Find(const std::string& group_id) {
+  auto it = groups_.find(group_id);
+  return it == groups_.end() ? nullptr : &it->second;
+}
+
+int GroupTable::Live() const {
+  int live = 0;
+  for (const auto& entry : groups_) live += entry.second.alive ? 1 : 0;
+  return live;
+}
+
+std::vector<std::string> GroupTable::ReapLost(absl::Time now,
+                                              absl::Duration timeout) {
+  std::vector<std::string> lost;
+  for (auto& [group_id, group] : groups_) {
+    if (group.alive && now - group.last_seen > timeout) {
+      group.alive = false;
+      lost.push_back(group_id);
+    }
+  }
+  return lost;
+}
+
+void GroupTable::FillStatus(absl::Time now, v1::JobStatus* status) const {
+  for (const auto& [group_id, group] : groups_) {
+    v1::GroupInfo* info = status->add_groups();
+    info->set_group_id(group_id);
+    info->set_ranks(group.ranks);
+    info->set_host(group.host);
+    info->set_alive(group.alive);
+    info->set_seconds_since_seen(absl::ToDoubleSeconds(now - group.last_seen));
+    info->set_units_completed(group.units_completed);
+    info->set_samples_trained(group.samples_trained);
+    info->set_updates_applied(group.updates_applied);
+    if (group.telemetry.has_value()) *info->mutable_telemetry() = *group.telemetry;
+  }
+}
+
+}  // namespace mpilearn::server
