@@ -1,7 +1,6 @@
 #include "server/core/optimizer.h"
 
 #include <array>
-#include <cmath>
 #include <thread>
 #include <utility>
 
@@ -16,6 +15,8 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/core/cuda/cuda_engine.h"
+#include "server/core/optimizer_rules.h"
+#include "server/core/optimizer_step.h"
 
 namespace mpilearn::server {
 namespace {
@@ -47,24 +48,8 @@ constexpr int kMaxThreads = 256;
 
 inline size_t MainLoopEnd(size_t n) { return n & ~(kBlock - 1); }
 
-// Per-step constants, computed in double once per step and rounded to fp32.
-// Each rule reads the fields named in its comment.
-struct StepScalars {
-  float learning_rate;  // adagrad: the decayed clr
-  float weight_decay;   // L2 coefficient added to the gradient
-  float momentum;
-  float decay;            // beta1 (adam), alpha (rmsprop), rho (adadelta)
-  float one_minus_decay;  // 1 - decay
-  float beta2;            // adam
-  float one_minus_beta2;  // adam
-  float step_size;        // adam: lr / (1 - beta1^t)
-  float inv_bias_correction2_sqrt;  // adam: 1 / sqrt(1 - beta2^t)
-  float weight_scale;               // adamw: 1 - lr * wd
-  float epsilon;
-};
-
 // A kernel applies one rule to elements [0, n) of one tensor range. s0..s2
-// are the rule's state buffers (see the rules), null where unused.
+// are the rule's state operands (StateOperands), null where unused.
 using Kernel = void (*)(float* p, const float* g, float* s0, float* s1,
                         float* s2, size_t n, StepScalars scalars);
 
@@ -78,103 +63,63 @@ void RunKernel(float* __restrict p, const float* __restrict g,
   for (; i < n; ++i) Rule::Update(p, g, s0, s1, s2, i, scalars);
 }
 
-// The rules, one element each, exactly as optimizer_config.h writes them. The
-// template flags take every branch out of the loops.
+// Element i of each rule of optimizer_rules.h, with the rule's flags as
+// template arguments: they take every branch out of the loops. A state
+// operand is loaded only where the rule reads it and stored only where it
+// writes it, so unused (null) operands are never touched.
 
-// s0: momentum_buffer. kFirstStep: the buffer is set to the gradient rather
-// than accumulated into, as PyTorch does on a parameter's first step.
-template <bool kWeightDecay, bool kMomentum, bool kFirstStep, bool kNesterov>
-struct SgdRule {
+template <bool kL2Decay, bool kMomentum, bool kFirstStep, bool kNesterov>
+struct SgdKernel {
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict,
                             float* __restrict, size_t i, const StepScalars& s) {
-    float d = g[i];
-    if (kWeightDecay) d += s.weight_decay * p[i];
-    if (kMomentum) {
-      const float b = kFirstStep ? d : s.momentum * s0[i] + d;
-      s0[i] = b;
-      d = kNesterov ? d + s.momentum * b : b;
-    }
-    p[i] -= s.learning_rate * d;
+    // The first step only writes the buffer.
+    float buffer = kMomentum && !kFirstStep ? s0[i] : 0.0f;
+    rules::Sgd(s, kL2Decay, kMomentum, kFirstStep, kNesterov, p[i], g[i],
+               buffer);
+    if (kMomentum) s0[i] = buffer;
   }
 };
 
-// s0: exp_avg, s1: exp_avg_sq. kDecoupled: adamw's decay of the weights.
-template <bool kWeightDecay, bool kDecoupled>
-struct AdamRule {
+template <bool kL2Decay, bool kDecoupledDecay>
+struct AdamKernel {
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict s1,
                             float* __restrict, size_t i, const StepScalars& s) {
-    float param = p[i];
-    if (kDecoupled) param *= s.weight_scale;
-    float grad = g[i];
-    if (kWeightDecay) grad += s.weight_decay * param;
-    const float m = s.decay * s0[i] + s.one_minus_decay * grad;
-    const float v = s.beta2 * s1[i] + s.one_minus_beta2 * grad * grad;
-    s0[i] = m;
-    s1[i] = v;
-    const float denom = std::sqrt(v) * s.inv_bias_correction2_sqrt + s.epsilon;
-    p[i] = param - s.step_size * (m / denom);
+    rules::Adam(s, kL2Decay, kDecoupledDecay, p[i], g[i], s0[i], s1[i]);
   }
 };
 
-// s0: square_avg, s1: grad_avg (centered), s2: momentum_buffer.
-template <bool kWeightDecay, bool kCentered, bool kMomentum>
-struct RmspropRule {
+template <bool kL2Decay, bool kCentered, bool kMomentum>
+struct RmspropKernel {
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict s1,
                             float* __restrict s2, size_t i,
                             const StepScalars& s) {
-    float grad = g[i];
-    if (kWeightDecay) grad += s.weight_decay * p[i];
-    const float sq = s.decay * s0[i] + s.one_minus_decay * grad * grad;
-    s0[i] = sq;
-    float avg;
-    if (kCentered) {
-      const float ga = s.decay * s1[i] + s.one_minus_decay * grad;
-      s1[i] = ga;
-      avg = std::sqrt(sq - ga * ga) + s.epsilon;
-    } else {
-      avg = std::sqrt(sq) + s.epsilon;
-    }
-    if (kMomentum) {
-      const float b = s.momentum * s2[i] + grad / avg;
-      s2[i] = b;
-      p[i] -= s.learning_rate * b;
-    } else {
-      p[i] -= s.learning_rate * (grad / avg);
-    }
+    float grad_avg = kCentered ? s1[i] : 0.0f;
+    float buffer = kMomentum ? s2[i] : 0.0f;
+    rules::Rmsprop(s, kL2Decay, kCentered, kMomentum, p[i], g[i], s0[i],
+                   grad_avg, buffer);
+    if (kCentered) s1[i] = grad_avg;
+    if (kMomentum) s2[i] = buffer;
   }
 };
 
-// s0: square_avg, s1: acc_delta.
-template <bool kWeightDecay>
-struct AdadeltaRule {
+template <bool kL2Decay>
+struct AdadeltaKernel {
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict s1,
                             float* __restrict, size_t i, const StepScalars& s) {
-    float grad = g[i];
-    if (kWeightDecay) grad += s.weight_decay * p[i];
-    const float sq = s.decay * s0[i] + s.one_minus_decay * grad * grad;
-    s0[i] = sq;
-    const float std_dev = std::sqrt(sq + s.epsilon);
-    const float delta = std::sqrt(s1[i] + s.epsilon) / std_dev * grad;
-    s1[i] = s.decay * s1[i] + s.one_minus_decay * delta * delta;
-    p[i] -= s.learning_rate * delta;
+    rules::Adadelta(s, kL2Decay, p[i], g[i], s0[i], s1[i]);
   }
 };
 
-// s0: sum.
-template <bool kWeightDecay>
-struct AdagradRule {
+template <bool kL2Decay>
+struct AdagradKernel {
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict,
                             float* __restrict, size_t i, const StepScalars& s) {
-    float grad = g[i];
-    if (kWeightDecay) grad += s.weight_decay * p[i];
-    const float sum = s0[i] + grad * grad;
-    s0[i] = sum;
-    p[i] -= s.learning_rate * (grad / (std::sqrt(sum) + s.epsilon));
+    rules::Adagrad(s, kL2Decay, p[i], g[i], s0[i]);
   }
 };
 
@@ -190,90 +135,25 @@ struct KernelFor {
   }
 };
 
-Kernel SelectKernel(const OptimizerConfig& c, bool first_step) {
-  const bool wd = c.weight_decay != 0;
-  switch (c.kind) {
-    case OptimizerKind::kSgd: {
-      const bool momentum = c.momentum != 0;
-      return KernelFor<SgdRule>::Get(wd, momentum, momentum && first_step,
-                                     momentum && c.nesterov);
-    }
+// The kernel for `kind` with the flags of step scalars `s`.
+Kernel SelectKernel(OptimizerKind kind, const StepScalars& s) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return KernelFor<SgdKernel>::Get(s.l2_decay, s.has_momentum,
+                                       s.has_momentum && s.first_step,
+                                       s.has_momentum && s.nesterov);
     case OptimizerKind::kAdam:
-      return KernelFor<AdamRule>::Get(wd, false);
     case OptimizerKind::kAdamW:
-      return KernelFor<AdamRule>::Get(false, wd);
+      return KernelFor<AdamKernel>::Get(s.l2_decay, s.decoupled_decay);
     case OptimizerKind::kRmsprop:
-      return KernelFor<RmspropRule>::Get(wd, c.centered, c.momentum != 0);
+      return KernelFor<RmspropKernel>::Get(s.l2_decay, s.centered,
+                                           s.has_momentum);
     case OptimizerKind::kAdadelta:
-      return KernelFor<AdadeltaRule>::Get(wd);
+      return KernelFor<AdadeltaKernel>::Get(s.l2_decay);
     case OptimizerKind::kAdagrad:
-      return KernelFor<AdagradRule>::Get(wd);
+      return KernelFor<AdagradKernel>::Get(s.l2_decay);
   }
   return nullptr;  // unreachable: the config was validated
-}
-
-// `t` is the 1-based number of the step about to be applied.
-StepScalars ComputeScalars(const OptimizerConfig& c, int64_t t) {
-  double lr = c.learning_rate;
-  double decay = 0;
-  double step_size = 0;
-  double inv_bias_correction2_sqrt = 0;
-  switch (c.kind) {
-    case OptimizerKind::kSgd:
-      break;
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW: {
-      const double td = static_cast<double>(t);
-      decay = c.beta1;
-      step_size = c.learning_rate / (1.0 - std::pow(c.beta1, td));
-      inv_bias_correction2_sqrt = 1.0 / std::sqrt(1.0 - std::pow(c.beta2, td));
-      break;
-    }
-    case OptimizerKind::kRmsprop:
-      decay = c.alpha;
-      break;
-    case OptimizerKind::kAdadelta:
-      decay = c.rho;
-      break;
-    case OptimizerKind::kAdagrad:
-      lr = c.learning_rate / (1.0 + static_cast<double>(t - 1) * c.lr_decay);
-      break;
-  }
-  StepScalars s;
-  s.learning_rate = static_cast<float>(lr);
-  s.weight_decay = static_cast<float>(c.weight_decay);
-  s.momentum = static_cast<float>(c.momentum);
-  s.decay = static_cast<float>(decay);
-  s.one_minus_decay = static_cast<float>(1.0 - decay);
-  s.beta2 = static_cast<float>(c.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
-  s.step_size = static_cast<float>(step_size);
-  s.inv_bias_correction2_sqrt = static_cast<float>(inv_bias_correction2_sqrt);
-  s.weight_scale = static_cast<float>(1.0 - c.learning_rate * c.weight_decay);
-  s.epsilon = static_cast<float>(c.epsilon);
-  return s;
-}
-
-// Which state buffer (index into OptimizerState::buffers) each kernel operand
-// s0, s1, s2 is; -1 where the rule has none.
-std::array<int, 3> KernelOperands(const OptimizerConfig& c) {
-  switch (c.kind) {
-    case OptimizerKind::kSgd:
-      return {c.momentum != 0 ? 0 : -1, -1, -1};
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW:
-    case OptimizerKind::kAdadelta:
-      return {0, 1, -1};
-    case OptimizerKind::kRmsprop: {
-      int next = 1;
-      const int grad_avg = c.centered ? next++ : -1;
-      const int momentum_buffer = c.momentum != 0 ? next++ : -1;
-      return {0, grad_avg, momentum_buffer};
-    }
-    case OptimizerKind::kAdagrad:
-      return {0, -1, -1};
-  }
-  return {-1, -1, -1};
 }
 
 // InvalidArgumentError unless every field of `c` is in the range that
@@ -388,7 +268,7 @@ class CpuOptimizer final : public Optimizer {
                const std::vector<size_t>& tensor_sizes, int threads)
       : config_(config),
         tensor_sizes_(tensor_sizes),
-        operands_(KernelOperands(config)) {
+        operands_(StateOperands(config)) {
     const size_t buffer_count = StateBufferNames(config).size();
     const float initial =
         config.kind == OptimizerKind::kAdagrad
@@ -408,8 +288,8 @@ class CpuOptimizer final : public Optimizer {
 
   absl::Status Step(absl::Span<const absl::Span<float>> params,
                     absl::Span<const absl::Span<const float>> grads) override {
-    const StepScalars scalars = ComputeScalars(config_, state_.steps + 1);
-    const Kernel kernel = SelectKernel(config_, state_.steps == 0);
+    const StepScalars scalars = ComputeStepScalars(config_, state_.steps + 1);
+    const Kernel kernel = SelectKernel(config_.kind, scalars);
     ++state_.steps;
     const auto run_slice = [&](int slice) {
       for (const Segment& seg : slices_[slice]) {
@@ -521,43 +401,6 @@ class CpuOptimizer final : public Optimizer {
   std::unique_ptr<SliceWorkers> workers_;
 };
 
-}  // namespace
-
-namespace {
-
-// An Optimizer whose weights and state live on a GPU (cuda/cuda_engine.h).
-class CudaOptimizer final : public Optimizer {
- public:
-  explicit CudaOptimizer(std::unique_ptr<CudaEngine> engine)
-      : engine_(std::move(engine)) {}
-
-  absl::Status Step(absl::Span<const absl::Span<float>> params,
-                    absl::Span<const absl::Span<const float>> grads) override {
-    return engine_->Step(params, grads);
-  }
-  int64_t steps() const override { return engine_->steps(); }
-  std::string name() const override {
-    return OptimizerKindName(engine_->config().kind);
-  }
-  const OptimizerConfig& config() const override { return engine_->config(); }
-
-  absl::StatusOr<OptimizerState> SaveState() const override {
-    MPILEARN_ASSIGN_OR_RETURN(CudaEngineState saved, engine_->SaveState());
-    OptimizerState state;
-    state.steps = saved.steps;
-    state.buffers = std::move(saved.buffers);
-    return state;
-  }
-  absl::Status RestoreState(const OptimizerState& state) override {
-    CudaEngineState restored;
-    restored.steps = state.steps;
-    restored.buffers = state.buffers;
-    return engine_->RestoreState(restored);
-  }
-
- private:
-  std::unique_ptr<CudaEngine> engine_;
-};
 
 // "cuda:N" -> N; error for anything else.
 absl::StatusOr<int> CudaIndex(absl::string_view device) {
@@ -606,8 +449,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     MPILEARN_ASSIGN_OR_RETURN(int index, CudaIndex(engine.device));
     MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<CudaEngine> cuda,
                               CudaEngine::Create(config, tensor_sizes, index));
-    return std::unique_ptr<Optimizer>(
-        std::make_unique<CudaOptimizer>(std::move(cuda)));
+    return std::unique_ptr<Optimizer>(std::move(cuda));
   }
   if (engine.threads < 1 || engine.threads > kMaxThreads) {
     return absl::InvalidArgumentError(

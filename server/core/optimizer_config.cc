@@ -1,5 +1,7 @@
 #include "server/core/optimizer_config.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -50,6 +52,77 @@ std::vector<std::string> StateBufferNames(const OptimizerConfig& config) {
       return {"sum"};
   }
   return {};
+}
+
+StepScalars ComputeStepScalars(const OptimizerConfig& c, int64_t t) {
+  double lr = c.learning_rate;
+  double decay = 0;
+  double step_size = 0;
+  double inv_bias_correction2_sqrt = 0;
+  const bool has_weight_decay = c.weight_decay != 0;
+  StepScalars s;
+  switch (c.kind) {
+    case OptimizerKind::kSgd:
+      s.has_momentum = c.momentum != 0;
+      s.nesterov = c.nesterov;
+      break;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: {
+      const double td = static_cast<double>(t);
+      decay = c.beta1;
+      step_size = c.learning_rate / (1.0 - std::pow(c.beta1, td));
+      inv_bias_correction2_sqrt = 1.0 / std::sqrt(1.0 - std::pow(c.beta2, td));
+      break;
+    }
+    case OptimizerKind::kRmsprop:
+      decay = c.alpha;
+      s.has_momentum = c.momentum != 0;
+      s.centered = c.centered;
+      break;
+    case OptimizerKind::kAdadelta:
+      decay = c.rho;
+      break;
+    case OptimizerKind::kAdagrad:
+      lr = c.learning_rate / (1.0 + static_cast<double>(t - 1) * c.lr_decay);
+      break;
+  }
+  const bool adamw = c.kind == OptimizerKind::kAdamW;
+  s.l2_decay = has_weight_decay && !adamw;
+  s.decoupled_decay = has_weight_decay && adamw;
+  s.first_step = t == 1;
+  s.learning_rate = static_cast<float>(lr);
+  s.weight_decay = static_cast<float>(c.weight_decay);
+  s.momentum = static_cast<float>(c.momentum);
+  s.decay = static_cast<float>(decay);
+  s.one_minus_decay = static_cast<float>(1.0 - decay);
+  s.beta2 = static_cast<float>(c.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
+  s.step_size = static_cast<float>(step_size);
+  s.inv_bias_correction2_sqrt = static_cast<float>(inv_bias_correction2_sqrt);
+  s.weight_scale = static_cast<float>(1.0 - c.learning_rate * c.weight_decay);
+  s.epsilon = static_cast<float>(c.epsilon);
+  return s;
+}
+
+std::array<int, 3> StateOperands(const OptimizerConfig& c) {
+  // Mirrors StateBufferNames: buffers are numbered in that order.
+  switch (c.kind) {
+    case OptimizerKind::kSgd:
+      return {c.momentum != 0 ? 0 : -1, -1, -1};
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdadelta:
+      return {0, 1, -1};
+    case OptimizerKind::kRmsprop: {
+      int next = 1;
+      const int grad_avg = c.centered ? next++ : -1;
+      const int momentum_buffer = c.momentum != 0 ? next++ : -1;
+      return {0, grad_avg, momentum_buffer};
+    }
+    case OptimizerKind::kAdagrad:
+      return {0, -1, -1};
+  }
+  return {-1, -1, -1};
 }
 
 absl::StatusOr<OptimizerConfig> ResolveOptimizerConfig(

@@ -31,15 +31,19 @@
 //             p -= clr * g / (sqrt(sum) + eps)
 //
 // Per-step scalars (bias corrections, clr) are computed in double once per
-// step; the elementwise arithmetic is fp32.
+// step (ComputeStepScalars); the elementwise arithmetic is fp32, written once
+// for every backend in optimizer_rules.h.
 #ifndef MPILEARN_SERVER_CORE_OPTIMIZER_CONFIG_H_
 #define MPILEARN_SERVER_CORE_OPTIMIZER_CONFIG_H_
 
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/mpilearn.pb.h"
+#include "server/core/optimizer_step.h"
 
 namespace mpilearn::server {
 
@@ -74,6 +78,17 @@ std::string OptimizerKindName(OptimizerKind kind);
 // order backends store and checkpoints list them), e.g. adam:
 // {"exp_avg", "exp_avg_sq"}; sgd without momentum: {}.
 std::vector<std::string> StateBufferNames(const OptimizerConfig& config);
+
+// The scalars and flags of step `t` (1-based: the step about to be applied)
+// of the optimizer `config` describes, computed in double and rounded to
+// fp32. Every backend computes its steps from this.
+StepScalars ComputeStepScalars(const OptimizerConfig& config, int64_t t);
+
+// Which state buffer (index into StateBufferNames(config)) is operand s0, s1
+// and s2 of the rule in optimizer_rules.h, in the order of its state
+// arguments; -1 where the rule with this configuration keeps none. E.g.
+// rmsprop centered without momentum: {0 (square_avg), 1 (grad_avg), -1}.
+std::array<int, 3> StateOperands(const OptimizerConfig& config);
 
 // Defaults (PyTorch's; sgd's learning rate defaults to 0.01) and validation.
 // Errors are InvalidArgument and name the field: "optimizer.beta1 must be in

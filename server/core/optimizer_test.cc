@@ -1,3 +1,7 @@
+// The CPU optimizers against the double-precision reference
+// (optimizer_reference.h): every optimizer and option, threading, state
+// save/restore. Long (over ~500 lines) because it is one table of cases per
+// optimizer rule; each case is short and independent.
 #include "server/core/optimizer.h"
 #include "server/core/optimizer_reference.h"
 

@@ -1,7 +1,9 @@
-// A CUDA optimizer engine: applies one job's optimizer steps on a GPU, with
-// the parameters and the optimizer state resident in device memory, using
-// the update rules of server/optimizer_config.h (one fused kernel launch per
-// step covers every tensor).
+// The CUDA backend of the Optimizer interface (server/core/
+// optimizer_interface.h): applies one job's optimizer steps on a GPU, with the
+// parameters and the optimizer state resident in device memory, using the
+// update rules of server/core/optimizer_rules.h (one fused kernel launch per
+// step covers every tensor). CreateOptimizer returns one for a "cuda:N"
+// device; code that needs the GPU-only calls below creates it directly:
 //
 //   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<CudaEngine> engine,
 //                             CudaEngine::Create(config, tensor_sizes, 0));
@@ -45,18 +47,11 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/core/optimizer_config.h"
+#include "server/core/optimizer_interface.h"
 
 namespace mpilearn::server {
 
-// An optimizer's state in host memory, for checkpoints and for moving a job
-// between engines.
-struct CudaEngineState {
-  int64_t steps = 0;
-  // buffers[b][i]: buffer StateBufferNames(config)[b] of tensor i.
-  std::vector<std::vector<std::vector<float>>> buffers;
-};
-
-class CudaEngine {
+class CudaEngine final : public Optimizer {
  public:
   // Allocates device and pinned memory for tensors of `tensor_sizes`
   // elements on device `device_index`, with the state zeroed (adagrad's sum
@@ -69,7 +64,7 @@ class CudaEngine {
       const OptimizerConfig& config, const std::vector<size_t>& tensor_sizes,
       int device_index);
 
-  ~CudaEngine();
+  ~CudaEngine() override;
   CudaEngine(const CudaEngine&) = delete;
   CudaEngine& operator=(const CudaEngine&) = delete;
 
@@ -81,25 +76,21 @@ class CudaEngine {
   // parameters outside Step.
   void MarkHostParamsChanged();
 
-  // Applies one step with gradient i to tensor i, on the device, and writes
-  // the updated parameters into `params`. InvalidArgumentError, changing
-  // nothing, when the tensor count or a tensor size differs from creation.
+  // Optimizer. Step applies one step with gradient i to tensor i, on the
+  // device, and writes the updated parameters into `params`; unlike the CPU
+  // backend it checks the shapes (InvalidArgumentError, changing nothing,
+  // when the tensor count or a tensor size differs from creation).
+  // SaveState copies the state to the host. RestoreState also marks the host
+  // parameters changed.
   absl::Status Step(absl::Span<const absl::Span<float>> params,
-                    absl::Span<const absl::Span<const float>> grads);
+                    absl::Span<const absl::Span<const float>> grads) override;
+  int64_t steps() const override;
+  std::string name() const override;
+  const OptimizerConfig& config() const override;
+  absl::StatusOr<OptimizerState> SaveState() const override;
+  absl::Status RestoreState(const OptimizerState& state) override;
 
-  // Steps applied so far (or restored).
-  int64_t steps() const;
-
-  const OptimizerConfig& config() const;
   int device_index() const;
-
-  // Copies the state to the host.
-  absl::StatusOr<CudaEngineState> SaveState() const;
-
-  // Replaces the state with `state`, whose buffers must match
-  // StateBufferNames(config) and the tensor sizes (else InvalidArgumentError,
-  // changing nothing), and marks the host parameters changed.
-  absl::Status RestoreState(const CudaEngineState& state);
 
   // Number of usable CUDA devices; 0 when there is no GPU, no driver, or no
   // CUDA in this build. Never fails.

@@ -1,4 +1,4 @@
-// CudaEngine for builds without nvcc (see //server/cuda:BUILD): no engine can
+// CudaEngine for builds without nvcc (see //server/core/cuda:BUILD): no engine can
 // be created and no device is ever reported, so callers take their CPU path.
 #include <memory>
 #include <string>
@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "server/core/cuda/cuda_engine.h"
 #include "server/core/optimizer_config.h"
+#include "server/core/optimizer_interface.h"
 
 namespace mpilearn::server {
 namespace {
@@ -50,15 +51,19 @@ absl::Status CudaEngine::Step(absl::Span<const absl::Span<float>>,
 
 int64_t CudaEngine::steps() const { return 0; }
 
+std::string CudaEngine::name() const {
+  return OptimizerKindName(impl_->config.kind);
+}
+
 const OptimizerConfig& CudaEngine::config() const { return impl_->config; }
 
 int CudaEngine::device_index() const { return -1; }
 
-absl::StatusOr<CudaEngineState> CudaEngine::SaveState() const {
+absl::StatusOr<OptimizerState> CudaEngine::SaveState() const {
   return WithoutCuda();
 }
 
-absl::Status CudaEngine::RestoreState(const CudaEngineState&) {
+absl::Status CudaEngine::RestoreState(const OptimizerState&) {
   return WithoutCuda();
 }
 

@@ -259,7 +259,7 @@ TEST(CudaEngineTest, RejectsMismatchedShapesWithoutChangingState) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*engine)->steps(), 0);
 
-  CudaEngineState bad;
+  OptimizerState bad;
   bad.buffers.resize(1);  // plain sgd keeps none
   EXPECT_EQ((*engine)->RestoreState(bad).code(),
             absl::StatusCode::kInvalidArgument);

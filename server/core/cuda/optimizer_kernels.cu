@@ -1,108 +1,66 @@
 // Fused optimizer kernels: one grid-stride kernel per update rule, each
 // reading and writing every array exactly once per element. See
-// optimizer_kernels.h for the contract and server/optimizer_config.h for the
-// rules.
+// optimizer_kernels.h for the contract and server/core/optimizer_rules.h for
+// the rules, which the CPU backend runs too.
 //
 // Build with --fmad=false: the rules are then evaluated with exactly the
-// rounding of a plain fp32 C++ implementation of the same expressions (IEEE
-// sqrt and division are nvcc's defaults), so CPU and CUDA agree to the bit
-// where their expression order agrees. The kernels are memory-bound, so the
-// lost FMAs cost nothing measurable.
+// rounding of the host compiler's fp32 code for the same functions (IEEE
+// sqrt and division are nvcc's defaults), so CPU and CUDA agree to the bit.
+// The kernels are memory-bound, so the lost FMAs cost nothing measurable.
 #include <algorithm>
 #include <cstdint>
 
 #include "server/core/cuda/optimizer_kernels.h"
+#include "server/core/optimizer_rules.h"
+#include "server/core/optimizer_step.h"
 
 namespace mpilearn::server::cuda {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
 
-// Each rule updates one element: p, g, and up to three state values, of which
-// only those the rule's Uses*() report are loaded and stored. The Uses*()
-// flags are uniform across the grid, so their branches never diverge.
+// Each rule updates one element: p, g, and the state operands s0..s2 that
+// the rule keeps (StepArrays: a null array is one it does not keep, and is
+// neither loaded nor stored; the value passed for it is a dummy). The
+// arithmetic is optimizer_rules.h's; the flags come from the StepScalars and
+// are uniform across the grid, so their branches never diverge.
 
 struct SgdRule {
-  SgdScalars s;
-  __device__ bool Uses0() const { return s.has_momentum; }
-  __device__ bool Uses1() const { return false; }
-  __device__ bool Uses2() const { return false; }
-  __device__ void Apply(float& p, float g, float& buf, float&, float&) const {
-    float d = g;
-    if (s.weight_decay != 0.0f) d += s.weight_decay * p;
-    if (s.has_momentum) {
-      const float b = s.first_step ? d : s.momentum * buf + d;
-      buf = b;
-      d = s.nesterov ? d + s.momentum * b : b;
-    }
-    p -= s.learning_rate * d;
+  StepScalars s;
+  __device__ void Apply(float& p, float g, float& s0, float&, float&) const {
+    rules::Sgd(s, s.l2_decay, s.has_momentum, s.first_step, s.nesterov, p, g,
+               s0);
   }
 };
 
 struct AdamRule {
-  AdamScalars s;
-  __device__ bool Uses0() const { return true; }
-  __device__ bool Uses1() const { return true; }
-  __device__ bool Uses2() const { return false; }
-  __device__ void Apply(float& p, float g, float& m, float& v, float&) const {
-    p *= s.decay;  // adamw's decoupled decay; exactly 1 for adam
-    if (s.weight_decay != 0.0f) g += s.weight_decay * p;
-    m = s.beta1 * m + s.one_minus_beta1 * g;
-    v = s.beta2 * v + s.one_minus_beta2 * g * g;
-    const float denom = sqrtf(v) * s.inv_bias_correction2_sqrt + s.epsilon;
-    p -= s.step_size * (m / denom);
+  StepScalars s;
+  __device__ void Apply(float& p, float g, float& s0, float& s1,
+                        float&) const {
+    rules::Adam(s, s.l2_decay, s.decoupled_decay, p, g, s0, s1);
   }
 };
 
 struct RmspropRule {
-  RmspropScalars s;
-  __device__ bool Uses0() const { return true; }
-  __device__ bool Uses1() const { return s.has_momentum; }
-  __device__ bool Uses2() const { return s.centered; }
-  __device__ void Apply(float& p, float g, float& sq, float& buf,
-                        float& ga) const {
-    if (s.weight_decay != 0.0f) g += s.weight_decay * p;
-    sq = s.alpha * sq + s.one_minus_alpha * g * g;
-    float avg;
-    if (s.centered) {
-      ga = s.alpha * ga + s.one_minus_alpha * g;
-      avg = sqrtf(sq - ga * ga) + s.epsilon;
-    } else {
-      avg = sqrtf(sq) + s.epsilon;
-    }
-    if (s.has_momentum) {
-      buf = s.momentum * buf + g / avg;
-      p -= s.learning_rate * buf;
-    } else {
-      p -= s.learning_rate * g / avg;
-    }
+  StepScalars s;
+  __device__ void Apply(float& p, float g, float& s0, float& s1,
+                        float& s2) const {
+    rules::Rmsprop(s, s.l2_decay, s.centered, s.has_momentum, p, g, s0, s1, s2);
   }
 };
 
 struct AdadeltaRule {
-  AdadeltaScalars s;
-  __device__ bool Uses0() const { return true; }
-  __device__ bool Uses1() const { return true; }
-  __device__ bool Uses2() const { return false; }
-  __device__ void Apply(float& p, float g, float& sq, float& acc,
+  StepScalars s;
+  __device__ void Apply(float& p, float g, float& s0, float& s1,
                         float&) const {
-    if (s.weight_decay != 0.0f) g += s.weight_decay * p;
-    sq = s.rho * sq + s.one_minus_rho * g * g;
-    const float delta = sqrtf(acc + s.epsilon) / sqrtf(sq + s.epsilon) * g;
-    acc = s.rho * acc + s.one_minus_rho * delta * delta;
-    p -= s.learning_rate * delta;
+    rules::Adadelta(s, s.l2_decay, p, g, s0, s1);
   }
 };
 
 struct AdagradRule {
-  AdagradScalars s;
-  __device__ bool Uses0() const { return true; }
-  __device__ bool Uses1() const { return false; }
-  __device__ bool Uses2() const { return false; }
-  __device__ void Apply(float& p, float g, float& sum, float&, float&) const {
-    if (s.weight_decay != 0.0f) g += s.weight_decay * p;
-    sum += g * g;
-    p -= s.clr * g / (sqrtf(sum) + s.epsilon);
+  StepScalars s;
+  __device__ void Apply(float& p, float g, float& s0, float&, float&) const {
+    rules::Adagrad(s, s.l2_decay, p, g, s0);
   }
 };
 
@@ -126,9 +84,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first =
       static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool uses0 = rule.Uses0();
-  const bool uses1 = rule.Uses1();
-  const bool uses2 = rule.Uses2();
+  const bool uses0 = a.state0 != nullptr;
+  const bool uses1 = a.state1 != nullptr;
+  const bool uses2 = a.state2 != nullptr;
   int64_t scalar_begin = 0;
   if (kVector) {
     const int64_t n4 = a.n / 4;
@@ -202,30 +160,30 @@ cudaError_t Launch(const Rule& rule, const StepArrays& arrays, int max_blocks,
 
 }  // namespace
 
-cudaError_t LaunchSgdStep(const StepArrays& arrays, const SgdScalars& scalars,
+cudaError_t LaunchSgdStep(const StepArrays& arrays, const StepScalars& scalars,
                           int max_blocks, cudaStream_t stream) {
   return Launch(SgdRule{scalars}, arrays, max_blocks, stream);
 }
 
-cudaError_t LaunchAdamStep(const StepArrays& arrays, const AdamScalars& scalars,
+cudaError_t LaunchAdamStep(const StepArrays& arrays, const StepScalars& scalars,
                            int max_blocks, cudaStream_t stream) {
   return Launch(AdamRule{scalars}, arrays, max_blocks, stream);
 }
 
 cudaError_t LaunchRmspropStep(const StepArrays& arrays,
-                              const RmspropScalars& scalars, int max_blocks,
+                              const StepScalars& scalars, int max_blocks,
                               cudaStream_t stream) {
   return Launch(RmspropRule{scalars}, arrays, max_blocks, stream);
 }
 
 cudaError_t LaunchAdadeltaStep(const StepArrays& arrays,
-                               const AdadeltaScalars& scalars, int max_blocks,
+                               const StepScalars& scalars, int max_blocks,
                                cudaStream_t stream) {
   return Launch(AdadeltaRule{scalars}, arrays, max_blocks, stream);
 }
 
 cudaError_t LaunchAdagradStep(const StepArrays& arrays,
-                              const AdagradScalars& scalars, int max_blocks,
+                              const StepScalars& scalars, int max_blocks,
                               cudaStream_t stream) {
   return Launch(AdagradRule{scalars}, arrays, max_blocks, stream);
 }
