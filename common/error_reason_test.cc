@@ -70,11 +70,16 @@ TEST(ErrorReasonTest, EveryGrpcErrorCarriesAReason) {
   EXPECT_TRUE(FromGrpcStatus(ToGrpcStatus(absl::OkStatus())).ok());
 }
 
-TEST(ErrorReasonTest, GarbageDetailsAreIgnored) {
-  const absl::Status back = FromGrpcStatus(
+TEST(ErrorReasonTest, StatusesWithoutDetailsGetTheDefaultForTheirCode) {
+  // Garbage details are ignored.
+  const absl::Status garbage = FromGrpcStatus(
       grpc::Status(grpc::StatusCode::NOT_FOUND, "x", std::string("\xff\xff", 2)));
-  EXPECT_EQ(back.code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(ReasonOf(back), v1::ERROR_REASON_UNSPECIFIED);
+  EXPECT_EQ(garbage.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReasonOf(garbage), v1::ERROR_REASON_JOB_UNKNOWN);
+  // As the gRPC library makes them on the client: no details at all.
+  const absl::Status deadline = FromGrpcStatus(
+      grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"));
+  EXPECT_EQ(ReasonOf(deadline), v1::ERROR_REASON_UNAVAILABLE);
 }
 
 }  // namespace

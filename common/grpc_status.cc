@@ -23,12 +23,13 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   absl::Status converted(static_cast<absl::StatusCode>(status.error_code()),
                          status.error_message());
+  // Errors made by the gRPC library itself (a deadline, a broken
+  // connection) have no details: they get the default for their code.
   v1::ErrorInfo info;
-  if (!status.error_details().empty() &&
-      info.ParseFromString(status.error_details())) {
-    converted = WithReason(std::move(converted), info.reason());
-  }
-  return converted;
+  const bool parsed = !status.error_details().empty() &&
+                      info.ParseFromString(status.error_details());
+  return WithReason(std::move(converted),
+                    parsed ? info.reason() : DefaultReasonFor(converted.code()));
 }
 
 }  // namespace mpilearn

@@ -4,7 +4,9 @@
 // reason (common/error_reason.h) travels as a serialized v1::ErrorInfo in
 // grpc::Status's error_details: ToGrpcStatus writes it (the reason attached
 // to the status, else DefaultReasonFor its code, so every error the master
-// sends carries one) and FromGrpcStatus reads it back onto the absl::Status.
+// sends carries one) and FromGrpcStatus reads it back onto the absl::Status
+// (the default for the code when the status has no details, as for errors
+// the gRPC library makes itself: deadlines, broken connections).
 #ifndef MPILEARN_COMMON_GRPC_STATUS_H_
 #define MPILEARN_COMMON_GRPC_STATUS_H_
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -78,9 +79,10 @@ absl::Status AnnotateStatus(const std::string& address,
   absl::Status converted = FromGrpcStatus(status);
   if (converted.code() == absl::StatusCode::kUnavailable ||
       converted.code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::Status(converted.code(),
-                        absl::StrCat("master at ", address, ": ",
-                                     converted.message()));
+    return WithReason(absl::Status(converted.code(),
+                                   absl::StrCat("master at ", address, ": ",
+                                                converted.message())),
+                      ReasonOf(converted));
   }
   return converted;
 }
@@ -102,6 +104,13 @@ absl::StatusOr<std::unique_ptr<MasterClient>> MasterClient::Connect(
         "; is it running (mpilearn-master --listen ", address,
         ") and is the address right?"));
   }
+  return std::unique_ptr<MasterClient>(
+      new MasterClient(address, options, v1::Master::NewStub(channel)));
+}
+
+std::unique_ptr<MasterClient> MasterClient::ForChannel(
+    std::shared_ptr<grpc::Channel> channel, const std::string& address,
+    const Options& options) {
   return std::unique_ptr<MasterClient>(
       new MasterClient(address, options, v1::Master::NewStub(channel)));
 }

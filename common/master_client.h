@@ -103,6 +103,12 @@ class MasterClient final : public MasterConnection {
     return Connect(address, Options());
   }
 
+  // A client over an existing channel (e.g. a server's InProcessChannel in
+  // tests); `address` only names the master in error messages.
+  static std::unique_ptr<MasterClient> ForChannel(
+      std::shared_ptr<grpc::Channel> channel, const std::string& address,
+      const Options& options);
+
   absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec) override;
   absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
       const v1::RegisterGroupRequest& request) override;

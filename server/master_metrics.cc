@@ -1,3 +1,7 @@
+// MasterMetrics (master_metrics.h). Over ~500 lines because it defines every
+// metric family the master exports in one place (docs/observability.md
+// lists them in the same order), so a name, its help text and where its
+// value comes from are read together.
 #include "server/master_metrics.h"
 
 #include <unistd.h>

@@ -5,6 +5,9 @@
 // registry's own figures, the telemetry groups sent) and for bounded
 // cardinality (groups coming and going, jobs ending). When /usr/bin/promtool
 // is installed, `promtool check metrics` must accept the text too.
+//
+// Over ~500 lines because the exposition-format parser the checks need is
+// written here, independent of the code under test.
 #include "server/master_metrics.h"
 
 #include <unistd.h>

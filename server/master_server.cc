@@ -22,30 +22,21 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     metrics_options.ended_jobs = options.metrics_ended_jobs;
     server->metrics_ = std::make_shared<MasterMetrics>(metrics_options);
   }
-  server->snapshots_ = std::make_unique<SnapshotHub>();
-  JobRegistry::Options registry_options;
-  registry_options.snapshot_sink = server->snapshots_.get();
-  registry_options.metrics = server->metrics_.get();
-  registry_options.trace = server->trace_.get();
-  registry_options.state_dir = options.state_dir;
-  registry_options.group_timeout = options.group_timeout;
-  registry_options.engine = options.engine;
-  MPILEARN_ASSIGN_OR_RETURN(server->registry_,
-                            JobRegistry::Create(registry_options));
+  MasterCore::Options core_options;
+  core_options.registry.metrics = server->metrics_.get();
+  core_options.registry.trace = server->trace_.get();
+  core_options.registry.state_dir = options.state_dir;
+  core_options.registry.group_timeout = options.group_timeout;
+  core_options.registry.engine = options.engine;
+  MPILEARN_ASSIGN_OR_RETURN(server->core_, MasterCore::Create(core_options));
   server->service_ = std::make_unique<MasterServiceImpl>(
-      *server->registry_, *server->snapshots_, server->metrics_.get(),
-      server->trace_.get());
+      *server->core_, server->metrics_.get(), server->trace_.get());
 
   // Metrics before gRPC: a bad --metrics_listen fails the start before any
   // client could have been served.
   if (server->metrics_ != nullptr) {
-    JobRegistry* registry = server->registry_.get();
-    SnapshotHub* snapshots = server->snapshots_.get();
-    server->metrics_->SetStatusProvider([registry, snapshots] {
-      std::vector<JobMetricsView> jobs = registry->ListForMetrics();
-      for (JobMetricsView& job : jobs) snapshots->FillCounters(job.status);
-      return jobs;
-    });
+    MasterCore* core = server->core_.get();
+    server->metrics_->SetStatusProvider([core] { return core->ListForMetrics(); });
     std::string why;
     try {
       server->exposer_ = std::make_unique<prometheus::Exposer>(
@@ -81,11 +72,10 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
 
   MasterServer* self = server.get();
   server->reaper_ = std::thread([self] {
-    const absl::Duration period =
-        std::min(absl::Seconds(1), self->registry_->group_timeout() / 4);
+    const absl::Duration period = self->core_->TickPeriod();
     bool flush_failed = false;
     while (!self->stopping_.WaitForNotificationWithTimeout(period)) {
-      self->registry_->Tick();  // lost groups, time-based checkpoints
+      self->core_->Tick();  // lost groups, time-based checkpoints
       if (self->trace_ != nullptr) {
         const absl::Status flushed = self->trace_->Flush();
         if (!flushed.ok() && !flush_failed) {
@@ -105,14 +95,14 @@ void MasterServer::Shutdown(absl::Duration grace) {
   exposer_.reset();
   // Snapshot streams never end on their own; closing the hub ends them now
   // rather than at the end of the grace period.
-  if (snapshots_ != nullptr) snapshots_->Close();
+  if (core_ != nullptr) core_->CloseSnapshots();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoSeconds(grace));
   }
   if (reaper_.joinable()) reaper_.join();
   // No call runs any more: the checkpoints hold everything the jobs did.
-  if (registry_ != nullptr) registry_->CheckpointAll();
+  if (core_ != nullptr) core_->CheckpointAll();
   if (trace_ != nullptr) {
     const absl::Status closed = trace_->Close();
     if (!closed.ok()) LOG(ERROR) << "trace: " << closed;

@@ -1,9 +1,9 @@
-// mpilearn-master's top-level object: owns the job registry, the snapshot
-// hub (validation pools' feed), the gRPC service and server, the metrics
+// mpilearn-master's top-level object: owns the master's core (MasterCore:
+// jobs, snapshots, state directory), the gRPC service and server, the metrics
 // (MasterMetrics, served by a prometheus::Exposer on Options::metrics_listen
 // at /metrics), the trace recorder (Options::trace_file), and the thread
 // that declares silent groups lost, writes time-based checkpoints
-// (JobRegistry::Tick) and flushes the trace about once a second.
+// (MasterCore::Tick) and flushes the trace about once a second.
 //
 //   auto server = MasterServer::BuildAndStart(options);  // listening now
 //   ...                                                  // until a signal
@@ -24,11 +24,10 @@
 #include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
-#include "server/core/job_registry.h"
+#include "server/core/master_core.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"
 #include "server/core/optimizer.h"
-#include "server/core/snapshot_hub.h"
 
 namespace mpilearn::server {
 
@@ -76,14 +75,12 @@ class MasterServer {
   // service record into them, so they outlive both.
   std::unique_ptr<TraceRecorder> trace_;
   std::shared_ptr<MasterMetrics> metrics_;
-  // Declared before the registry (its sink) and the service (streams hold
-  // subscriptions), so it outlives both.
-  std::unique_ptr<SnapshotHub> snapshots_;
-  std::unique_ptr<JobRegistry> registry_;
+  // Declared before the service (streams hold its subscriptions), so it
+  // outlives it.
+  std::unique_ptr<MasterCore> core_;
   std::unique_ptr<MasterServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
-  // Declared last: its scrapes read the registry and the hub, so it stops
-  // first.
+  // Declared last: its scrapes read the core, so it stops first.
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   int metrics_port_ = 0;

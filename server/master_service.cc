@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -51,53 +52,20 @@ class RpcScope {
   grpc::StatusCode code_ = grpc::StatusCode::UNKNOWN;
 };
 
-// Holds the assembled tensors of one incoming stream.
-struct IncomingTensors {
-  std::vector<std::vector<float>> values;
-  uint64_t bytes = 0;  // tensor bytes received
-};
-
-// Reads chunk messages from `next` (which returns false at end of stream)
-// into fp32 buffers laid out as `header`.
-template <typename NextChunk>
-absl::StatusOr<IncomingTensors> ReceiveTensors(const v1::TensorSetHeader& header,
-                                               NextChunk next) {
-  MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
-                            TensorSetAssembler::ByteSizes(header));
-  IncomingTensors in;
-  std::vector<absl::Span<char>> dest;
-  in.values.reserve(sizes.size());
-  for (size_t bytes : sizes) {
-    in.values.emplace_back(bytes / sizeof(float));
-    dest.push_back(AsWritableBytes(absl::MakeSpan(in.values.back())));
-    in.bytes += bytes;
-  }
-  MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
-                            TensorSetAssembler::Create(header, dest));
-  const v1::TensorChunk* chunk = nullptr;
-  absl::Status status;
-  while ((chunk = next(&status)) != nullptr) {
-    MPILEARN_RETURN_IF_ERROR(assembler.Add(*chunk));
-  }
-  MPILEARN_RETURN_IF_ERROR(status);
-  MPILEARN_RETURN_IF_ERROR(assembler.Finish());
-  return in;
-}
-
-// The rest of a client stream as a chunk source for ReceiveTensors: each
-// call reads the next message into `message` and returns its chunk, or null
-// at the end of the stream (or, with `*status` set, at a non-chunk message).
-template <typename Reader, typename Request>
-auto ChunkSource(Reader& reader, Request& message, absl::string_view rpc) {
-  return [&reader, &message, rpc](absl::Status* status) -> const v1::TensorChunk* {
-    if (!reader.Read(&message)) return nullptr;
+// Reads the rest of a client stream's messages into `pending`: every
+// message after the header must be a chunk.
+template <typename Request, typename Reader>
+absl::Status ReceiveChunks(Reader& reader, absl::string_view rpc,
+                           PendingTensors& pending) {
+  Request message;
+  while (reader.Read(&message)) {
     if (!message.has_chunk()) {
-      *status = absl::InvalidArgumentError(
+      return InvalidRequestError(
           absl::StrCat(rpc, ": expected only chunks after the header"));
-      return nullptr;
     }
-    return &message.chunk();
-  };
+    MPILEARN_RETURN_IF_ERROR(pending.AddChunk(message.chunk()));
+  }
+  return absl::OkStatus();
 }
 
 // Streams the weights' tensor chunks as `Part` messages (WeightsPart,
@@ -155,10 +123,19 @@ absl::Status SendSnapshot(const SnapshotHub::Delivery& delivery,
 
 absl::Status ExpectHeader(bool has_header, absl::string_view rpc) {
   if (!has_header) {
-    return absl::InvalidArgumentError(
+    return InvalidRequestError(
         absl::StrCat(rpc, ": the first message of the stream must be a header"));
   }
   return absl::OkStatus();
+}
+
+// A unary call's outcome: the core's response moved into `response`, or
+// its error as a gRPC status.
+template <typename Response>
+grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *response = std::move(result).value();
+  return grpc::Status::OK;
 }
 
 }  // namespace
@@ -167,20 +144,14 @@ grpc::Status MasterServiceImpl::SubmitJob(grpc::ServerContext*,
                                           const v1::SubmitJobRequest* request,
                                           v1::SubmitJobResponse* response) {
   RpcScope rpc(metrics_, "SubmitJob");
-  absl::StatusOr<std::string> job_id = registry_.Submit(request->spec());
-  if (!job_id.ok()) return rpc.Finish(ToGrpcStatus(job_id.status()));
-  response->set_job_id(*job_id);
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(Reply(core_.SubmitJob(*request), response));
 }
 
 grpc::Status MasterServiceImpl::RegisterGroup(
     grpc::ServerContext*, const v1::RegisterGroupRequest* request,
     v1::RegisterGroupResponse* response) {
   RpcScope rpc(metrics_, "RegisterGroup");
-  auto registered = registry_.RegisterGroup(*request);
-  if (!registered.ok()) return rpc.Finish(ToGrpcStatus(registered.status()));
-  *response = std::move(registered).value();
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(Reply(core_.RegisterGroup(*request), response));
 }
 
 grpc::Status MasterServiceImpl::InitWeights(
@@ -188,24 +159,20 @@ grpc::Status MasterServiceImpl::InitWeights(
     v1::InitWeightsResponse* response) {
   RpcScope rpc(metrics_, "InitWeights", /*streaming=*/true);
   auto handle = [&]() -> absl::Status {
-    v1::InitWeightsRequest message;
-    MPILEARN_RETURN_IF_ERROR(ExpectHeader(
-        reader->Read(&message) && message.has_header(), "InitWeights"));
-    const v1::InitWeightsRequest::Header header = message.header();
+    v1::InitWeightsRequest first;
+    MPILEARN_RETURN_IF_ERROR(
+        ExpectHeader(reader->Read(&first) && first.has_header(), "InitWeights"));
+    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
+                              core_.BeginInitWeights(first.header()));
     TraceSpan receive(trace_, "receive", "master");
-    MPILEARN_ASSIGN_OR_RETURN(
-        IncomingTensors in,
-        ReceiveTensors(header.weights(),
-                       ChunkSource(*reader, message, "InitWeights")));
-    receive.Arg("bytes", static_cast<int64_t>(in.bytes));
+    MPILEARN_RETURN_IF_ERROR(ReceiveChunks<v1::InitWeightsRequest>(*reader, "InitWeights", pending));
+    receive.Arg("bytes", static_cast<int64_t>(pending.bytes()));
     receive.End();
-    // Counted for jobs the master holds only (no series for made-up ids).
-    if (metrics_ != nullptr && registry_.FindJob(header.job_id()).ok()) {
-      metrics_->AddReceivedBytes(header.job_id(), in.bytes);
+    if (metrics_ != nullptr) {
+      metrics_->AddReceivedBytes(pending.job_id(), pending.bytes());
     }
-    MPILEARN_ASSIGN_OR_RETURN(
-        *response, registry_.InitWeights(header.job_id(), header.group_id(),
-                                         header.weights(), std::move(in.values)));
+    MPILEARN_ASSIGN_OR_RETURN(*response,
+                              core_.CommitInitWeights(std::move(pending)));
     return absl::OkStatus();
   };
   return rpc.Finish(ToGrpcStatus(handle()));
@@ -216,42 +183,30 @@ grpc::Status MasterServiceImpl::PushGradient(
     grpc::ServerReaderWriter<v1::WeightsPart, v1::PushGradientRequest>* stream) {
   RpcScope rpc(metrics_, "PushGradient", /*streaming=*/true);
   auto handle = [&]() -> absl::Status {
-    v1::PushGradientRequest message;
-    MPILEARN_RETURN_IF_ERROR(ExpectHeader(
-        stream->Read(&message) && message.has_header(), "PushGradient"));
-    const v1::PushGradientRequest::Header header = message.header();
-    MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
-                              registry_.FindJob(header.job_id()));
-    MPILEARN_ASSIGN_OR_RETURN(v1::TensorSetHeader layout, job->Layout());
-    MPILEARN_RETURN_IF_ERROR(CheckSameLayout(layout, header.gradient()));
+    v1::PushGradientRequest first;
+    MPILEARN_RETURN_IF_ERROR(
+        ExpectHeader(stream->Read(&first) && first.has_header(), "PushGradient"));
+    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
+                              core_.BeginPush(first.header()));
+    const std::string job_id = pending.job_id();
     TraceSpan receive(trace_, "receive", "master");
-    MPILEARN_ASSIGN_OR_RETURN(
-        IncomingTensors in,
-        ReceiveTensors(header.gradient(),
-                       ChunkSource(*stream, message, "PushGradient")));
-    receive.Arg("bytes", static_cast<int64_t>(in.bytes));
+    MPILEARN_RETURN_IF_ERROR(ReceiveChunks<v1::PushGradientRequest>(*stream, "PushGradient",
+                                                   pending));
+    receive.Arg("bytes", static_cast<int64_t>(pending.bytes()));
     receive.End();
-    if (metrics_ != nullptr) metrics_->AddReceivedBytes(job->id(), in.bytes);
-    GradientUpdate update;
-    update.group_id = header.group_id();
-    update.rank = header.rank();
-    update.kind = header.kind();
-    update.base_version = header.gradient().version();
-    update.samples = header.samples();
-    update.train_loss = header.train_loss();
-    update.values = std::move(in.values);
-    // The registry records the "apply" event.
+    if (metrics_ != nullptr) metrics_->AddReceivedBytes(job_id, pending.bytes());
+    // The core records the "apply" event.
     MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
-                              registry_.ApplyGradient(*job, update));
-    VLOG(1) << "job " << job->id() << ": update from " << update.group_id
-            << " rank " << update.rank << " -> version "
+                              core_.CommitPush(std::move(pending)));
+    VLOG(1) << "job " << job_id << ": update from " << first.header().group_id()
+            << " rank " << first.header().rank() << " -> version "
             << weights->header.version();
     TraceSpan send(trace_, "send", "master");
     uint64_t sent = 0;
     const absl::Status status = SendWeights(*weights, stream, &sent);
     send.Arg("version", static_cast<int64_t>(weights->header.version()));
     send.Arg("bytes", static_cast<int64_t>(sent));
-    if (metrics_ != nullptr) metrics_->AddSentBytes(job->id(), sent);
+    if (metrics_ != nullptr) metrics_->AddSentBytes(job_id, sent);
     return status;
   };
   return rpc.Finish(ToGrpcStatus(handle()));
@@ -263,18 +218,13 @@ grpc::Status MasterServiceImpl::PullWeights(
   RpcScope rpc(metrics_, "PullWeights", /*streaming=*/true);
   TraceSpan pull(trace_, "pull", "master");
   auto handle = [&]() -> absl::Status {
-    MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
-                              registry_.FindJob(request->job_id()));
-    if (!request->group_id().empty()) {
-      MPILEARN_RETURN_IF_ERROR(job->Touch(request->group_id(), registry_.Now()));
-    }
     MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
-                              job->Weights());
+                              core_.PullWeights(*request));
     uint64_t sent = 0;
     const absl::Status status = SendWeights(*weights, writer, &sent);
     pull.Arg("version", static_cast<int64_t>(weights->header.version()));
     pull.Arg("bytes", static_cast<int64_t>(sent));
-    if (metrics_ != nullptr) metrics_->AddSentBytes(job->id(), sent);
+    if (metrics_ != nullptr) metrics_->AddSentBytes(request->job_id(), sent);
     return status;
   };
   return rpc.Finish(ToGrpcStatus(handle()));
@@ -286,14 +236,14 @@ grpc::Status MasterServiceImpl::NextDataUnit(
   RpcScope rpc(metrics_, "NextDataUnit");
   TraceSpan span(trace_, "next_unit", "master");
   span.Arg("completed", request->completed_size());
-  auto next = registry_.NextDataUnit(*request);
-  if (!next.ok()) return rpc.Finish(ToGrpcStatus(next.status()));
-  *response = std::move(next).value();
-  span.Arg("action", response->action());
-  if (response->action() == v1::NextDataUnitResponse::TRAIN) {
-    span.Arg("unit", response->unit().unit_id());
+  const grpc::Status status = Reply(core_.NextDataUnit(*request), response);
+  if (status.ok()) {
+    span.Arg("action", response->action());
+    if (response->action() == v1::NextDataUnitResponse::TRAIN) {
+      span.Arg("unit", response->unit().unit_id());
+    }
   }
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(status);
 }
 
 grpc::Status MasterServiceImpl::ReportEpoch(
@@ -302,32 +252,21 @@ grpc::Status MasterServiceImpl::ReportEpoch(
   RpcScope rpc(metrics_, "ReportEpoch");
   TraceSpan span(trace_, "validation_report", "master");
   span.Arg("epoch", request->record().epoch());
-  auto state = registry_.ReportEpoch(request->job_id(), request->record());
-  if (!state.ok()) return rpc.Finish(ToGrpcStatus(state.status()));
-  response->set_state(*state);
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(Reply(core_.ReportEpoch(*request), response));
 }
 
 grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext*,
                                           const v1::HeartbeatRequest* request,
                                           v1::HeartbeatResponse* response) {
   RpcScope rpc(metrics_, "Heartbeat");
-  auto state = registry_.Heartbeat(
-      request->job_id(), request->group_id(),
-      request->has_telemetry() ? &request->telemetry() : nullptr);
-  if (!state.ok()) return rpc.Finish(ToGrpcStatus(state.status()));
-  response->set_state(*state);
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(Reply(core_.Heartbeat(*request), response));
 }
 
 grpc::Status MasterServiceImpl::Leave(grpc::ServerContext*,
                                       const v1::LeaveRequest* request,
                                       v1::LeaveResponse* response) {
   RpcScope rpc(metrics_, "Leave");
-  auto state = registry_.Leave(*request);
-  if (!state.ok()) return rpc.Finish(ToGrpcStatus(state.status()));
-  response->set_state(*state);
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(Reply(core_.Leave(*request), response));
 }
 
 grpc::Status MasterServiceImpl::ReportValidation(
@@ -337,28 +276,21 @@ grpc::Status MasterServiceImpl::ReportValidation(
   TraceSpan span(trace_, "validation_report", "master");
   span.Arg("version", static_cast<int64_t>(request->record().version()));
   span.Arg("epoch", request->record().epoch());
-  auto state = registry_.ReportValidation(request->job_id(), request->record());
-  if (!state.ok()) return rpc.Finish(ToGrpcStatus(state.status()));
-  response->set_state(*state);
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(Reply(core_.ReportValidation(*request), response));
 }
 
 grpc::Status MasterServiceImpl::SubscribeSnapshots(
     grpc::ServerContext* context, const v1::SubscribeSnapshotsRequest* request,
     grpc::ServerWriter<v1::SnapshotPart>* writer) {
   RpcScope rpc(metrics_, "SubscribeSnapshots", /*streaming=*/true);
-  std::vector<std::string> job_ids(request->job_ids().begin(),
-                                   request->job_ids().end());
-  for (const std::string& job_id : job_ids) {
-    auto job = registry_.FindJob(job_id);
-    if (!job.ok()) return rpc.Finish(ToGrpcStatus(job.status()));
-  }
   const std::string label =
       absl::StrCat(request->subscriber().empty() ? "unnamed"
                                                  : request->subscriber(),
                    " at ", context->peer());
-  std::shared_ptr<SnapshotHub::Subscription> subscription =
-      snapshots_.Subscribe(job_ids, label);
+  absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> subscribed =
+      core_.SubscribeSnapshots(*request, label);
+  if (!subscribed.ok()) return rpc.Finish(ToGrpcStatus(subscribed.status()));
+  std::shared_ptr<SnapshotHub::Subscription> subscription = *subscribed;
   // Tells the client it is subscribed: snapshots from now on reach it. The
   // key is common/master_client.h's kSubscribedMetadataKey.
   context->AddInitialMetadata("mpilearn-subscribed", "1");
@@ -368,8 +300,9 @@ grpc::Status MasterServiceImpl::SubscribeSnapshots(
         subscription->Next(absl::Seconds(1));
     if (!delivery.has_value()) {
       if (subscription->closed()) {
-        return rpc.Finish(
-            ToGrpcStatus(absl::UnavailableError("the master is shutting down")));
+        return rpc.Finish(ToGrpcStatus(
+            WithReason(absl::UnavailableError("the master is shutting down"),
+                       v1::ERROR_REASON_UNAVAILABLE)));
       }
       continue;
     }
@@ -390,21 +323,14 @@ grpc::Status MasterServiceImpl::GetJobStatus(
     grpc::ServerContext*, const v1::GetJobStatusRequest* request,
     v1::JobStatus* response) {
   RpcScope rpc(metrics_, "GetJobStatus");
-  auto status = registry_.Status(request->job_id());
-  if (!status.ok()) return rpc.Finish(ToGrpcStatus(status.status()));
-  *response = std::move(status).value();
-  snapshots_.FillCounters(*response);
-  return rpc.Finish(grpc::Status::OK);
+  return rpc.Finish(Reply(core_.GetJobStatus(*request), response));
 }
 
 grpc::Status MasterServiceImpl::ListJobs(grpc::ServerContext*,
-                                         const v1::ListJobsRequest*,
+                                         const v1::ListJobsRequest* request,
                                          v1::ListJobsResponse* response) {
   RpcScope rpc(metrics_, "ListJobs");
-  for (v1::JobStatus& status : registry_.List()) {
-    snapshots_.FillCounters(status);
-    *response->add_jobs() = std::move(status);
-  }
+  *response = core_.ListJobs(*request);
   return rpc.Finish(grpc::Status::OK);
 }
 

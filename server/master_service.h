@@ -1,7 +1,9 @@
-// The gRPC face of the master: translates each Master RPC into a call on the
-// JobRegistry (or, for snapshot subscriptions, the SnapshotHub) and its
-// status back. Holds no state of its own beyond those references; all logic
-// lives in job_registry.h / job.h / snapshot_hub.h.
+// The gRPC face of the master: a thin adapter that turns each Master RPC
+// into a call on the master's core (server/core/master_core.h) and its
+// status back (common/grpc_status.h, reason included). It only moves bytes:
+// reading a stream's chunks into the core's PendingTensors, streaming reply
+// weights and snapshots as chunks. Holds no state of its own; all logic
+// lives in the core.
 //
 // Observability (both optional, null in tests that need neither):
 //   - MasterMetrics: every RPC's latency and status code
@@ -21,9 +23,8 @@
 #include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/mpilearn.grpc.pb.h"
-#include "server/core/job_registry.h"
+#include "server/core/master_core.h"
 #include "server/master_metrics.h"
-#include "server/core/snapshot_hub.h"
 
 namespace mpilearn::server {
 
@@ -31,13 +32,9 @@ class MasterServiceImpl final : public v1::Master::Service {
  public:
   // `metrics` and `trace` may be null; when given they must outlive the
   // service.
-  MasterServiceImpl(JobRegistry& registry, SnapshotHub& snapshots,
-                    MasterMetrics* metrics = nullptr,
-                    TraceRecorder* trace = nullptr)
-      : registry_(registry),
-        snapshots_(snapshots),
-        metrics_(metrics),
-        trace_(trace) {}
+  explicit MasterServiceImpl(MasterCore& core, MasterMetrics* metrics = nullptr,
+                             TraceRecorder* trace = nullptr)
+      : core_(core), metrics_(metrics), trace_(trace) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -84,8 +81,7 @@ class MasterServiceImpl final : public v1::Master::Service {
                         v1::ListJobsResponse* response) override;
 
  private:
-  JobRegistry& registry_;
-  SnapshotHub& snapshots_;
+  MasterCore& core_;
   MasterMetrics* const metrics_;
   TraceRecorder* const trace_;
 };

@@ -1,11 +1,15 @@
 // The master of the local baseline mode: the master's own core
-// (server::JobRegistry, its jobs and optimizers) in the worker's process, with
-// no RPC. `mpilearn-worker --local --job SPEC` trains through it with the
-// same Trainer as a distributed group, which makes it the reference point
-// for scaling studies and for checking that the distributed path computes
-// what it should.
+// (server::MasterCore: jobs, optimizers, state directory) in the worker's
+// process, with no RPC. `mpilearn-worker --local --job SPEC` trains through
+// it with the same Trainer as a distributed group, which makes it the
+// reference point for scaling studies and for checking that the distributed
+// path computes what it should.
 //
-// Threading: the registry is thread-safe; this wrapper adds no state.
+// A thin adapter, like the gRPC service (server/master_service.h): each
+// call becomes the same MasterCore call the service makes, with tensors
+// copied from and to the trainer's buffers instead of streamed.
+//
+// Threading: the core is thread-safe; this wrapper adds no state.
 #ifndef MPILEARN_WORKER_LOCAL_MASTER_H_
 #define MPILEARN_WORKER_LOCAL_MASTER_H_
 
@@ -13,8 +17,7 @@
 #include <string>
 
 #include "common/master_connection.h"
-#include "server/core/job_registry.h"
-#include "server/core/optimizer.h"
+#include "server/core/master_core.h"
 
 namespace mpilearn::worker {
 
@@ -46,10 +49,10 @@ class LocalMaster final : public MasterConnection {
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override;
 
  private:
-  explicit LocalMaster(std::unique_ptr<server::JobRegistry> registry)
-      : registry_(std::move(registry)) {}
+  explicit LocalMaster(std::unique_ptr<server::MasterCore> core)
+      : core_(std::move(core)) {}
 
-  std::unique_ptr<server::JobRegistry> registry_;
+  std::unique_ptr<server::MasterCore> core_;
 };
 
 }  // namespace mpilearn::worker

@@ -1,0 +1,252 @@
+#include "server/core/master_core.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
+#include "common/status_macros.h"
+
+namespace mpilearn::server {
+
+absl::StatusOr<PendingTensors> PendingTensors::ForHeader(
+    std::string job_id, const v1::TensorSetHeader& header) {
+  MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
+                            TensorSetAssembler::ByteSizes(header));
+  PendingTensors pending;
+  pending.job_id_ = std::move(job_id);
+  pending.header_ = header;
+  pending.values_.reserve(sizes.size());
+  for (size_t bytes : sizes) {
+    pending.values_.emplace_back(bytes / sizeof(float));
+    pending.bytes_ += bytes;
+  }
+  return pending;
+}
+
+absl::Status PendingTensors::AddChunk(const v1::TensorChunk& chunk) {
+  if (copied_) {
+    return InvalidRequestError("tensors were already copied in whole");
+  }
+  if (!assembler_.has_value()) {
+    std::vector<absl::Span<char>> destinations;
+    destinations.reserve(values_.size());
+    for (std::vector<float>& v : values_) {
+      destinations.push_back(AsWritableBytes(absl::MakeSpan(v)));
+    }
+    MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
+                              TensorSetAssembler::Create(header_, destinations));
+    assembler_.emplace(std::move(assembler));
+  }
+  return WithReason(assembler_->Add(chunk), v1::ERROR_REASON_INVALID_REQUEST);
+}
+
+absl::Status PendingTensors::CopyFrom(
+    absl::Span<const absl::Span<const float>> values) {
+  if (assembler_.has_value() || copied_) {
+    return InvalidRequestError("tensors were already received");
+  }
+  if (values.size() != values_.size()) {
+    return InvalidRequestError(absl::StrCat("expected ", values_.size(),
+                                            " tensors, got ", values.size()));
+  }
+  for (size_t t = 0; t < values.size(); ++t) {
+    if (values[t].size() != values_[t].size()) {
+      return InvalidRequestError(absl::StrCat(
+          "tensor '", header_.tensors(static_cast<int>(t)).name(), "' holds ",
+          values[t].size(), " values; its header says ", values_[t].size()));
+    }
+    if (!values[t].empty()) {
+      std::memcpy(values_[t].data(), values[t].data(),
+                  values[t].size() * sizeof(float));
+    }
+  }
+  copied_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PendingTensors::Finish() const {
+  if (copied_) return absl::OkStatus();
+  if (assembler_.has_value()) {
+    return WithReason(assembler_->Finish(), v1::ERROR_REASON_INVALID_REQUEST);
+  }
+  // No chunk arrived: complete only when there is nothing to send.
+  if (bytes_ == 0) return absl::OkStatus();
+  return InvalidRequestError(
+      absl::StrCat("the stream ended before any of the ", bytes_,
+                   " tensor bytes its header announced"));
+}
+
+absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) {
+  auto core = std::unique_ptr<MasterCore>(new MasterCore());
+  core->snapshots_ = std::make_unique<SnapshotHub>();
+  options.registry.snapshot_sink = core->snapshots_.get();
+  MPILEARN_ASSIGN_OR_RETURN(core->registry_,
+                            JobRegistry::Create(std::move(options.registry)));
+  return core;
+}
+
+absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
+    const v1::SubmitJobRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(std::string job_id, registry_->Submit(request.spec()));
+  v1::SubmitJobResponse response;
+  response.set_job_id(std::move(job_id));
+  return response;
+}
+
+absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
+    const v1::RegisterGroupRequest& request) {
+  return registry_->RegisterGroup(request);
+}
+
+absl::StatusOr<PendingTensors> MasterCore::BeginInitWeights(
+    const v1::InitWeightsRequest::Header& header) {
+  MPILEARN_RETURN_IF_ERROR(registry_->FindJob(header.job_id()).status());
+  MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
+                            PendingTensors::ForHeader(header.job_id(),
+                                                      header.weights()));
+  pending.init_header_ = header;
+  return pending;
+}
+
+absl::StatusOr<v1::InitWeightsResponse> MasterCore::CommitInitWeights(
+    PendingTensors pending) {
+  MPILEARN_RETURN_IF_ERROR(pending.Finish());
+  const v1::InitWeightsRequest::Header& header = pending.init_header_;
+  return registry_->InitWeights(header.job_id(), header.group_id(),
+                                header.weights(), std::move(pending.values_));
+}
+
+absl::StatusOr<PendingTensors> MasterCore::BeginPush(
+    const v1::PushGradientRequest::Header& header) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
+                            registry_->FindJob(header.job_id()));
+  MPILEARN_ASSIGN_OR_RETURN(v1::TensorSetHeader layout, job->Layout());
+  MPILEARN_RETURN_IF_ERROR(WithReason(CheckSameLayout(layout, header.gradient()),
+                                      v1::ERROR_REASON_INVALID_REQUEST));
+  MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
+                            PendingTensors::ForHeader(header.job_id(),
+                                                      header.gradient()));
+  pending.push_header_ = header;
+  pending.job_ = std::move(job);
+  return pending;
+}
+
+absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::CommitPush(
+    PendingTensors pending) {
+  MPILEARN_RETURN_IF_ERROR(pending.Finish());
+  const v1::PushGradientRequest::Header& header = pending.push_header_;
+  GradientUpdate update;
+  update.group_id = header.group_id();
+  update.rank = header.rank();
+  update.kind = header.kind();
+  update.base_version = header.gradient().version();
+  update.samples = header.samples();
+  update.train_loss = header.train_loss();
+  update.values = std::move(pending.values_);
+  return registry_->ApplyGradient(*pending.job_, update);
+}
+
+absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
+    const v1::PullWeightsRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
+                            registry_->FindJob(request.job_id()));
+  if (!request.group_id().empty()) {
+    MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), registry_->Now()));
+  }
+  return job->Weights();
+}
+
+absl::StatusOr<v1::NextDataUnitResponse> MasterCore::NextDataUnit(
+    const v1::NextDataUnitRequest& request) {
+  return registry_->NextDataUnit(request);
+}
+
+absl::StatusOr<v1::ReportEpochResponse> MasterCore::ReportEpoch(
+    const v1::ReportEpochRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(
+      v1::JobState state, registry_->ReportEpoch(request.job_id(), request.record()));
+  v1::ReportEpochResponse response;
+  response.set_state(state);
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> MasterCore::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(
+      v1::JobState state,
+      registry_->Heartbeat(request.job_id(), request.group_id(),
+                           request.has_telemetry() ? &request.telemetry()
+                                                   : nullptr));
+  v1::HeartbeatResponse response;
+  response.set_state(state);
+  return response;
+}
+
+absl::StatusOr<v1::LeaveResponse> MasterCore::Leave(
+    const v1::LeaveRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(v1::JobState state, registry_->Leave(request));
+  v1::LeaveResponse response;
+  response.set_state(state);
+  return response;
+}
+
+absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>>
+MasterCore::SubscribeSnapshots(const v1::SubscribeSnapshotsRequest& request,
+                               const std::string& label) {
+  std::vector<std::string> job_ids(request.job_ids().begin(),
+                                   request.job_ids().end());
+  for (const std::string& job_id : job_ids) {
+    MPILEARN_RETURN_IF_ERROR(registry_->FindJob(job_id).status());
+  }
+  return snapshots_->Subscribe(job_ids, label);
+}
+
+absl::StatusOr<v1::ReportValidationResponse> MasterCore::ReportValidation(
+    const v1::ReportValidationRequest& request) {
+  MPILEARN_ASSIGN_OR_RETURN(
+      v1::JobState state,
+      registry_->ReportValidation(request.job_id(), request.record()));
+  v1::ReportValidationResponse response;
+  response.set_state(state);
+  return response;
+}
+
+absl::StatusOr<v1::JobStatus> MasterCore::GetJobStatus(
+    const v1::GetJobStatusRequest& request) const {
+  MPILEARN_ASSIGN_OR_RETURN(v1::JobStatus status,
+                            registry_->Status(request.job_id()));
+  snapshots_->FillCounters(status);
+  return status;
+}
+
+v1::ListJobsResponse MasterCore::ListJobs(const v1::ListJobsRequest&) const {
+  v1::ListJobsResponse response;
+  for (v1::JobStatus& status : registry_->List()) {
+    snapshots_->FillCounters(status);
+    *response.add_jobs() = std::move(status);
+  }
+  return response;
+}
+
+std::vector<JobMetricsView> MasterCore::ListForMetrics() const {
+  std::vector<JobMetricsView> jobs = registry_->ListForMetrics();
+  for (JobMetricsView& job : jobs) snapshots_->FillCounters(job.status);
+  return jobs;
+}
+
+bool MasterCore::HasJob(const std::string& job_id) const {
+  return registry_->FindJob(job_id).ok();
+}
+
+void MasterCore::Tick() { registry_->Tick(); }
+
+absl::Duration MasterCore::TickPeriod() const {
+  return std::min(absl::Seconds(1), registry_->group_timeout() / 4);
+}
+
+void MasterCore::CloseSnapshots() { snapshots_->Close(); }
+
+void MasterCore::CheckpointAll() { registry_->CheckpointAll(); }
+
+}  // namespace mpilearn::server

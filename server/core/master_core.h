@@ -1,0 +1,180 @@
+// The master's request-level API: every call of the protocol's Master
+// service as one method that takes and returns the protocol's own messages.
+// The gRPC service (server/master_service.h) and the worker's in-process
+// local mode (worker/local_master.h) are thin adapters over this class, so
+// both do exactly the same lookups, checks and bookkeeping per call; only
+// how tensors and errors travel differs.
+//
+//   auto core = MasterCore::Create({.registry = {.state_dir = dir}});
+//   auto job = (*core)->SubmitJob(submit_request);
+//   auto group = (*core)->RegisterGroup(register_request);
+//   // A push: Begin checks the header against the job and sizes buffers
+//   // that the transport fills in place; Commit applies the update.
+//   MPILEARN_ASSIGN_OR_RETURN(PendingTensors push, core->BeginPush(header));
+//   while (more chunks) MPILEARN_RETURN_IF_ERROR(push.AddChunk(chunk));
+//   MPILEARN_ASSIGN_OR_RETURN(auto weights, core->CommitPush(std::move(push)));
+//
+// Owns the job registry (jobs, queue, update rules, state directory; see
+// job_registry.h) and the snapshot hub (validation pools' feed; see
+// snapshot_hub.h), wired together.
+//
+// Threading: thread-safe; every method may be called from any thread. A
+// PendingTensors belongs to the one call that began it.
+//
+// Errors: absl::Status values whose messages tell the caller what to do and
+// that carry a v1::ErrorReason (common/error_reason.h) for clients to branch
+// on; transports pass them on unchanged.
+#ifndef MPILEARN_SERVER_CORE_MASTER_CORE_H_
+#define MPILEARN_SERVER_CORE_MASTER_CORE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/tensor_codec.h"
+#include "proto/mpilearn.pb.h"
+#include "server/core/job_registry.h"
+#include "server/core/job_values.h"
+#include "server/core/snapshot_hub.h"
+
+namespace mpilearn::server {
+
+// The tensors of one InitWeights or PushGradient call while they arrive:
+// fp32 buffers sized from the call's header, filled by the transport either
+// chunk by chunk (AddChunk, the gRPC stream) or whole (CopyFrom, in
+// process), then handed to the matching Commit. Move-only; not thread-safe.
+class PendingTensors {
+ public:
+  PendingTensors(PendingTensors&&) = default;
+  PendingTensors& operator=(PendingTensors&&) = default;
+
+  // The job the call is for.
+  const std::string& job_id() const { return job_id_; }
+  // Tensor bytes the call carries (the header's announced sizes).
+  uint64_t bytes() const { return bytes_; }
+
+  // Copies the next chunk into place (chunks in order, as the protocol
+  // sends them). INVALID_ARGUMENT for a chunk that does not fit.
+  absl::Status AddChunk(const v1::TensorChunk& chunk);
+  // Copies whole tensors, one span per tensor of the header.
+  // INVALID_ARGUMENT for a count or size that does not match.
+  absl::Status CopyFrom(absl::Span<const absl::Span<const float>> values);
+
+ private:
+  friend class MasterCore;
+  PendingTensors() = default;
+
+  // Sizes the buffers for `header`; INVALID_ARGUMENT for a header whose
+  // sizes cannot be computed.
+  static absl::StatusOr<PendingTensors> ForHeader(
+      std::string job_id, const v1::TensorSetHeader& header);
+  // OK once every tensor arrived in full (by chunks or CopyFrom).
+  absl::Status Finish() const;
+
+  std::string job_id_;
+  v1::TensorSetHeader header_;
+  std::vector<std::vector<float>> values_;
+  // Set for chunked filling; its spans point into values_' heap buffers,
+  // which moving the object does not relocate.
+  std::optional<TensorSetAssembler> assembler_;
+  bool copied_ = false;
+  uint64_t bytes_ = 0;
+  // The call's header, for Commit.
+  v1::InitWeightsRequest::Header init_header_;
+  v1::PushGradientRequest::Header push_header_;
+  // PushGradient: the job, found at Begin.
+  std::shared_ptr<Job> job_;
+};
+
+class MasterCore {
+ public:
+  struct Options {
+    // The registry's options (state directory, group timeout, engine,
+    // metrics sink, trace). Its snapshot_sink is set by Create to the
+    // core's own hub.
+    JobRegistry::Options registry;
+  };
+
+  // Opens the state directory and, per Options::registry.resume_jobs,
+  // loads its jobs.
+  static absl::StatusOr<std::unique_ptr<MasterCore>> Create(Options options);
+
+  MasterCore(const MasterCore&) = delete;
+  MasterCore& operator=(const MasterCore&) = delete;
+
+  // Jobs and groups.
+  absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
+      const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
+      const v1::RegisterGroupRequest& request);
+
+  // Initial weights: Begin needs only the header (an unknown job fails
+  // here, before any tensor is received); Commit marks the group as seen
+  // and installs the weights unless another group's were taken first.
+  absl::StatusOr<PendingTensors> BeginInitWeights(
+      const v1::InitWeightsRequest::Header& header);
+  absl::StatusOr<v1::InitWeightsResponse> CommitInitWeights(
+      PendingTensors pending);
+
+  // An update (gradient, elastic or delta): Begin finds the job and checks
+  // the header's layout against the job's weights; Commit applies it
+  // (job.h: kind, staleness, NaN/Inf) and returns the weights for the reply.
+  absl::StatusOr<PendingTensors> BeginPush(
+      const v1::PushGradientRequest::Header& header);
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> CommitPush(
+      PendingTensors pending);
+
+  // The job's current weights; a group named in the request is marked as
+  // seen (and must be an active group of the job).
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> PullWeights(
+      const v1::PullWeightsRequest& request);
+
+  absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
+      const v1::NextDataUnitRequest& request);
+  absl::StatusOr<v1::ReportEpochResponse> ReportEpoch(
+      const v1::ReportEpochRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
+
+  // Validation pools. Subscribe checks every job id first (NOT_FOUND for an
+  // unknown one); `label` names the subscriber in logs.
+  absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> SubscribeSnapshots(
+      const v1::SubscribeSnapshotsRequest& request, const std::string& label);
+  absl::StatusOr<v1::ReportValidationResponse> ReportValidation(
+      const v1::ReportValidationRequest& request);
+
+  // Status, with the snapshot counters filled in.
+  absl::StatusOr<v1::JobStatus> GetJobStatus(
+      const v1::GetJobStatusRequest& request) const;
+  v1::ListJobsResponse ListJobs(const v1::ListJobsRequest& request) const;
+  // Every job as the metrics exporter reads it, snapshot counters filled.
+  std::vector<JobMetricsView> ListForMetrics() const;
+  // Whether the master holds a job of this id (metrics keep series for
+  // those only).
+  bool HasJob(const std::string& job_id) const;
+
+  // Periodic work (lost groups, time-based checkpoints); call at least
+  // every TickPeriod().
+  void Tick();
+  absl::Duration TickPeriod() const;
+  // Shutdown, in this order: CloseSnapshots (ends every subscription's
+  // stream), then once no call runs any more CheckpointAll.
+  void CloseSnapshots();
+  void CheckpointAll();
+
+ private:
+  MasterCore() = default;
+
+  // Declared before the registry, whose sink it is, so it outlives it.
+  std::unique_ptr<SnapshotHub> snapshots_;
+  std::unique_ptr<JobRegistry> registry_;
+};
+
+}  // namespace mpilearn::server
+
+#endif  // MPILEARN_SERVER_CORE_MASTER_CORE_H_
