@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/error_reason.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -128,6 +133,42 @@ std::vector<std::string> MpiGroup::GatherStrings(const std::string& mine,
     }
   }
   return gathered;
+}
+
+absl::Status BroadcastStatus(Collectives& group, const absl::Status& status,
+                             int root) {
+  // On the wire: empty for OK, else "<code> <reason> <message>".
+  std::string wire;
+  if (group.rank() == root && !status.ok()) {
+    wire = absl::StrCat(static_cast<int>(status.code()), " ",
+                        static_cast<int>(ReasonOf(status)), " ", status.message());
+  }
+  group.Broadcast(&wire, root);
+  if (wire.empty()) return absl::OkStatus();
+  if (group.rank() == root) return status;
+  absl::string_view rest = wire;
+  int fields[2] = {static_cast<int>(absl::StatusCode::kUnknown),
+                   v1::ERROR_REASON_UNSPECIFIED};
+  for (int& field : fields) {
+    const size_t space = rest.find(' ');
+    if (space == absl::string_view::npos ||
+        !absl::SimpleAtoi(rest.substr(0, space), &field)) {
+      return absl::InternalError(absl::StrCat(
+          "could not decode the leader's broadcast status: ", wire));
+    }
+    rest.remove_prefix(space + 1);
+  }
+  // The root's status was an error, so its code is never OK here.
+  const absl::StatusCode code = fields[0] == 0
+                                    ? absl::StatusCode::kUnknown
+                                    : static_cast<absl::StatusCode>(fields[0]);
+  absl::Status received(code, absl::StrCat("the leader failed: ", rest));
+  if (fields[1] != v1::ERROR_REASON_UNSPECIFIED &&
+      v1::ErrorReason_IsValid(fields[1])) {
+    received = WithReason(std::move(received),
+                          static_cast<v1::ErrorReason>(fields[1]));
+  }
+  return received;
 }
 
 void SingleProcessGroup::Abort(int exit_code) { std::_Exit(exit_code); }

@@ -3,6 +3,7 @@
 //
 //   absl::StatusOr<std::unique_ptr<MpiGroup>> group = MpiGroup::Init(&argc, &argv);
 //   (*group)->AllreduceSum(absl::MakeSpan(gradient));
+//   MPILEARN_RETURN_IF_ERROR(BroadcastStatus(**group, leader_status, 0));
 //
 // MpiGroup checks the thread level MPI provides, works on a duplicate of
 // MPI_COMM_WORLD so it never collides with other MPI users in the process,
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -57,6 +59,15 @@ class SingleProcessGroup final : public Collectives {
   }
   [[noreturn]] void Abort(int exit_code) override;
 };
+
+// Broadcasts `root`'s `status` (the other ranks' argument is ignored) and
+// returns it on every rank: code, error reason (common/error_reason.h) and
+// message, so every rank decides on the root's outcome the same way. The
+// root gets its own status back unchanged; the others get its code and
+// reason with the message prefixed "the leader failed: ". A collective:
+// every rank of the group calls it.
+absl::Status BroadcastStatus(Collectives& group, const absl::Status& status,
+                             int root);
 
 class MpiGroup final : public Collectives {
  public:

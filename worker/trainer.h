@@ -10,20 +10,10 @@
 // permutation every worker draws identically from the job's seed and the
 // epoch). A faster group simply asks more often, so it trains more units.
 //
-// How updates reach the master depends on the job's algorithm:
-//   downpour: each rank pushes its gradient every `sync_every` batches and
-//             continues from the weights the master returns, without waiting
-//             for the other ranks;
-//   sync:     the ranks average their gradients with MPI_Allreduce, the
-//             leader pushes the average and broadcasts the returned weights
-//             with MPI_Bcast, so all ranks stay identical;
-//   easgd:    each rank takes local SGD steps and every `sync_every` batches
-//             exchanges its weights with the master's centre through the
-//             elastic force alpha (both move toward each other);
-//   gem:      each rank scales its local update elementwise by gradient
-//             energy matching and the master adds it (mpi_learn's GEM).
-// An update the master rejects as too stale (max_staleness) is dropped: the
-// rank pulls the newest weights and goes on.
+// How updates reach the master depends on the job's algorithm: every
+// `sync_every` batches the rank's Exchange (worker/exchange.h: downpour,
+// sync, easgd or gem, chosen once from the spec) sends the window's update
+// and installs the weights it brings back.
 //
 // When the master says a unit finished an epoch, the group agrees on the
 // master's newest weights, splits the validation set over its ranks, reduces
@@ -46,6 +36,9 @@
 //
 // Threading: one thread per rank (the MPI thread). Errors from the master or
 // the data come back as a Status; the caller decides how to end the group.
+// An error the leader broadcasts reaches every rank with the leader's code
+// and reason (BroadcastStatus), so IsGroupUnknown (worker/master_errors.h)
+// answers the same on every rank.
 #ifndef MPILEARN_WORKER_TRAINER_H_
 #define MPILEARN_WORKER_TRAINER_H_
 
@@ -65,6 +58,8 @@
 #include "proto/mpilearn.pb.h"
 #include "worker/dataset.h"
 #include "worker/evaluation.h"
+#include "worker/exchange.h"
+#include "worker/master_errors.h"
 #include "worker/mpi_group.h"
 #include "worker/progress.h"
 
@@ -81,12 +76,6 @@ struct TrainerOptions {
   ProgressOptions progress{ProgressMode::kOff};
   // This rank's trace recorder (not owned); null: no tracing.
   TraceRecorder* trace = nullptr;
-};
-
-// Seconds spent in each part of training, summed over this group's ranks.
-struct StepTimes {
-  double data = 0, compute = 0, master = 0, mpi = 0;
-  double total() const { return data + compute + master + mpi; }
 };
 
 struct TrainResult {
@@ -106,12 +95,6 @@ struct TrainResult {
   double samples_per_second_per_rank = 0.0;
 };
 
-// True for the master's answer to a group it does not know (any more): after
-// a master restart, or once it declared the group lost. The group recovers
-// by registering again (on every rank the message says so: the leader's
-// status is broadcast).
-bool IsGroupUnknown(const absl::Status& status);
-
 class Trainer {
  public:
   Trainer(Collectives& group, MasterConnection& master,
@@ -124,13 +107,15 @@ class Trainer {
   // point on the leader's word (the leader's error was broadcast), so the
   // ranks are still together for collectives; false when this rank failed
   // on its own and the others may be stuck in a collective.
-  bool failed_together() const { return failed_together_; }
+  bool failed_together() const { return context_.failed_together; }
 
  private:
   absl::StatusOr<TrainResult> RunLoop();
   // Broadcasts the leader's outcome: every rank returns the leader's status
-  // (non-leaders as ABORTED); notes a failure as failed_together.
-  absl::Status AgreeOnLeaderStatus(const absl::Status& status);
+  // (code and reason kept); notes a failure as failed_together.
+  absl::Status AgreeOnLeaderStatus(const absl::Status& status) {
+    return worker::AgreeOnLeaderStatus(context_, status);
+  }
   // This rank's cumulative figures, in the order the unit-end allreduce
   // carries them: data, compute, master, mpi seconds, CPU seconds, RSS.
   std::array<double, 6> OwnTelemetry() const;
@@ -143,23 +128,14 @@ class Trainer {
   // Trains this rank's share of `unit`; returns {loss sum, samples} summed
   // over the group.
   absl::StatusOr<v1::CompletedUnit> TrainUnit(const v1::DataUnit& unit);
-  // Ends a window of `samples` local samples per the algorithm.
-  absl::Status Exchange(double samples);
-  // Pushes `payload` (gradient, weights or delta) and installs the reply in
-  // `reply`; a stale rejection pulls the newest weights instead.
-  absl::Status Push(v1::UpdateKind kind, absl::Span<const absl::Span<const float>> payload,
-                    absl::Span<const absl::Span<float>> reply, double samples);
   // Leader pulls the master's newest weights; all ranks receive them.
   absl::Status SyncToMasterWeights();
   // Validates after `epoch` (0-based) finished and the leader reports it.
   absl::Status ValidateEpoch(int epoch);
   Evaluation Evaluate(const Dataset& data);
-  // Copies every parameter's gradient into grad_ and zeroes the gradients.
-  void TakeGradients();
   const torch::Tensor& EpochOrder(int epoch);
 
   bool leader() const { return group_.rank() == 0; }
-  const std::string& algorithm() const { return spec_.algorithm(); }
 
   Collectives& group_;
   MasterConnection& master_;
@@ -169,27 +145,13 @@ class Trainer {
   const TrainerOptions options_;
 
   torch::nn::Sequential model_{nullptr};
-  std::vector<torch::Tensor> params_;
-  v1::TensorSetHeader layout_;
-  // Views of the parameters' storage, for receiving weights in place.
-  std::vector<absl::Span<float>> param_views_;
-  // Flat buffers, each with per-tensor views: the gradient (or GEM's delta),
-  // and a scratch copy of weights (EASGD's centre, GEM's last centre).
-  std::vector<float> grad_;
-  std::vector<absl::Span<float>> grad_views_;
-  std::vector<float> scratch_;
-  std::vector<absl::Span<float>> scratch_views_;
-  // GEM: the rank's momentum proxy.
-  std::vector<float> gem_moment_;
-  // EASGD: the rank-local optimizer.
-  std::unique_ptr<torch::optim::Optimizer> local_optimizer_;
-  uint64_t version_ = 0;  // weight version the parameters are based on
+  // The parameters, weight version, step times and stale drops this rank
+  // shares with its exchange.
+  ExchangeContext context_;
+  std::unique_ptr<Exchange> exchange_;  // set with the model
   std::map<int, torch::Tensor> orders_;  // epoch -> shuffled order
-  StepTimes times_;
-  uint64_t stale_dropped_ = 0;
   absl::Time run_start_;
   double validation_seconds_ = 0.0;
-  bool failed_together_ = false;
   // The group's figures summed over its ranks as of the last unit's end
   // (the leader's own before the first); the leader sends them.
   v1::GroupTelemetry telemetry_;

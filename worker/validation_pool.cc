@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"
@@ -206,7 +207,7 @@ bool ValidationPool::Report(const v1::SnapshotHeader& header,
 
 absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
   // The leader subscribes; every rank learns whether it could.
-  std::string subscribed;
+  absl::Status subscribed = absl::OkStatus();
   if (leader()) {
     v1::SubscribeSnapshotsRequest request;
     for (const std::string& id : options_.job_ids) request.add_job_ids(id);
@@ -216,16 +217,14 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
     if (stream.ok()) {
       stream_ = std::move(stream).value();
     } else {
-      subscribed = std::string(stream.status().message());
-      if (subscribed.empty()) subscribed = stream.status().ToString();
+      std::string why(stream.status().message());
+      if (why.empty()) why = stream.status().ToString();
+      subscribed = WithReason(
+          absl::UnavailableError(absl::StrCat("cannot subscribe to snapshots: ", why)),
+          ReasonOf(stream.status()));
     }
   }
-  group_.Broadcast(&subscribed, 0);
-  if (!subscribed.empty()) {
-    return leader() ? absl::UnavailableError(
-                          absl::StrCat("cannot subscribe to snapshots: ", subscribed))
-                    : absl::AbortedError("the leader could not subscribe");
-  }
+  MPILEARN_RETURN_IF_ERROR(BroadcastStatus(group_, subscribed, 0));
   if (leader()) {
     LOG(INFO) << tag_ << "subscribed to "
               << (options_.job_ids.empty()
@@ -252,8 +251,11 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
     }
     if (message.empty() || message[0] == 'S') break;
     if (message[0] == 'E') {
-      outcome = leader() ? absl::UnavailableError(message.substr(1))
-                         : absl::AbortedError("the leader's snapshot stream failed");
+      // Every rank saw the 'E'; the leader's status reaches them all.
+      outcome = BroadcastStatus(
+          group_,
+          leader() ? absl::UnavailableError(message.substr(1)) : absl::OkStatus(),
+          0);
       break;
     }
     v1::SnapshotHeader header;

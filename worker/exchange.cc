@@ -1,0 +1,343 @@
+#include "worker/exchange.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "glog/logging.h"
+#include "worker/master_errors.h"
+
+namespace mpilearn::worker {
+
+double SecondsSince(absl::Time start) {
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+std::vector<absl::Span<const float>> ConstViews(
+    const std::vector<absl::Span<float>>& views) {
+  return std::vector<absl::Span<const float>>(views.begin(), views.end());
+}
+
+namespace {
+
+// Per-tensor views into `flat` (sized to the weights), laid out like them.
+std::vector<absl::Span<float>> ViewsLike(
+    const std::vector<absl::Span<float>>& weights, std::vector<float>& flat) {
+  std::vector<absl::Span<float>> views;
+  size_t offset = 0;
+  for (const absl::Span<float>& w : weights) {
+    views.emplace_back(flat.data() + offset, w.size());
+    offset += w.size();
+  }
+  return views;
+}
+
+size_t TotalSize(const std::vector<absl::Span<float>>& weights) {
+  size_t total = 0;
+  for (const absl::Span<float>& w : weights) total += w.size();
+  return total;
+}
+
+// Multiplies every element by 1 / samples.
+void DivideBy(double samples, std::vector<float>& flat) {
+  const float scale = static_cast<float>(1.0 / samples);
+  for (float& g : flat) g *= scale;
+}
+
+// downpour: every rank pushes its window's mean gradient on its own.
+class DownpourExchange final : public Exchange {
+ public:
+  explicit DownpourExchange(ExchangeContext& context)
+      : Exchange(context), grad_(TotalSize(context.weights)) {
+    grad_views_ = ViewsLike(context.weights, grad_);
+  }
+
+  absl::Status EndWindow(double samples) override {
+    TakeGradients(grad_);
+    if (samples <= 0) return absl::OkStatus();
+    DivideBy(samples, grad_);
+    return PushUpdate(context_, v1::UPDATE_KIND_GRADIENT, ConstViews(grad_views_),
+                      context_.weights, samples);
+  }
+
+ private:
+  std::vector<float> grad_;  // the window's gradient, flat
+  std::vector<absl::Span<float>> grad_views_;  // per tensor, into grad_
+};
+
+// sync: the group's gradient mean over its samples, pushed by the leader;
+// every rank takes the leader's answer.
+class SyncExchange final : public Exchange {
+ public:
+  explicit SyncExchange(ExchangeContext& context)
+      : Exchange(context), grad_(TotalSize(context.weights)) {
+    grad_views_ = ViewsLike(context.weights, grad_);
+  }
+
+  absl::Status EndWindow(double samples) override {
+    TakeGradients(grad_);
+    // Sum of gradient sums and of sample counts over the group, then the
+    // mean; the leader pushes it and everyone takes the returned weights.
+    Collectives& group = context_.group;
+    absl::Time start = absl::Now();
+    {
+      TraceSpan span(context_.trace, "allreduce", "mpi");
+      group.AllreduceSum(absl::MakeSpan(grad_));
+      std::vector<double> count = {samples};
+      group.AllreduceSum(absl::MakeSpan(count));
+      samples = count[0];
+    }
+    context_.times.mpi += SecondsSince(start);
+    if (samples <= 0) return absl::OkStatus();
+    DivideBy(samples, grad_);
+    absl::Status pushed = absl::OkStatus();
+    if (group.rank() == 0) {
+      pushed = PushUpdate(context_, v1::UPDATE_KIND_GRADIENT,
+                          ConstViews(grad_views_), context_.weights, samples);
+    }
+    start = absl::Now();
+    TraceSpan span(context_.trace, "broadcast", "mpi");
+    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(context_, pushed));
+    for (absl::Span<float> view : context_.weights) group.Broadcast(view, 0);
+    context_.times.mpi += SecondsSince(start);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<float> grad_;  // the window's gradient, flat
+  std::vector<absl::Span<float>> grad_views_;  // per tensor, into grad_
+};
+
+// easgd: local SGD steps per batch; the elastic exchange per window.
+class ElasticExchange final : public Exchange {
+ public:
+  ElasticExchange(ExchangeContext& context, const v1::EasgdSpec& spec)
+      : Exchange(context),
+        alpha_(static_cast<float>(spec.alpha())),
+        sent_(TotalSize(context.weights)),
+        centre_(TotalSize(context.weights)) {
+    sent_views_ = ViewsLike(context.weights, sent_);
+    centre_views_ = ViewsLike(context.weights, centre_);
+    const v1::OptimizerSpec& local = spec.worker_optimizer();
+    local_optimizer_ = std::make_unique<torch::optim::SGD>(
+        context.params, torch::optim::SGDOptions(local.learning_rate())
+                            .momentum(local.momentum())
+                            .nesterov(local.nesterov())
+                            .weight_decay(local.weight_decay()));
+  }
+
+  void AfterBatch(int64_t samples) override {
+    // The local optimizer steps on the batch's mean gradient.
+    TraceSpan span(context_.trace, "local_step", "compute");
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : context_.params) {
+      if (p.grad().defined()) p.mutable_grad().div_(static_cast<double>(samples));
+    }
+    local_optimizer_->step();
+    local_optimizer_->zero_grad();
+  }
+
+  absl::Status EndWindow(double samples) override {
+    // The master moves the centre c toward x and returns c as it was, and
+    // x moves toward it by the same force.
+    const std::vector<absl::Span<float>>& x = context_.weights;
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::copy(x[i].begin(), x[i].end(), sent_views_[i].begin());
+    }
+    MPILEARN_RETURN_IF_ERROR(PushUpdate(context_, v1::UPDATE_KIND_ELASTIC,
+                                        ConstViews(sent_views_), centre_views_,
+                                        samples));
+    for (size_t i = 0; i < x.size(); ++i) {
+      float* w = x[i].data();
+      const float* c = centre_views_[i].data();
+      for (size_t k = 0; k < x[i].size(); ++k) w[k] -= alpha_ * (w[k] - c[k]);
+    }
+    return absl::OkStatus();
+  }
+
+  bool keeps_local_weights() const override { return true; }
+
+ private:
+  const float alpha_;
+  std::unique_ptr<torch::optim::Optimizer> local_optimizer_;
+  // The weights sent (a copy: the reply may arrive while they are read) and
+  // the centre received, flat with per-tensor views.
+  std::vector<float> sent_;
+  std::vector<absl::Span<float>> sent_views_;
+  std::vector<float> centre_;
+  std::vector<absl::Span<float>> centre_views_;
+};
+
+// gem: the local update scaled elementwise by gradient energy matching.
+class GemExchange final : public Exchange {
+ public:
+  GemExchange(ExchangeContext& context, const v1::GemSpec& spec)
+      : Exchange(context),
+        learning_rate_(static_cast<float>(spec.learning_rate())),
+        momentum_(static_cast<float>(spec.momentum())),
+        kappa_(static_cast<float>(spec.kappa())),
+        delta_(TotalSize(context.weights)),
+        moment_(TotalSize(context.weights)),
+        last_centre_(TotalSize(context.weights)) {
+    delta_views_ = ViewsLike(context.weights, delta_);
+  }
+
+  absl::Status Start() override {
+    // The last centre starts at the weights every rank starts from, so the
+    // first update sees no central-variable movement.
+    std::fill(moment_.begin(), moment_.end(), 0.0f);
+    size_t offset = 0;
+    for (const absl::Span<float>& w : context_.weights) {
+      std::copy(w.begin(), w.end(), last_centre_.begin() + offset);
+      offset += w.size();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EndWindow(double samples) override {
+    TakeGradients(delta_);
+    if (samples <= 0) return absl::OkStatus();
+    DivideBy(samples, delta_);
+    // delta_ holds the mean gradient g; it becomes the delta u * pi, with
+    // u = -lr g. The parameters hold the centre as of the last exchange.
+    constexpr float kEpsilon = 1e-12f;
+    size_t offset = 0;
+    for (const absl::Span<float>& weights : context_.weights) {
+      const float* w = weights.data();
+      float* g = delta_.data() + offset;
+      float* m = moment_.data() + offset;
+      float* last = last_centre_.data() + offset;
+      for (size_t k = 0; k < weights.size(); ++k) {
+        const float u = -learning_rate_ * g[k];
+        m[k] = momentum_ * m[k] + u;
+        const float centre_moved = w[k] - last[k];
+        last[k] = w[k];
+        float pi = (kappa_ * std::fabs(m[k]) - std::fabs(centre_moved)) /
+                   std::fabs(u + kEpsilon);
+        pi = std::min(5.0f, std::max(0.0f, pi));
+        g[k] = u * pi;
+      }
+      offset += weights.size();
+    }
+    return PushUpdate(context_, v1::UPDATE_KIND_DELTA, ConstViews(delta_views_),
+                      context_.weights, samples);
+  }
+
+ private:
+  const float learning_rate_;
+  const float momentum_;
+  const float kappa_;
+  // Flat, laid out as the weights: the window's gradient, then the delta
+  // (with per-tensor views); the momentum proxy; the centre as the last
+  // exchange returned it.
+  std::vector<float> delta_;
+  std::vector<absl::Span<float>> delta_views_;
+  std::vector<float> moment_;
+  std::vector<float> last_centre_;
+};
+
+}  // namespace
+
+void AttachParameters(ExchangeContext& context, std::vector<torch::Tensor> params,
+                      const std::vector<std::string>& names) {
+  context.params = std::move(params);
+  context.weights.clear();
+  std::vector<std::vector<int64_t>> shapes;
+  for (torch::Tensor& p : context.params) {
+    TORCH_CHECK(p.is_contiguous() && p.scalar_type() == torch::kFloat32);
+    shapes.emplace_back(p.sizes().begin(), p.sizes().end());
+    context.weights.emplace_back(p.data_ptr<float>(), p.numel());
+  }
+  context.layout = MakeFloat32Header(0, names, shapes);
+}
+
+absl::Status AgreeOnLeaderStatus(ExchangeContext& context,
+                                 const absl::Status& status) {
+  absl::Status agreed = BroadcastStatus(context.group, status, 0);
+  if (!agreed.ok()) context.failed_together = true;
+  return agreed;
+}
+
+absl::Status PushUpdate(ExchangeContext& context, v1::UpdateKind kind,
+                        absl::Span<const absl::Span<const float>> payload,
+                        absl::Span<const absl::Span<float>> reply,
+                        double samples) {
+  const absl::Time start = absl::Now();
+  TraceSpan span(context.trace, "push", "master");
+  span.Arg("samples", static_cast<int64_t>(samples));
+  span.Arg("version", static_cast<int64_t>(context.version));
+  v1::PushGradientRequest::Header header;
+  header.set_job_id(context.job_id);
+  header.set_group_id(context.group_id);
+  header.set_rank(context.group.rank());
+  *header.mutable_gradient() = context.layout;
+  header.mutable_gradient()->set_version(context.version);
+  header.set_samples(static_cast<uint64_t>(samples));
+  header.set_kind(kind);
+  absl::StatusOr<uint64_t> version =
+      context.master.PushGradient(header, payload, reply);
+  if (!version.ok() && IsStaleRejection(version.status())) {
+    // Dropped as too stale: continue from the newest weights.
+    ++context.stale_dropped;
+    span.Arg("stale", 1);
+    VLOG(1) << "[rank " << context.group.rank() << "] "
+            << version.status().message();
+    TraceSpan pull(context.trace, "pull", "master");
+    version = context.master.PullWeights(context.job_id, context.group_id, reply);
+  }
+  context.times.master += SecondsSince(start);
+  span.End();
+  if (!version.ok() && IsGroupUnknown(version.status())) {
+    // The master no longer knows this group (it restarted, or declared the
+    // group lost). Drop the update; the leader's next data-unit request
+    // fails the same way, and the whole group re-registers together.
+    VLOG(1) << "[rank " << context.group.rank() << "] "
+            << version.status().message();
+    return absl::OkStatus();
+  }
+  if (!version.ok()) return version.status();
+  context.version = *version;
+  return absl::OkStatus();
+}
+
+void Exchange::TakeGradients(std::vector<float>& flat) {
+  size_t offset = 0;
+  for (torch::Tensor& p : context_.params) {
+    torch::Tensor& grad = p.mutable_grad();
+    const size_t n = static_cast<size_t>(p.numel());
+    if (grad.defined()) {
+      std::memcpy(flat.data() + offset, grad.data_ptr<float>(), n * sizeof(float));
+      grad.zero_();
+    } else {
+      std::memset(flat.data() + offset, 0, n * sizeof(float));
+    }
+    offset += n;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Exchange>> MakeExchange(const v1::JobSpec& spec,
+                                                       ExchangeContext& context) {
+  const v1::Algorithm algorithm = AlgorithmOf(spec);
+  switch (algorithm) {
+    case v1::ALGORITHM_DOWNPOUR:
+      return std::make_unique<DownpourExchange>(context);
+    case v1::ALGORITHM_SYNC:
+      return std::make_unique<SyncExchange>(context);
+    case v1::ALGORITHM_EASGD:
+      return std::make_unique<ElasticExchange>(context, spec.easgd());
+    case v1::ALGORITHM_GEM:
+      return std::make_unique<GemExchange>(context, spec.gem());
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown algorithm \"", spec.algorithm(),
+                       "\": expected downpour, sync, easgd or gem"));
+  }
+}
+
+}  // namespace mpilearn::worker

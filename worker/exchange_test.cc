@@ -1,0 +1,541 @@
+// The exchanges against independent double-precision computations, with a
+// fake group (ranks on threads) and a fake master (plain SGD, elastic and
+// delta rules; worker/fake_master.h). The model is a torch::nn::Linear(3, 2)
+// trained on a summed 0.5 * squared error, whose gradient the reference
+// computes by hand. Over 500 lines: the four algorithms share the toy model
+// and its reference gradient, which keeps their tests in one file.
+#include "worker/exchange.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "common/error_reason.h"
+#include "gtest/gtest.h"
+#include "proto/mpilearn.pb.h"
+#include "worker/fake_collectives.h"
+#include "worker/fake_master.h"
+#include "worker/mpi_group.h"
+
+namespace mpilearn::worker {
+namespace {
+
+constexpr int kInputs = 3;
+constexpr int kOutputs = 2;
+constexpr int kParams = kOutputs * kInputs + kOutputs;  // weight, then bias
+using Params = std::array<double, kParams>;
+
+// Sample s of the toy data set: inputs and targets, as the float values the
+// model sees (the reference reads the same floats).
+std::array<float, kInputs> Input(int s) {
+  return {static_cast<float>(std::sin(s + 1.0)),
+          static_cast<float>(std::cos(2.0 * s + 1.0)),
+          static_cast<float>(0.1 * s - 0.5)};
+}
+std::array<float, kOutputs> Target(int s) {
+  return {static_cast<float>(0.3 * s - 1.0), static_cast<float>(std::sin(3.0 * s))};
+}
+
+// The reference: d/dp of sum over samples [begin, end) of 0.5 |W x + b - t|^2.
+Params Gradient(const Params& p, int begin, int end) {
+  Params g{};
+  for (int s = begin; s < end; ++s) {
+    const std::array<float, kInputs> x = Input(s);
+    const std::array<float, kOutputs> t = Target(s);
+    for (int o = 0; o < kOutputs; ++o) {
+      double y = p[kOutputs * kInputs + o];
+      for (int i = 0; i < kInputs; ++i) y += p[o * kInputs + i] * x[i];
+      const double r = y - t[o];
+      for (int i = 0; i < kInputs; ++i) g[o * kInputs + i] += r * x[i];
+      g[kOutputs * kInputs + o] += r;
+    }
+  }
+  return g;
+}
+
+const std::vector<float> kStart = {0.2f, -0.1f, 0.4f, 0.05f, 0.3f, -0.25f, 0.1f, -0.2f};
+
+Params ToParams(const std::vector<float>& flat) {
+  Params p{};
+  std::copy(flat.begin(), flat.end(), p.begin());
+  return p;
+}
+
+// The fake master's layout: weight (6), bias (2).
+std::vector<std::vector<float>> AsTensors(const std::vector<float>& flat) {
+  return {std::vector<float>(flat.begin(), flat.begin() + kOutputs * kInputs),
+          std::vector<float>(flat.begin() + kOutputs * kInputs, flat.end())};
+}
+std::vector<float> Flat(const std::vector<std::vector<float>>& tensors) {
+  std::vector<float> flat;
+  for (const auto& t : tensors) flat.insert(flat.end(), t.begin(), t.end());
+  return flat;
+}
+
+void ExpectNear(const std::vector<float>& actual, const Params& expected,
+                const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_NEAR(actual[k], expected[k], 1e-6 + 1e-5 * std::fabs(expected[k]))
+        << what << " [" << k << "]";
+  }
+}
+
+// One rank: its model, wired to its exchange's context.
+class RankRig {
+ public:
+  RankRig(Collectives& group, MasterConnection& master,
+          const std::vector<float>& start)
+      : context_(group, master, "job-1", "group-1", nullptr),
+        linear_(kInputs, kOutputs) {
+    SetWeights(start);
+    AttachParameters(context_, {linear_->weight, linear_->bias}, {"weight", "bias"});
+  }
+
+  ExchangeContext& context() { return context_; }
+
+  // A batch's forward and backward pass: the summed loss over samples
+  // [begin, end) adds its gradient to the parameters' gradients.
+  void Backward(int begin, int end) {
+    std::vector<float> xs, ts;
+    for (int s = begin; s < end; ++s) {
+      for (float v : Input(s)) xs.push_back(v);
+      for (float v : Target(s)) ts.push_back(v);
+    }
+    const int64_t n = end - begin;
+    torch::Tensor x = torch::tensor(xs).reshape({n, kInputs});
+    torch::Tensor t = torch::tensor(ts).reshape({n, kOutputs});
+    torch::Tensor loss = 0.5 * (linear_->forward(x) - t).pow(2).sum();
+    loss.backward();
+  }
+
+  std::vector<float> Weights() const {
+    std::vector<float> flat;
+    for (const absl::Span<float>& view : context_.weights) {
+      flat.insert(flat.end(), view.begin(), view.end());
+    }
+    return flat;
+  }
+
+  void SetWeights(const std::vector<float>& flat) {
+    torch::NoGradGuard no_grad;
+    std::copy(flat.begin(), flat.begin() + kOutputs * kInputs,
+              linear_->weight.data_ptr<float>());
+    std::copy(flat.begin() + kOutputs * kInputs, flat.end(),
+              linear_->bias.data_ptr<float>());
+  }
+
+ private:
+  ExchangeContext context_;
+  torch::nn::Linear linear_;
+};
+
+v1::JobSpec SpecFor(const std::string& algorithm) {
+  v1::JobSpec spec;
+  spec.set_algorithm(algorithm);
+  spec.mutable_easgd()->set_alpha(0.25);
+  v1::OptimizerSpec* local = spec.mutable_easgd()->mutable_worker_optimizer();
+  local->set_name("sgd");
+  local->set_learning_rate(0.05);
+  local->set_momentum(0.0);
+  spec.mutable_gem()->set_learning_rate(0.1);
+  spec.mutable_gem()->set_momentum(0.9);
+  spec.mutable_gem()->set_kappa(2.0);
+  return spec;
+}
+
+constexpr float kMasterLearningRate = 0.1f;
+
+FakeMaster::Rules MasterRules() {
+  return {kMasterLearningRate, /*alpha=*/0.25f};
+}
+
+// ---------------------------------------------------------------------------
+// sync_every accumulation, every algorithm: two windows, the first of two
+// batches (2 and 3 samples), the second of one (4 samples), on one rank.
+
+struct Window {
+  std::vector<std::pair<int, int>> batches;  // sample ranges
+  int samples() const {
+    int n = 0;
+    for (const auto& [begin, end] : batches) n += end - begin;
+    return n;
+  }
+};
+const std::vector<Window> kWindows = {{{{0, 2}, {2, 5}}}, {{{5, 9}}}};
+
+// What the master and the rank hold after kWindows, computed in doubles.
+struct Outcome {
+  Params master, rank;
+};
+
+Outcome Reference(const std::string& algorithm) {
+  const v1::JobSpec spec = SpecFor(algorithm);
+  Params x = ToParams(kStart), c = x, moment{}, last = x;
+  for (const Window& window : kWindows) {
+    const double n = window.samples();
+    if (algorithm == "easgd") {
+      const double lr = spec.easgd().worker_optimizer().learning_rate();
+      for (const auto& [begin, end] : window.batches) {
+        const Params g = Gradient(x, begin, end);
+        for (int k = 0; k < kParams; ++k) x[k] -= lr * g[k] / (end - begin);
+      }
+      const double alpha = spec.easgd().alpha();
+      for (int k = 0; k < kParams; ++k) {
+        const double centre = c[k];
+        c[k] += alpha * (x[k] - centre);
+        x[k] -= alpha * (x[k] - centre);
+      }
+      continue;
+    }
+    // The others: gradients of the window's batches, all at x, add up and
+    // are divided once by the window's samples.
+    Params g{};
+    for (const auto& [begin, end] : window.batches) {
+      const Params batch = Gradient(x, begin, end);
+      for (int k = 0; k < kParams; ++k) g[k] += batch[k];
+    }
+    for (int k = 0; k < kParams; ++k) g[k] /= n;
+    if (algorithm == "gem") {
+      const double lr = spec.gem().learning_rate();
+      for (int k = 0; k < kParams; ++k) {
+        const double u = -lr * g[k];
+        moment[k] = spec.gem().momentum() * moment[k] + u;
+        const double moved = x[k] - last[k];
+        last[k] = x[k];
+        const double pi = std::clamp(
+            (spec.gem().kappa() * std::fabs(moment[k]) - std::fabs(moved)) /
+                std::fabs(u + 1e-12),
+            0.0, 5.0);
+        c[k] += u * pi;
+      }
+    } else {  // downpour, sync: plain SGD on the master
+      for (int k = 0; k < kParams; ++k) c[k] -= kMasterLearningRate * g[k];
+    }
+    x = c;
+  }
+  return {c, x};
+}
+
+class AccumulationTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(AccumulationTest, WindowGradientsAddUpAndDivideOnce) {
+  const std::string algorithm = GetParam();
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  RankRig rig(group.rank(0), master, kStart);
+  absl::StatusOr<std::unique_ptr<Exchange>> exchange =
+      MakeExchange(SpecFor(algorithm), rig.context());
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  ASSERT_TRUE((*exchange)->Start().ok());
+  for (const Window& window : kWindows) {
+    for (const auto& [begin, end] : window.batches) {
+      rig.Backward(begin, end);
+      (*exchange)->AfterBatch(end - begin);
+    }
+    ASSERT_TRUE((*exchange)->EndWindow(window.samples()).ok());
+  }
+
+  const Outcome expected = Reference(algorithm);
+  ExpectNear(Flat(master.weights()), expected.master, "master");
+  ExpectNear(rig.Weights(), expected.rank, "rank");
+  const std::vector<FakeMaster::Push> pushes = master.pushes();
+  ASSERT_EQ(pushes.size(), kWindows.size());
+  for (size_t w = 0; w < kWindows.size(); ++w) {
+    EXPECT_EQ(pushes[w].header.samples(),
+              static_cast<uint64_t>(kWindows[w].samples()));
+    EXPECT_EQ(pushes[w].header.gradient().version(), w);  // the reply's
+  }
+  EXPECT_EQ(rig.context().version, kWindows.size());
+  EXPECT_EQ((*exchange)->keeps_local_weights(), algorithm == "easgd");
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, AccumulationTest,
+                         testing::Values("downpour", "sync", "easgd", "gem"),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST(ExchangeTest, PushKindFollowsTheAlgorithm) {
+  const std::vector<std::pair<std::string, v1::UpdateKind>> cases = {
+      {"", v1::UPDATE_KIND_GRADIENT},  // the default algorithm, downpour
+      {"downpour", v1::UPDATE_KIND_GRADIENT},
+      {"sync", v1::UPDATE_KIND_GRADIENT},
+      {"easgd", v1::UPDATE_KIND_ELASTIC},
+      {"gem", v1::UPDATE_KIND_DELTA}};
+  for (const auto& [algorithm, kind] : cases) {
+    FakeGroup group(1);
+    FakeMaster master(MasterRules());
+    master.SetWeights(AsTensors(kStart));
+    RankRig rig(group.rank(0), master, kStart);
+    auto exchange = MakeExchange(SpecFor(algorithm), rig.context());
+    ASSERT_TRUE(exchange.ok()) << algorithm;
+    ASSERT_TRUE((*exchange)->Start().ok());
+    rig.Backward(0, 3);
+    (*exchange)->AfterBatch(3);
+    ASSERT_TRUE((*exchange)->EndWindow(3).ok());
+    ASSERT_EQ(master.pushes().size(), 1u) << algorithm;
+    const v1::PushGradientRequest::Header header = master.pushes()[0].header;
+    EXPECT_EQ(header.kind(), kind) << algorithm;
+    EXPECT_EQ(header.job_id(), "job-1");
+    EXPECT_EQ(header.group_id(), "group-1");
+    EXPECT_EQ(header.gradient().tensors_size(), 2);
+  }
+}
+
+TEST(ExchangeTest, UnknownAlgorithmIsRefused) {
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  RankRig rig(group.rank(0), master, kStart);
+  auto exchange = MakeExchange(SpecFor("hogwild"), rig.context());
+  EXPECT_EQ(exchange.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// sync: the mean over the group's samples, not a sum, with unequal shares.
+
+TEST(SyncExchangeTest, AveragesOverSamplesAcrossRanks) {
+  // Rank r trains these sample ranges in one window: 2, 4 (two batches) and
+  // 1 samples.
+  const std::vector<std::vector<std::pair<int, int>>> shares = {
+      {{0, 2}}, {{2, 5}, {5, 6}}, {{6, 7}}};
+  FakeGroup group(3);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  std::vector<std::vector<float>> after(3);
+  std::vector<absl::Status> outcome(3);
+  group.Run([&](Collectives& rank) {
+    RankRig rig(rank, master, kStart);
+    auto exchange = MakeExchange(SpecFor("sync"), rig.context());
+    if (!exchange.ok()) {
+      outcome[rank.rank()] = exchange.status();
+      return;
+    }
+    (*exchange)->Start().IgnoreError();
+    int samples = 0;
+    for (const auto& [begin, end] : shares[rank.rank()]) {
+      rig.Backward(begin, end);
+      (*exchange)->AfterBatch(end - begin);
+      samples += end - begin;
+    }
+    outcome[rank.rank()] = (*exchange)->EndWindow(samples);
+    after[rank.rank()] = rig.Weights();
+  });
+  for (const absl::Status& status : outcome) ASSERT_TRUE(status.ok()) << status;
+
+  // Reference: the sum of every sample's gradient over 7 samples.
+  const Params start = ToParams(kStart);
+  const Params sum = Gradient(start, 0, 7);
+  Params expected = start;
+  for (int k = 0; k < kParams; ++k) expected[k] -= kMasterLearningRate * sum[k] / 7.0;
+  ExpectNear(Flat(master.weights()), expected, "master");
+  for (int r = 0; r < 3; ++r) {
+    ExpectNear(after[r], expected, "rank " + std::to_string(r));
+  }
+  // One push, by the leader, counting the group's samples.
+  const std::vector<FakeMaster::Push> pushes = master.pushes();
+  ASSERT_EQ(pushes.size(), 1u);
+  EXPECT_EQ(pushes[0].header.rank(), 0);
+  EXPECT_EQ(pushes[0].header.samples(), 7u);
+  for (int k = 0; k < kParams; ++k) {
+    const float pushed = Flat(pushes[0].payload)[k];
+    EXPECT_NEAR(pushed, sum[k] / 7.0, 1e-6 + 1e-5 * std::fabs(sum[k] / 7.0));
+  }
+}
+
+TEST(SyncExchangeTest, LeaderFailureReachesEveryRankWithItsReason) {
+  FakeGroup group(3);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  master.FailNextPush(WithReason(absl::FailedPreconditionError("job ended"),
+                                 v1::ERROR_REASON_JOB_ENDED));
+  std::vector<absl::Status> outcome(3);
+  std::vector<bool> together(3);
+  group.Run([&](Collectives& rank) {
+    RankRig rig(rank, master, kStart);
+    auto exchange = MakeExchange(SpecFor("sync"), rig.context());
+    rig.Backward(rank.rank(), rank.rank() + 1);
+    (*exchange)->AfterBatch(1);
+    outcome[rank.rank()] = (*exchange)->EndWindow(1);
+    together[rank.rank()] = rig.context().failed_together;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(outcome[r].code(), absl::StatusCode::kFailedPrecondition) << r;
+    EXPECT_EQ(ReasonOf(outcome[r]), v1::ERROR_REASON_JOB_ENDED) << r;
+    EXPECT_TRUE(together[r]) << r;
+  }
+  EXPECT_EQ(outcome[0].message(), "job ended");
+  EXPECT_EQ(outcome[1].message(), "the leader failed: job ended");
+}
+
+// ---------------------------------------------------------------------------
+// GEM's scaling, on a hand-made gradient and centre movement.
+
+TEST(GemExchangeTest, ScalesTheUpdateByEnergyMatching) {
+  const double lr = 0.1, momentum = 0.9, kappa = 1.0;
+  v1::JobSpec spec = SpecFor("gem");
+  spec.mutable_gem()->set_learning_rate(lr);
+  spec.mutable_gem()->set_momentum(momentum);
+  spec.mutable_gem()->set_kappa(kappa);
+
+  const std::vector<float> w0 = {0.5f, -0.3f, 0.2f, 1.0f, -1.0f, 0.0f};
+  // Summed gradients of two windows (2 and 4 samples), and how far the
+  // centre moved between them. In window 2 the elements land on pi's upper
+  // clip, in between, on the lower clip, in between, in between, and u = 0.
+  const std::vector<float> g1 = {4, 2, -6, 1, 0.5f, -2};
+  const std::vector<float> g2 = {0.4f, 4, -8, 2, -4, 0};
+  const std::vector<float> moved = {0, 0.05f, 1.0f, 0.02f, 0, 0.01f};
+  const double n1 = 2, n2 = 4;
+
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights({w0});
+  ExchangeContext context(group.rank(0), master, "job-1", "group-1", nullptr);
+  torch::Tensor p = torch::tensor(w0).requires_grad_();
+  AttachParameters(context, {p}, {"p"});
+  auto exchange = MakeExchange(spec, context);
+  ASSERT_TRUE(exchange.ok());
+  ASSERT_TRUE((*exchange)->Start().ok());
+
+  p.mutable_grad() = torch::tensor(g1);
+  ASSERT_TRUE((*exchange)->EndWindow(n1).ok());
+  // Another rank moved the centre: the next reply (here set directly)
+  // brings w1 = w0 + moved.
+  std::vector<float> w1(w0.size());
+  for (size_t k = 0; k < w0.size(); ++k) w1[k] = w0[k] + moved[k];
+  {
+    torch::NoGradGuard no_grad;
+    std::copy(w1.begin(), w1.end(), p.data_ptr<float>());
+  }
+  master.SetWeights({w1});
+  // Window 2 in two batches: the gradients add up.
+  std::vector<float> half(g2.size());
+  for (size_t k = 0; k < g2.size(); ++k) half[k] = g2[k] / 2;
+  p.mutable_grad() = torch::tensor(half);
+  (*exchange)->AfterBatch(2);
+  p.mutable_grad().add_(torch::tensor(half));
+  (*exchange)->AfterBatch(2);
+  ASSERT_TRUE((*exchange)->EndWindow(n2).ok());
+
+  // The reference, in doubles.
+  std::vector<double> m(w0.size(), 0.0), d1(w0.size()), d2(w0.size());
+  auto pi_of = [&](double u, double mk, double centre_moved) {
+    return std::clamp((kappa * std::fabs(mk) - std::fabs(centre_moved)) /
+                          std::fabs(u + 1e-12),
+                      0.0, 5.0);
+  };
+  for (size_t k = 0; k < w0.size(); ++k) {
+    const double u1 = -lr * g1[k] / n1;
+    m[k] = u1;
+    d1[k] = u1 * pi_of(u1, m[k], 0.0);
+    const double u2 = -lr * g2[k] / n2;
+    m[k] = momentum * m[k] + u2;
+    d2[k] = u2 * pi_of(u2, m[k], static_cast<double>(w1[k]) - w0[k]);
+  }
+  // Window 2's factors, worked by hand: 5 (clipped from 19), 1.4, 0
+  // (clipped), 1.5, 0.775, and 0 for u = 0.
+  const std::vector<double> pi2 = {5, 1.4, 0, 1.5, 0.775, 5};
+  for (size_t k = 0; k < w0.size(); ++k) {
+    const double u2 = -lr * g2[k] / n2;
+    EXPECT_NEAR(d2[k], u2 * pi2[k], 1e-6) << k;
+  }
+
+  const std::vector<FakeMaster::Push> pushes = master.pushes();
+  ASSERT_EQ(pushes.size(), 2u);
+  for (size_t k = 0; k < w0.size(); ++k) {
+    EXPECT_NEAR(pushes[0].payload[0][k], d1[k], 1e-6 + 1e-5 * std::fabs(d1[k])) << k;
+    EXPECT_NEAR(pushes[1].payload[0][k], d2[k], 1e-6 + 1e-5 * std::fabs(d2[k])) << k;
+    const double final_weight = w1[k] + d2[k];
+    EXPECT_NEAR(master.weights()[0][k], final_weight, 1e-6) << k;
+    EXPECT_NEAR(p.data_ptr<float>()[k], final_weight, 1e-6) << k;
+  }
+  EXPECT_EQ(pushes[0].header.kind(), v1::UPDATE_KIND_DELTA);
+  EXPECT_EQ(pushes[1].header.samples(), 4u);
+}
+
+// ---------------------------------------------------------------------------
+// easgd: the rank's elastic move.
+
+TEST(ElasticExchangeTest, RankMovesTowardTheCentreAsItWas) {
+  const double alpha = 0.25;
+  v1::JobSpec spec = SpecFor("easgd");
+  spec.mutable_easgd()->set_alpha(alpha);
+  const std::vector<float> x = {1.0f, 2.0f, -3.0f};
+  const std::vector<float> c = {0.0f, 4.0f, -2.5f};
+
+  FakeGroup group(1);
+  FakeMaster master({kMasterLearningRate, static_cast<float>(alpha)});
+  master.SetWeights({c});
+  ExchangeContext context(group.rank(0), master, "job-1", "group-1", nullptr);
+  torch::Tensor p = torch::tensor(x).requires_grad_();
+  AttachParameters(context, {p}, {"p"});
+  auto exchange = MakeExchange(spec, context);
+  ASSERT_TRUE(exchange.ok());
+  ASSERT_TRUE((*exchange)->Start().ok());
+  ASSERT_TRUE((*exchange)->EndWindow(0).ok());
+
+  const std::vector<FakeMaster::Push> pushes = master.pushes();
+  ASSERT_EQ(pushes.size(), 1u);
+  EXPECT_EQ(pushes[0].header.kind(), v1::UPDATE_KIND_ELASTIC);
+  for (size_t k = 0; k < x.size(); ++k) {
+    const double diff = static_cast<double>(x[k]) - c[k];
+    EXPECT_FLOAT_EQ(pushes[0].payload[0][k], x[k]) << k;  // the rank's weights
+    EXPECT_NEAR(p.data_ptr<float>()[k], x[k] - alpha * diff, 1e-6) << k;
+    EXPECT_NEAR(master.weights()[0][k], c[k] + alpha * diff, 1e-6) << k;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The master's rejections, by reason.
+
+TEST(PushUpdateTest, StaleRejectionPullsTheNewestWeights) {
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  RankRig rig(group.rank(0), master, {1, 1, 1, 1, 1, 1, 1, 1});
+  auto exchange = MakeExchange(SpecFor("downpour"), rig.context());
+  master.FailNextPush(WithReason(absl::AbortedError("too old"),
+                                 v1::ERROR_REASON_STALE_UPDATE));
+  rig.Backward(0, 2);
+  ASSERT_TRUE((*exchange)->EndWindow(2).ok());
+  EXPECT_EQ(rig.context().stale_dropped, 1u);
+  EXPECT_EQ(master.pulls(), 1);
+  ExpectNear(rig.Weights(), ToParams(kStart), "rank");  // the master's, unchanged
+}
+
+TEST(PushUpdateTest, GroupUnknownDropsTheUpdate) {
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  RankRig rig(group.rank(0), master, kStart);
+  auto exchange = MakeExchange(SpecFor("downpour"), rig.context());
+  master.FailNextPush(GroupUnknownError("unknown group"));
+  rig.Backward(0, 2);
+  EXPECT_TRUE((*exchange)->EndWindow(2).ok());
+  EXPECT_EQ(rig.context().stale_dropped, 0u);
+  EXPECT_EQ(master.pulls(), 0);
+}
+
+TEST(PushUpdateTest, OtherErrorsAreReturned) {
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  RankRig rig(group.rank(0), master, kStart);
+  auto exchange = MakeExchange(SpecFor("gem"), rig.context());
+  ASSERT_TRUE((*exchange)->Start().ok());
+  master.FailNextPush(InvalidRequestError("bad layout"));
+  rig.Backward(0, 2);
+  const absl::Status pushed = (*exchange)->EndWindow(2);
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReasonOf(pushed), v1::ERROR_REASON_INVALID_REQUEST);
+}
+
+}  // namespace
+}  // namespace mpilearn::worker

@@ -1,0 +1,432 @@
+#include "worker/session.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+#include <utility>
+
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/dataset.h"
+#include "worker/local_master.h"
+#include "worker/run_summary.h"
+#include "worker/trainer.h"
+#include "worker/validation_pool.h"
+
+namespace mpilearn::worker {
+namespace {
+
+// Debian's LibTorch does its matrix products in OpenBLAS, which starts one
+// thread per core in every rank unless told otherwise.
+void SetBlasThreads(int threads) {
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(
+          dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    fn(threads);
+  }
+}
+
+std::string HostName() {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// Loads data on every rank; if any rank fails, every rank returns an error
+// (the first failing rank's message on rank 0).
+absl::StatusOr<DatasetSplits> LoadOnAllRanks(Collectives& group,
+                                             const v1::DataSpec& spec) {
+  absl::StatusOr<DatasetSplits> data = LoadDatasets(spec);
+  std::vector<double> failed = {data.ok() ? 0.0 : 1.0};
+  group.AllreduceSum(absl::MakeSpan(failed));
+  if (failed[0] == 0) return data;
+  if (!data.ok()) return data.status();
+  return absl::AbortedError("another rank could not load the data");
+}
+
+// A training rank's trace pid: 1000 x the group's number ("g-12": 12) +
+// rank, so the groups of one job can share a viewer.
+int TracePid(const std::string& group_id, int rank) {
+  int number = 0;
+  const size_t dash = group_id.rfind('-');
+  if (!absl::SimpleAtoi(dash == std::string::npos ? group_id : group_id.substr(dash + 1),
+                        &number) ||
+      number < 0 || number > 2000000) {
+    number = 0;
+  }
+  return 1000 * number + rank;
+}
+
+// A validation pool rank's trace pid (apart from any group's).
+int PoolTracePid(int rank) { return 1000000 + rank; }
+
+// Set by SIGTERM/SIGINT in a validation pool; the pool's leader polls it.
+std::atomic<bool> stop_requested{false};
+
+void RequestStop(int) { stop_requested = true; }
+
+// True on every rank when every rank's `connected` is OK; a rank whose
+// connection failed prints why.
+bool EveryRankConnected(Collectives& group, const absl::Status& connected,
+                        const std::string& tag) {
+  std::vector<double> unreachable = {connected.ok() ? 0.0 : 1.0};
+  group.AllreduceSum(absl::MakeSpan(unreachable));
+  if (unreachable[0] == 0) return true;
+  if (!connected.ok()) {
+    std::fprintf(stderr, "%smpilearn-worker: %s\n", tag.c_str(),
+                 std::string(connected.message()).c_str());
+  }
+  return false;
+}
+
+}  // namespace
+
+GroupSession::GroupSession(Options options) : options_(std::move(options)) {}
+
+GroupSession::~GroupSession() = default;
+
+int GroupSession::Run(int* argc, char*** argv) {
+  if (!options_.local) {
+    absl::StatusOr<std::unique_ptr<MpiGroup>> started = MpiGroup::Init(argc, argv);
+    if (!started.ok()) {
+      std::fprintf(stderr, "mpilearn-worker: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 2;
+    }
+    mpi_ = std::move(started).value();
+    group_ = mpi_.get();
+  } else {
+    group_ = &single_;
+  }
+  tag_ = absl::StrCat("[rank ", group_->rank(), "/", group_->size(), "] ");
+
+  threads_ = options_.threads;
+  if (threads_ <= 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    threads_ = std::max(1, cores / std::max(1, mpi_ ? mpi_->local_size() : 1));
+  }
+  torch::set_num_threads(threads_);
+  SetBlasThreads(threads_);
+  return options_.role == Role::kValidate ? RunValidationPool() : RunTraining();
+}
+
+absl::StatusOr<v1::RegisterGroupResponse> GroupSession::ObtainJob(
+    MasterConnection& master, const std::string& rejoin_job) {
+  Collectives& group = *group_;
+  std::string payload;  // "E<message>" or "R<serialized response>"
+  if (group.rank() == 0) {
+    auto obtain = [&]() -> absl::StatusOr<v1::RegisterGroupResponse> {
+      v1::RegisterGroupRequest request;
+      request.set_job_id(rejoin_job.empty() ? options_.job_id : rejoin_job);
+      request.set_ranks(group.size());
+      request.set_host(HostName());
+      if (rejoin_job.empty() && !options_.job_spec_path.empty()) {
+        MPILEARN_ASSIGN_OR_RETURN(v1::JobSpec spec,
+                                  ReadJobSpecFile(options_.job_spec_path));
+        MPILEARN_ASSIGN_OR_RETURN(std::string job_id, master.SubmitJob(spec));
+        LOG(INFO) << "[rank 0] submitted job " << job_id;
+        request.set_job_id(job_id);
+      }
+      return master.RegisterGroup(request);
+    };
+    absl::StatusOr<v1::RegisterGroupResponse> registered = obtain();
+    payload = registered.ok()
+                  ? "R" + registered->SerializeAsString()
+                  : absl::StrCat("E", registered.status().ToString());
+  }
+  group.Broadcast(&payload, 0);
+  if (payload.empty() || payload[0] == 'E') {
+    return absl::FailedPreconditionError(payload.substr(1));
+  }
+  v1::RegisterGroupResponse response;
+  response.ParseFromString(payload.substr(1));
+  return response;
+}
+
+void GroupSession::PrintJobLine(const v1::RegisterGroupResponse& registration) const {
+  const v1::JobSpec& spec = registration.spec();
+  std::string update_rule;
+  switch (AlgorithmOf(spec)) {
+    case v1::ALGORITHM_EASGD:
+      update_rule = absl::StrCat("local sgd lr ",
+                                 spec.easgd().worker_optimizer().learning_rate(),
+                                 ", alpha ", spec.easgd().alpha());
+      break;
+    case v1::ALGORITHM_GEM:
+      update_rule = absl::StrCat("gem lr ", spec.gem().learning_rate(), ", kappa ",
+                                 spec.gem().kappa());
+      break;
+    default:
+      update_rule = absl::StrCat("optimizer ", spec.optimizer().name());
+      break;
+  }
+  std::printf("job %s: group %s with %d rank(s), %d thread(s) each; model %s, "
+              "%s, %s, %d epochs, batch %d per rank\n",
+              registration.job_id().c_str(), registration.group_id().c_str(),
+              group_->size(), threads_, spec.model().name().c_str(),
+              spec.algorithm().c_str(), update_rule.c_str(), spec.epochs(),
+              spec.batch_size());
+  std::fflush(stdout);
+}
+
+void GroupSession::WriteGroupTrace(TraceRecorder* trace) {
+  if (trace == nullptr) return;
+  Collectives& group = *group_;
+  double counts[2] = {static_cast<double>(trace->recorded()),
+                      static_cast<double>(trace->dropped())};
+  group.AllreduceSum(absl::MakeSpan(counts, 2));
+  const std::vector<std::string> chunks = group.GatherStrings(trace->TakeEvents(), 0);
+  if (group.rank() != 0) return;
+  const std::string& path = options_.trace_path;
+  const absl::Status written = WriteTraceFile(path, chunks);
+  if (!written.ok()) {
+    std::fprintf(stderr, "mpilearn-worker: the trace was not written: %s\n",
+                 std::string(written.message()).c_str());
+    return;
+  }
+  const auto events = static_cast<unsigned long long>(counts[0]);
+  const auto dropped = static_cast<unsigned long long>(counts[1]);
+  if (dropped > 0) {
+    LOG(WARNING) << "trace written to " << path << " (" << events << " events; "
+                 << dropped
+                 << " later events dropped: a rank reached the in-memory "
+                    "limit of 256 MiB of events)";
+  } else {
+    LOG(INFO) << "trace written to " << path << " (" << events << " events)";
+  }
+}
+
+int GroupSession::RunValidationPool() {
+  Collectives& group = *group_;
+  std::signal(SIGTERM, RequestStop);
+  std::signal(SIGINT, RequestStop);
+  std::unique_ptr<MasterClient> master;
+  absl::Status connected = absl::OkStatus();
+  if (group.rank() == 0) {
+    auto client = MasterClient::Connect(options_.master, options_.connection);
+    if (client.ok()) {
+      master = std::move(client).value();
+    } else {
+      connected = client.status();
+    }
+  }
+  if (!EveryRankConnected(group, connected, tag_)) return 1;
+
+  std::unique_ptr<TraceRecorder> trace;
+  if (!options_.trace_path.empty()) {
+    trace = TraceRecorder::InMemory(
+        PoolTracePid(group.rank()),
+        absl::StrCat("validation pool rank ", group.rank()));
+    trace->NameThread("validation");
+  }
+  ValidationPoolOptions pool_options;
+  pool_options.job_ids = options_.validate_job_ids;
+  pool_options.label = options_.pool_label;
+  if (pool_options.label.empty()) {
+    pool_options.label = absl::StrCat(HostName(), ":", getpid());
+  }
+  pool_options.exit_when_idle = options_.exit_when_idle;
+  pool_options.stop_requested = &stop_requested;
+  pool_options.trace = trace.get();
+  ValidationPool pool(group, master.get(), pool_options);
+  absl::StatusOr<ValidationPoolResult> result = pool.Run();
+  // The pool's ranks end Run together, whatever the outcome.
+  WriteGroupTrace(trace.get());
+  if (!result.ok()) {
+    // The pool fails only on the leader's word (BroadcastStatus), so every
+    // rank holds the same error: the leader prints it.
+    if (group.rank() == 0) {
+      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag_.c_str(),
+                   std::string(result.status().message()).c_str());
+    }
+    return 1;
+  }
+  if (group.rank() == 0) {
+    std::printf("pool %s: validated %lld snapshot(s)%s\n",
+                pool_options.label.c_str(),
+                static_cast<long long>(result->validated),
+                result->failed > 0
+                    ? absl::StrCat(", ", result->failed, " skipped or unreported")
+                          .c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int GroupSession::RunTraining() {
+  Collectives& group = *group_;
+  // Every rank talks to the master (downpour pushes from each rank).
+  std::unique_ptr<MasterConnection> master;
+  absl::Status connected = absl::OkStatus();
+  if (options_.local) {
+    server::EngineOptions engine;
+    engine.threads = options_.optimizer_threads;
+    auto created = LocalMaster::Create(options_.local_state_dir, engine);
+    if (created.ok()) {
+      master = std::move(created).value();
+    } else {
+      connected = created.status();
+    }
+  } else {
+    auto client = MasterClient::Connect(options_.master, options_.connection);
+    if (client.ok()) {
+      master = std::move(client).value();
+    } else {
+      connected = client.status();
+    }
+  }
+  if (!EveryRankConnected(group, connected, tag_)) return 1;
+
+  absl::StatusOr<v1::RegisterGroupResponse> registration =
+      ObtainJob(*master, /*rejoin_job=*/"");
+  if (!registration.ok()) {
+    if (group.rank() == 0) {
+      std::fprintf(stderr, "mpilearn-worker: %s\n",
+                   std::string(registration.status().message()).c_str());
+    }
+    return 1;
+  }
+  const std::string job_id = registration->job_id();
+  if (group.rank() == 0) PrintJobLine(*registration);
+
+  // Kept for the process's life, also when the group registers again.
+  std::unique_ptr<TraceRecorder> trace;
+  if (!options_.trace_path.empty()) {
+    trace = TraceRecorder::InMemory(
+        TracePid(registration->group_id(), group.rank()),
+        absl::StrCat("group ", registration->group_id(), " rank ", group.rank()));
+    trace->NameThread("training");
+  }
+
+  auto leave_with_error = [&](const absl::Status& error) {
+    if (group.rank() == 0) {
+      v1::LeaveRequest leave;
+      leave.set_job_id(job_id);
+      leave.set_group_id(registration->group_id());
+      leave.set_error(std::string(error.message()));
+      (void)master->Leave(leave);
+    }
+  };
+
+  absl::StatusOr<DatasetSplits> data =
+      LoadOnAllRanks(group, registration->spec().data());
+  if (!data.ok()) {
+    leave_with_error(data.status());
+    if (data.status().code() != absl::StatusCode::kAborted) {
+      std::fprintf(stderr, "%smpilearn-worker: %s\n", tag_.c_str(),
+                   std::string(data.status().message()).c_str());
+    }
+    WriteGroupTrace(trace.get());  // every rank failed together
+    return 1;
+  }
+
+  TrainerOptions trainer_options;
+  trainer_options.slowdown_ms_per_batch = options_.slowdown_ms_per_batch;
+  trainer_options.progress = options_.progress;
+  trainer_options.trace = trace.get();
+  // A group the master stops knowing (it restarted from a checkpoint, or
+  // declared the group lost during a long outage) registers again and goes
+  // on from the master's weights; every rank sees the same status, so the
+  // whole group does this together.
+  const DatasetSplits splits = std::move(data).value();
+  absl::StatusOr<TrainResult> result;
+  // Whether a failure left every rank together (see Trainer::failed_together).
+  bool together = true;
+  for (int rejoins = 0;; ++rejoins) {
+    Trainer trainer(group, *master, *registration, splits, trainer_options);
+    result = trainer.Run();
+    together = result.ok() || trainer.failed_together();
+    if (result.ok() || !IsGroupUnknown(result.status()) || rejoins >= 100) break;
+    if (group.rank() == 0) {
+      std::printf("group %s: %s; registering again\n",
+                  registration->group_id().c_str(),
+                  std::string(result.status().message()).c_str());
+      std::fflush(stdout);
+    }
+    absl::StatusOr<v1::RegisterGroupResponse> again = ObtainJob(*master, job_id);
+    if (!again.ok()) {
+      result = again.status();
+      together = true;  // every rank got the leader's answer
+      break;
+    }
+    registration = std::move(again);
+    if (group.rank() == 0) {
+      std::printf("job %s: rejoined as group %s\n", job_id.c_str(),
+                  registration->group_id().c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (!result.ok()) {
+    if (together) WriteGroupTrace(trace.get());
+    // Together: every rank stopped on the leader's word (BroadcastStatus
+    // gave them the leader's code and reason); the leader reports it and
+    // leaves. Anything else happened on this rank alone, and the others may
+    // be waiting in a collective for it, so the whole group is ended.
+    if (together && group.rank() != 0) return 1;
+    std::fprintf(stderr, "%smpilearn-worker: %s\n", tag_.c_str(),
+                 std::string(result.status().message()).c_str());
+    leave_with_error(result.status());
+    if (group.size() > 1) group.Abort(1);
+    return 1;
+  }
+
+  int exit_code = 0;
+  if (group.rank() == 0) {
+    // The group that finished the job's data reports the test result and
+    // completes the job; any other group just leaves.
+    v1::LeaveRequest leave;
+    leave.set_job_id(job_id);
+    leave.set_group_id(registration->group_id());
+    leave.set_completed(result->finished_job);
+    if (result->finished_job && result->test.samples > 0) {
+      leave.set_test_loss(result->test.loss);
+      leave.set_test_accuracy(result->test.accuracy);
+    }
+    absl::StatusOr<v1::JobState> state = master->Leave(leave);
+    if (!state.ok()) {
+      std::fprintf(stderr, "mpilearn-worker: could not report completion: %s\n",
+                   std::string(state.status().message()).c_str());
+    }
+    std::printf("job %s: group %s trained %llu units (%lld samples) in %.1fs, "
+                "%.0f samples/s (%.0f per rank)%s\n",
+                job_id.c_str(), registration->group_id().c_str(),
+                static_cast<unsigned long long>(result->units),
+                static_cast<long long>(result->samples), result->seconds,
+                result->samples_per_second, result->samples_per_second_per_rank,
+                result->stale_dropped > 0
+                    ? absl::StrCat(", ", result->stale_dropped,
+                                   " stale updates dropped")
+                          .c_str()
+                    : "");
+    if (result->finished_job && result->test.samples > 0) {
+      std::printf("test_loss=%.4f\ntest_accuracy=%.4f\n", result->test.loss,
+                  result->test.accuracy);
+    }
+    std::fflush(stdout);
+    if (!options_.summary_json.empty()) {
+      const absl::Status written = WriteRunSummary(
+          options_.summary_json,
+          BuildRunSummary(*registration, group.size(), options_.local, *result));
+      if (!written.ok()) {
+        std::fprintf(stderr, "mpilearn-worker: cannot write --summary_json %s\n",
+                     options_.summary_json.c_str());
+      }
+    }
+    if (!state.ok()) exit_code = 1;
+  }
+  WriteGroupTrace(trace.get());
+  return exit_code;
+}
+
+}  // namespace mpilearn::worker

@@ -1,0 +1,125 @@
+// One run of mpilearn-worker, after its flags are checked: the group's (or
+// the validation pool's) whole life, from starting MPI to the last line it
+// prints.
+//
+//   GroupSession::Options options;  // from the flags (worker_main.cc)
+//   options.master = "127.0.0.1:7070";
+//   options.job_spec_path = "spec.json";
+//   GroupSession session(std::move(options));
+//   return session.Run(&argc, &argv);  // the process's exit code
+//
+// Training role: every rank connects to the master (or, in local mode, the
+// process builds the in-process LocalMaster); the leader submits the job
+// and registers the group and broadcasts the registration; every rank loads
+// its data and runs the Trainer. A group the master stops knowing (it
+// restarted from a checkpoint, or declared the group lost) registers again
+// and continues. At the end the leader leaves the job (completing it when
+// this group finished the data), prints the run's lines (`job ...: group
+// ... trained ...`, `test_loss=`, `test_accuracy=`) and writes
+// --summary_json (run_summary.h).
+//
+// Validate role: the ranks form a ValidationPool (validation_pool.h) until
+// SIGTERM/SIGINT or --exit_when_idle_s.
+//
+// With a trace path, every rank records spans in memory and rank 0 writes
+// them all to one Chrome trace file when the group ends.
+//
+// Threading: Run is called once, on the process's main thread, which is the
+// MPI thread. In the validate role Run installs SIGTERM/SIGINT handlers.
+#ifndef MPILEARN_WORKER_SESSION_H_
+#define MPILEARN_WORKER_SESSION_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/master_client.h"
+#include "common/master_connection.h"
+#include "common/trace.h"
+#include "proto/mpilearn.pb.h"
+#include "worker/mpi_group.h"
+#include "worker/progress.h"
+
+namespace mpilearn::worker {
+
+class GroupSession {
+ public:
+  enum class Role {
+    kTrain,     // a training group
+    kValidate,  // a validation pool
+  };
+
+  // Checked values of the worker's flags (worker_main.cc checks them: e.g.
+  // local needs job_spec_path, the validate role takes neither).
+  struct Options {
+    Role role = Role::kTrain;
+    // Local baseline mode: one process, no MPI, no master; the master's
+    // core runs in this process (LocalMaster), writing under
+    // local_state_dir with optimizer_threads CPU threads.
+    bool local = false;
+    std::string local_state_dir = "mpilearn-local-state";
+    int optimizer_threads = 1;
+    // host:port of the master (not local), and how calls to it behave.
+    std::string master;
+    MasterClient::Options connection;
+    // Training: a job spec file to submit, or an existing job to serve;
+    // both empty: the master's oldest queued job.
+    std::string job_spec_path;
+    std::string job_id;
+    // Compute threads per rank; 0 divides the node's cores among its ranks.
+    int threads = 0;
+    // Non-empty: the leader writes the RunSummary here as JSON when done.
+    std::string summary_json;
+    // Test aid: sleep this long after every batch (a slow group).
+    int slowdown_ms_per_batch = 0;
+    // The leader's progress line (training).
+    ProgressOptions progress;
+    // Non-empty: the Chrome trace file rank 0 writes (its directory is
+    // checked by the caller).
+    std::string trace_path;
+    // Validate role: the jobs to validate (empty: every job), the pool's
+    // name (empty: HOST:PID of the leader), and how long it waits without
+    // a snapshot before it exits.
+    std::vector<std::string> validate_job_ids;
+    std::string pool_label;
+    absl::Duration exit_when_idle = absl::InfiniteDuration();
+  };
+
+  explicit GroupSession(Options options);
+  ~GroupSession();
+
+  GroupSession(const GroupSession&) = delete;
+  GroupSession& operator=(const GroupSession&) = delete;
+
+  // Starts MPI (unless local; `argc`/`argv` go to MPI_Init), runs the role
+  // and returns the process's exit code: 0 when the run ended well, 1 when
+  // it failed (why is on stderr), 2 when MPI could not start. Call once.
+  int Run(int* argc, char*** argv);
+
+ private:
+  int RunTraining();
+  int RunValidationPool();
+  // Leader: submits (job_spec_path) and registers; the answer (or error) is
+  // broadcast so every rank sees the same. `rejoin_job` non-empty: register
+  // again with that job, submitting nothing.
+  absl::StatusOr<v1::RegisterGroupResponse> ObtainJob(
+      MasterConnection& master, const std::string& rejoin_job);
+  // Leader: the `job ...: group ... with N rank(s)` line.
+  void PrintJobLine(const v1::RegisterGroupResponse& registration) const;
+  // All ranks (a collective): rank 0 writes the trace file; nothing
+  // without a recorder.
+  void WriteGroupTrace(TraceRecorder* trace);
+
+  const Options options_;
+  std::unique_ptr<MpiGroup> mpi_;  // null in local mode
+  SingleProcessGroup single_;      // the group in local mode
+  Collectives* group_ = nullptr;   // *mpi_ or single_, once Run started
+  std::string tag_;                // "[rank R/N] ", for this rank's errors
+  int threads_ = 1;                // compute threads of this rank
+};
+
+}  // namespace mpilearn::worker
+
+#endif  // MPILEARN_WORKER_SESSION_H_
