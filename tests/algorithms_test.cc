@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/master_client.h"
 #include "common/tensor_codec.h"
@@ -126,17 +127,28 @@ TEST(AlgorithmsTest, OneRankSyncMatchesLocalBaseline) {
 }
 
 // max_staleness bounds how old an update may be: with three asynchronous
-// ranks and a bound of 1 version, updates computed on weights two or more
-// versions old are rejected, counted, and the ranks go on from fresh weights.
+// ranks and a bound of 1 version, no update older than that is applied, and
+// the ranks go on from fresh weights after a rejection. How many updates
+// arrive stale depends on how the ranks interleave (machine speed and
+// scheduling), so the test checks the bound and that the master's count and
+// the workers' report agree, not that some were rejected; job_test and
+// exchange_test reject a stale update deterministically.
 TEST(AlgorithmsTest, StalenessBoundRejectsAndCounts) {
   if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   v1::JobSpec spec = FashionMnistSubset("downpour", 6000, 1);
   spec.set_max_staleness(1);
   const Trained run = TrainOnMaster(NewTempDir("staleness"), spec, 3);
   EXPECT_EQ(run.status.state(), v1::JOB_STATE_COMPLETED) << run.status.message();
-  EXPECT_GT(run.status.stale_rejected(), 0u) << run.log;
   EXPECT_LE(run.status.max_staleness_seen(), 1u);
-  EXPECT_NE(run.log.find("stale updates dropped"), std::string::npos) << run.log;
+  if (run.status.stale_rejected() > 0) {
+    EXPECT_NE(run.log.find(absl::StrCat(", ", run.status.stale_rejected(),
+                                        " stale updates dropped")),
+              std::string::npos)
+        << run.log;
+  } else {
+    EXPECT_EQ(run.log.find("stale updates dropped"), std::string::npos)
+        << run.log;
+  }
   EXPECT_GE(run.status.history(0).val_accuracy(), 0.6);
 }
 

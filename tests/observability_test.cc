@@ -5,15 +5,19 @@
 // `prometheus`, on a loopback port, with a generated config) scrapes the
 // master's metrics endpoint every second while a 2-rank group trains; the
 // test then asks Prometheus' HTTP API for the job's series and finds the
-// samples trained and the validations increasing during the run and ending
-// at the master's own figures, the group's step-time breakdown and the RPC
+// samples trained and the validations never decreasing and ending at the
+// master's own figures, the group's step-time breakdown and the RPC
 // counts present, and the endpoint's text accepted by `promtool check
 // metrics` (Prometheus' own exposition-format parser and linter).
 //
 // TracesAndProgress: a 2-rank sync group and the master run with --trace;
 // both files parse as JSON (protobuf's parser, not the writer's) and hold the
 // expected events for both ranks and for the master, and the leader printed
-// periodic progress lines.
+// progress lines with the job's figures.
+//
+// Neither test depends on how fast the machine is: they wait for conditions
+// (with generous deadlines), never for a time, and assert no count of
+// scrapes, lines or events per unit of time.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -28,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/master_client.h"
 #include "google/protobuf/struct.pb.h"
@@ -254,8 +259,19 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
                             });
   ASSERT_TRUE(done.ok()) << done.status() << "\n" << (*workers)->Log();
   ASSERT_EQ((*workers)->Wait(absl::Seconds(60)), 0) << (*workers)->Log();
-  // Three more scrapes see the final figures.
-  absl::SleepFor(absl::Seconds(3.5));
+  // Wait for a scrape that began after the run ended: it sees the final
+  // figures, however few scrapes fell inside the run.
+  const double ended = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  const absl::Time scrape_deadline = absl::Now() + absl::Seconds(60);
+  while (true) {
+    absl::StatusOr<double> scraped =
+        (*prometheus)->Instant("timestamp(up{job=\"mpilearn\"})");
+    if (scraped.ok() && *scraped > ended) break;
+    ASSERT_LT(absl::Now(), scrape_deadline)
+        << "Prometheus did not scrape the master after the run: "
+        << (scraped.ok() ? absl::StrCat(*scraped) : scraped.status().ToString());
+    absl::SleepFor(absl::Milliseconds(250));
+  }
 
   absl::StatusOr<double> up = (*prometheus)->Instant("up{job=\"mpilearn\"}");
   ASSERT_TRUE(up.ok()) << up.status();
@@ -265,21 +281,30 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
   auto samples = (*prometheus)->Range("mpilearn_job_samples_trained_total" + job,
                                       test_start);
   ASSERT_TRUE(samples.ok()) << samples.status();
+  // How many scrapes fell inside the run depends on how fast it trained, so
+  // only the order of the series and its final value are checked. The range
+  // is sampled on a 1 s grid that may end before the last scrape: the final
+  // value comes from an instant query, which sees the scrape waited for.
   const std::vector<double> sample_values = DistinctValues(*samples);
-  EXPECT_GE(sample_values.size(), 3u)
-      << "too few scrapes saw the job train: " << absl::StrJoin(sample_values, ", ");
-  EXPECT_TRUE(NonDecreasing(sample_values));
-  EXPECT_EQ(sample_values.back(), static_cast<double>(done->samples_trained()));
+  EXPECT_TRUE(NonDecreasing(sample_values)) << absl::StrJoin(sample_values, ", ");
+  auto final_samples =
+      (*prometheus)->Instant("mpilearn_job_samples_trained_total" + job);
+  ASSERT_TRUE(final_samples.ok()) << final_samples.status();
+  EXPECT_EQ(*final_samples, static_cast<double>(done->samples_trained()));
+  EXPECT_LE(sample_values.back(), *final_samples);
   EXPECT_EQ(done->samples_trained(), 3u * 10000u);
 
   auto validations = (*prometheus)->Range("mpilearn_job_validations_total" + job,
                                           test_start);
   ASSERT_TRUE(validations.ok()) << validations.status();
   const std::vector<double> validation_values = DistinctValues(*validations);
-  EXPECT_GE(validation_values.size(), 2u);
-  EXPECT_TRUE(NonDecreasing(validation_values));
-  EXPECT_EQ(validation_values.back(),
-            static_cast<double>(done->validations_size()));
+  EXPECT_TRUE(NonDecreasing(validation_values))
+      << absl::StrJoin(validation_values, ", ");
+  auto final_validations =
+      (*prometheus)->Instant("mpilearn_job_validations_total" + job);
+  ASSERT_TRUE(final_validations.ok()) << final_validations.status();
+  EXPECT_EQ(*final_validations, static_cast<double>(done->validations_size()));
+  EXPECT_LE(validation_values.back(), *final_validations);
   auto accuracy = (*prometheus)->Instant("mpilearn_job_validation_accuracy" + job);
   ASSERT_TRUE(accuracy.ok()) << accuracy.status();
   ASSERT_GT(done->validations_size(), 0);
@@ -287,12 +312,14 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
   EXPECT_GT(*accuracy, 0.6);
 
   // The group's own figures arrived through the master while it trained.
-  auto compute = (*prometheus)->Range(
-      absl::StrCat("sum(mpilearn_group_step_seconds_total{job_id=\"", *job_id,
-                   "\",phase=\"compute\"})"),
-      test_start);
+  // Its series end with the run, so take the largest value any scrape saw;
+  // the run lasts seconds however fast the machine (10 ms per batch, ~470
+  // batches per rank), so scrapes every second see the group.
+  auto compute = (*prometheus)->Instant(
+      absl::StrCat("sum(max_over_time(mpilearn_group_step_seconds_total{job_id=\"",
+                   *job_id, "\",phase=\"compute\"}[10m]))"));
   ASSERT_TRUE(compute.ok()) << compute.status();
-  EXPECT_GT(DistinctValues(*compute).back(), 0.0);
+  EXPECT_GT(*compute, 0.0);
   auto pushes = (*prometheus)->Instant(
       "sum(mpilearn_rpc_duration_seconds_count{method=\"PushGradient\",code=\"OK\"})");
   ASSERT_TRUE(pushes.ok()) << pushes.status();
@@ -342,7 +369,10 @@ TEST(ObservabilityTest, TracesAndProgress) {
   auto workers = StartWorkers(
       2, (*master)->address(),
       {"--threads=1", "--slowdown_ms_per_batch=3", "--trace=" + group_trace,
-       "--progress=plain", "--progress_interval_s=0.5"},
+       // A line at the first answer 1 ms after the start and at every one
+       // after that: a unit takes longer than that to train (3 ms per
+       // batch), so at least one line is printed however fast the run.
+       "--progress=plain", "--progress_interval_s=0.001"},
       dir + "/workers.log");
   ASSERT_TRUE(workers.ok()) << workers.status();
   ASSERT_EQ((*workers)->Wait(absl::Seconds(240)), 0) << (*workers)->Log();
@@ -379,16 +409,33 @@ TEST(ObservabilityTest, TracesAndProgress) {
     EXPECT_TRUE((*master_events)[0].count(name)) << "the master has no " << name;
   }
 
-  // Plain progress lines (stdout is not a terminal here), with the figures.
+  // Plain progress lines (stdout is not a terminal here), with the figures:
+  // "progress: epoch E/2  P%  samples/s=R  loss=L  eta=T". How many lines a
+  // run prints depends on its speed; that there is one does not.
   int progress_lines = 0;
   for (absl::string_view line : absl::StrSplit((*workers)->Log(), '\n')) {
     if (!absl::StartsWith(line, "progress: epoch ")) continue;
     ++progress_lines;
-    EXPECT_TRUE(absl::StrContains(line, "samples/s=")) << line;
-    EXPECT_TRUE(absl::StrContains(line, "eta=")) << line;
     EXPECT_FALSE(absl::StrContains(line, "\r")) << line;
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, "  ", absl::SkipEmpty());
+    ASSERT_EQ(fields.size(), 5u) << line;
+    int epoch = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(
+        absl::StripSuffix(absl::StripPrefix(fields[0], "progress: epoch "), "/2"),
+        &epoch))
+        << line;
+    EXPECT_TRUE(epoch == 1 || epoch == 2) << line;
+    double percent = -1;
+    EXPECT_TRUE(absl::SimpleAtod(absl::StripSuffix(fields[1], "%"), &percent))
+        << line;
+    EXPECT_GE(percent, 0.0) << line;
+    EXPECT_LE(percent, 100.0) << line;
+    EXPECT_TRUE(absl::StartsWith(fields[2], "samples/s=")) << line;
+    EXPECT_TRUE(absl::StartsWith(fields[3], "loss=")) << line;
+    EXPECT_TRUE(absl::StartsWith(fields[4], "eta=")) << line;
   }
-  EXPECT_GE(progress_lines, 2) << (*workers)->Log();
+  EXPECT_GE(progress_lines, 1) << (*workers)->Log();
 }
 
 }  // namespace

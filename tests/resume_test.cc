@@ -28,7 +28,11 @@ TEST(ResumeTest, KilledMasterRestartsFromCheckpointAndGroupFinishes) {
   auto group = StartWorkers(2, address,
                             {"--job_id=" + job_id, "--threads=1",
                              "--reconnect_timeout_s=60",
-                             "--slowdown_ms_per_batch=2"},
+                             // At least 10 ms per batch: the ~470 batches
+                             // per rank take over 4 s however fast the
+                             // machine, so the kill below (after ~30 of
+                             // them) lands mid-training.
+                             "--slowdown_ms_per_batch=10"},
                             dir + "/group.log");
   ASSERT_TRUE(group.ok());
 

@@ -34,8 +34,12 @@ TEST(WorkerFailureTest, KilledRankIsDetectedAndJobResumesOnNewGroup) {
   const std::string other_id =
       (*client)->SubmitJob(FashionMnistSubset("sync", 4000, 1)).value();
 
+  // 10 ms per batch: an epoch (156 batches per rank) lasts over 1.5 s
+  // however fast the machine, so the kill after 50 updates (~25 batches per
+  // rank) lands in the first epoch.
   auto group = StartWorkers(2, (*master)->address(),
-                            {"--job_id=" + job_id, "--threads=1"},
+                            {"--job_id=" + job_id, "--threads=1",
+                             "--slowdown_ms_per_batch=10"},
                             dir + "/group1.log");
   ASSERT_TRUE(group.ok());
   auto training = WaitForStatus(**client, job_id, absl::Seconds(120),

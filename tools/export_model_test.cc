@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/checkpoint_file.h"
 #include "common/job_spec.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/core/job_store.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/model.h"
 
@@ -235,7 +235,7 @@ TEST_F(ExportModelTest, BestCheckpointIsExported) {
                                      "/checkpoints").c_str()),
             0);
   WriteFile(absl::StrCat(job_dir_, "/checkpoints/best.pb"),
-            server::EncodeCheckpoint(checkpoint).value());
+            EncodeCheckpoint(checkpoint).value());
   const RunResult run = RunExport(
       Args({"--out", out_, "--weights", "best", "--num_classes", "4"}));
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -244,7 +244,7 @@ TEST_F(ExportModelTest, BestCheckpointIsExported) {
   ExpectParametersEqual(loaded, best);
 
   // A flipped byte fails the checksum and says so.
-  std::string bytes = server::EncodeCheckpoint(checkpoint).value();
+  std::string bytes = EncodeCheckpoint(checkpoint).value();
   bytes[bytes.size() / 2] ^= 0x5a;
   WriteFile(absl::StrCat(job_dir_, "/checkpoints/best.pb"), bytes);
   const RunResult corrupt = RunExport(

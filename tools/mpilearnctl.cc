@@ -5,7 +5,8 @@
 //
 // main() only parses flags; Run() dispatches the subcommand and returns the
 // exit code: 0 success, 1 the master (or the job) reported an error, 2 usage
-// or local spec error, 3 `wait` timed out.
+// or local spec error, 3 `wait` timed out. The tables and sections it prints
+// are tools/ctl_format.h's.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,9 +32,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
@@ -41,6 +40,7 @@
 #include "common/master_client.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/mpilearn.pb.h"
+#include "tools/ctl_format.h"
 
 ABSL_FLAG(std::string, master, "",
           "host:port of mpilearn-master. Default: $MPILEARN_MASTER if set, "
@@ -133,47 +133,6 @@ int FailRpc(const absl::Status& status, const Options& options) {
   return kExitError;
 }
 
-// "JOB_STATE_RUNNING" -> "RUNNING".
-std::string StateName(v1::JobState state) {
-  return std::string(
-      absl::StripPrefix(v1::JobState_Name(state), "JOB_STATE_"));
-}
-
-// Left-aligned text columns, each as wide as its widest cell.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) {
-    rows_.push_back(std::move(header));
-  }
-
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-
-  void Print(absl::string_view indent = "") const {
-    std::vector<size_t> widths;
-    for (const auto& row : rows_) {
-      widths.resize(std::max(widths.size(), row.size()), 0);
-      for (size_t i = 0; i < row.size(); ++i) {
-        widths[i] = std::max(widths[i], row[i].size());
-      }
-    }
-    for (const auto& row : rows_) {
-      std::string line(indent);
-      for (size_t i = 0; i < row.size(); ++i) {
-        absl::StrAppend(&line, row[i]);
-        if (i + 1 < row.size()) {
-          line.append(widths[i] - row[i].size() + 2, ' ');
-        }
-      }
-      // An empty last cell would leave the padding of the one before it.
-      line.erase(line.find_last_not_of(' ') + 1);
-      absl::PrintF("%s\n", line);
-    }
-  }
-
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
-
 // Checks that every data file the spec names can be opened from here, so a
 // typo fails now rather than when a worker group picks the job up.
 absl::Status CheckDataFiles(const v1::DataSpec& data) {
@@ -238,300 +197,11 @@ int ListJobs(const Options& options) {
   if (!master.ok()) return FailRpc(master.status(), options);
   absl::StatusOr<std::vector<v1::JobStatus>> jobs = (*master)->ListJobs();
   if (!jobs.ok()) return FailRpc(jobs.status(), options);
-  Table table({"JOB", "STATE", "NAME", "MODEL", "ALGORITHM", "EPOCHS",
-               "UPDATES", "TEST_ACC"});
-  for (const v1::JobStatus& job : *jobs) {
-    table.AddRow({
-        job.job_id(),
-        StateName(job.state()),
-        job.spec().name().empty() ? "-" : job.spec().name(),
-        job.spec().model().name(),
-        job.spec().algorithm(),
-        absl::StrCat(job.epochs_done(), "/", job.spec().epochs()),
-        absl::StrCat(job.updates_applied()),
-        job.has_test_accuracy() ? absl::StrFormat("%.4f", job.test_accuracy())
-                                : "-",
-    });
-  }
-  table.Print();
+  absl::PrintF("%s", FormatJobList(*jobs));
   return kExitOk;
 }
 
 // --- status ----------------------------------------------------------------
-
-constexpr char kNone[] = "-";
-constexpr int kValidationsShown = 5;
-
-std::string Fixed(double value, int digits) {
-  return absl::StrFormat("%.*f", digits, value);
-}
-
-// "40.0%" of all the job's epochs, or "-" while the master does not know the
-// samples per epoch yet (no group has asked for data).
-std::string ProgressPercent(const v1::JobStatus& job) {
-  const double total = static_cast<double>(job.samples_per_epoch()) *
-                       static_cast<double>(job.spec().epochs());
-  if (!(total > 0)) return kNone;
-  const double percent =
-      std::clamp(100.0 * static_cast<double>(job.samples_trained()) / total,
-                 0.0, 100.0);
-  return absl::StrFormat("%.1f%%", percent);
-}
-
-// Whether a history record carries a validation (groups report one per
-// epoch unless the job validates in a pool only).
-bool HasValidation(const v1::EpochRecord& epoch) {
-  return epoch.val_loss() != 0 || epoch.val_accuracy() != 0;
-}
-
-// The live training loss, else the last epoch's mean.
-std::string LatestTrainLoss(const v1::JobStatus& job) {
-  if (job.has_train_loss()) return Fixed(job.train_loss(), 4);
-  if (!job.history().empty()) {
-    return Fixed(job.history(job.history_size() - 1).train_loss(), 4);
-  }
-  return kNone;
-}
-
-// The latest validation (group or pool), else the last epoch's.
-std::string LatestValAccuracy(const v1::JobStatus& job) {
-  if (!job.validations().empty()) {
-    return Fixed(job.validations(job.validations_size() - 1).val_accuracy(),
-                 4);
-  }
-  if (!job.history().empty()) {
-    const v1::EpochRecord& last = job.history(job.history_size() - 1);
-    if (HasValidation(last)) return Fixed(last.val_accuracy(), 4);
-  }
-  return kNone;
-}
-
-std::string LatestSamplesPerSecond(const v1::JobStatus& job) {
-  if (job.history().empty()) return kNone;
-  return Fixed(job.history(job.history_size() - 1).samples_per_second(), 0);
-}
-
-// "2 (4 ranks)": the alive groups serving the job and their ranks.
-std::string AliveGroups(const v1::JobStatus& job) {
-  int groups = 0;
-  int64_t ranks = 0;
-  for (const v1::GroupInfo& group : job.groups()) {
-    if (!group.alive()) continue;
-    ++groups;
-    ranks += group.ranks();
-  }
-  if (groups == 0) return "0";
-  return absl::StrFormat("%d (%d rank%s)", groups, ranks,
-                         ranks == 1 ? "" : "s");
-}
-
-std::string TestAccuracy(const v1::JobStatus& job) {
-  return job.has_test_accuracy() ? Fixed(job.test_accuracy(), 4) : kNone;
-}
-
-// The master's optimizer, or the rule easgd and gem apply instead.
-std::string OptimizerText(const v1::JobSpec& spec) {
-  if (spec.algorithm() == "easgd") {
-    const v1::OptimizerSpec& local = spec.easgd().worker_optimizer();
-    return absl::StrFormat("elastic averaging (alpha %g); ranks step with %s "
-                           "(lr %g, momentum %g)",
-                           spec.easgd().alpha(), local.name(),
-                           local.learning_rate(), local.momentum());
-  }
-  if (spec.algorithm() == "gem") {
-    return absl::StrFormat(
-        "gradient energy matching (lr %g, momentum %g, kappa %g)",
-        spec.gem().learning_rate(), spec.gem().momentum(), spec.gem().kappa());
-  }
-  return absl::StrFormat("%s (lr %g)", spec.optimizer().name(),
-                         spec.optimizer().learning_rate());
-}
-
-std::string ModelText(const v1::ModelSpec& model) {
-  if (model.name() == "mlp" && !model.hidden().empty()) {
-    return absl::StrCat(model.name(), " (hidden ",
-                        absl::StrJoin(model.hidden(), ","), ")");
-  }
-  if (model.name() == "cnn" && !model.channels().empty()) {
-    return absl::StrCat(model.name(), " (channels ",
-                        absl::StrJoin(model.channels(), ","), ", dense ",
-                        model.dense(), ")");
-  }
-  return model.name();
-}
-
-// One row per job: `mpilearnctl status` without a job id.
-void PrintJobsTable(const std::vector<v1::JobStatus>& jobs) {
-  Table table({"JOB", "NAME", "STATE", "EPOCH", "PROGRESS", "SAMPLES/S",
-               "LOSS", "VAL_ACC", "TEST_ACC", "GROUPS"});
-  for (const v1::JobStatus& job : jobs) {
-    table.AddRow({
-        job.job_id(),
-        job.spec().name().empty() ? kNone : job.spec().name(),
-        StateName(job.state()),
-        absl::StrCat(job.epochs_done(), "/", job.spec().epochs()),
-        ProgressPercent(job),
-        LatestSamplesPerSecond(job),
-        LatestTrainLoss(job),
-        LatestValAccuracy(job),
-        TestAccuracy(job),
-        AliveGroups(job),
-    });
-  }
-  table.Print();
-}
-
-// The step-time shares of a group's telemetry, in the order DATA% COMPUTE%
-// MASTER% MPI%; "-" for each when the group reported none.
-std::vector<std::string> StepShares(const v1::GroupInfo& group) {
-  const v1::GroupTelemetry& t = group.telemetry();
-  const double parts[] = {t.data_seconds(), t.compute_seconds(),
-                          t.master_seconds(), t.mpi_seconds()};
-  double sum = 0;
-  for (double part : parts) sum += std::max(part, 0.0);
-  std::vector<std::string> shares;
-  for (double part : parts) {
-    shares.push_back(group.has_telemetry() && sum > 0
-                         ? absl::StrFormat("%.1f", 100.0 *
-                                                       std::max(part, 0.0) /
-                                                       sum)
-                         : kNone);
-  }
-  return shares;
-}
-
-// The detailed view: `mpilearnctl status JOB_ID`.
-void PrintStatus(const v1::JobStatus& job) {
-  const v1::JobSpec& spec = job.spec();
-  Table summary({"job", job.job_id()});
-  if (!spec.name().empty()) summary.AddRow({"name", spec.name()});
-  summary.AddRow({"state", StateName(job.state())});
-  if (!job.stop_reason().empty()) {
-    summary.AddRow({"stop_reason", job.stop_reason()});
-  }
-  if (!job.message().empty()) summary.AddRow({"message", job.message()});
-  summary.AddRow({"algorithm", spec.algorithm()});
-  summary.AddRow({"model", ModelText(spec.model())});
-  summary.AddRow({"optimizer", OptimizerText(spec)});
-  summary.AddRow(
-      {"batch", absl::StrFormat("%d per rank, sync every %d batch%s",
-                                spec.batch_size(), spec.sync_every(),
-                                spec.sync_every() == 1 ? "" : "es")});
-  summary.AddRow(
-      {"epochs", absl::StrCat(job.epochs_done(), "/", spec.epochs())});
-  if (job.samples_per_epoch() > 0) {
-    summary.AddRow(
-        {"progress",
-         absl::StrFormat("%s (%d of %d samples)", ProgressPercent(job),
-                         job.samples_trained(),
-                         job.samples_per_epoch() *
-                             static_cast<uint64_t>(spec.epochs()))});
-  } else {
-    summary.AddRow({"progress",
-                    absl::StrFormat("%d samples trained (samples per epoch "
-                                    "not known until a group asks for data)",
-                                    job.samples_trained())});
-  }
-  summary.AddRow({"train_loss", LatestTrainLoss(job)});
-  summary.AddRow({"version", absl::StrCat(job.version())});
-  summary.AddRow(
-      {"updates", absl::StrFormat("%d applied, %d units requeued",
-                                  job.updates_applied(),
-                                  job.units_requeued())});
-  summary.AddRow({"parameters", absl::StrCat(job.parameters())});
-  std::string staleness = absl::StrFormat(
-      "mean %.2f, max %d, rejected %d", job.mean_staleness(),
-      job.max_staleness_seen(), job.stale_rejected());
-  if (spec.max_staleness() > 0) {
-    absl::StrAppend(&staleness, " (max_staleness ", spec.max_staleness(), ")");
-  }
-  summary.AddRow({"staleness", staleness});
-  summary.AddRow({"snapshots",
-                  absl::StrFormat("%d published, %d skipped",
-                                  job.snapshots_published(),
-                                  job.snapshots_skipped())});
-  summary.AddRow({"checkpoint", job.checkpoint_version() > 0
-                                    ? absl::StrCat("version ",
-                                                   job.checkpoint_version())
-                                    : "none yet"});
-  if (job.has_best_metric_value()) {
-    summary.AddRow({"best", absl::StrCat(spec.checkpoint().best_metric(), " ",
-                                         Fixed(job.best_metric_value(), 4))});
-  }
-  if (job.has_test_loss()) {
-    summary.AddRow({"test_loss", Fixed(job.test_loss(), 4)});
-  }
-  if (job.has_test_accuracy()) {
-    summary.AddRow({"test_accuracy", Fixed(job.test_accuracy(), 4)});
-  }
-  summary.Print();
-
-  absl::PrintF("\nGROUPS\n");
-  if (job.groups().empty()) {
-    absl::PrintF("  none\n");
-  } else {
-    Table groups({"GROUP", "RANKS", "HOST", "ALIVE", "SEEN", "UNITS",
-                  "SAMPLES", "UPDATES", "DATA%", "COMPUTE%", "MASTER%",
-                  "MPI%"});
-    for (const v1::GroupInfo& group : job.groups()) {
-      std::vector<std::string> row = {
-          group.group_id(),
-          absl::StrCat(group.ranks()),
-          group.host().empty() ? kNone : group.host(),
-          group.alive() ? "yes" : "no",
-          absl::StrFormat("%.1fs", group.seconds_since_seen()),
-          absl::StrCat(group.units_completed()),
-          absl::StrCat(group.samples_trained()),
-          absl::StrCat(group.updates_applied()),
-      };
-      for (std::string& share : StepShares(group)) {
-        row.push_back(std::move(share));
-      }
-      groups.AddRow(std::move(row));
-    }
-    groups.Print("  ");
-  }
-
-  absl::PrintF("\nEPOCHS\n");
-  if (job.history().empty()) {
-    absl::PrintF("  none completed yet\n");
-  } else {
-    Table history({"EPOCH", "TRAIN_LOSS", "VAL_LOSS", "VAL_ACC", "SAMPLES/S",
-                   "SECONDS"});
-    for (const v1::EpochRecord& epoch : job.history()) {
-      const bool validated = HasValidation(epoch);
-      history.AddRow({absl::StrCat(epoch.epoch()),
-                      Fixed(epoch.train_loss(), 4),
-                      validated ? Fixed(epoch.val_loss(), 4) : kNone,
-                      validated ? Fixed(epoch.val_accuracy(), 4) : kNone,
-                      Fixed(epoch.samples_per_second(), 0),
-                      Fixed(epoch.wall_seconds(), 1)});
-    }
-    history.Print("  ");
-  }
-
-  const int shown = std::min(job.validations_size(), kValidationsShown);
-  if (shown < job.validations_size()) {
-    absl::PrintF("\nVALIDATIONS (last %d of %d)\n", shown,
-                 job.validations_size());
-  } else {
-    absl::PrintF("\nVALIDATIONS\n");
-  }
-  if (shown == 0) {
-    absl::PrintF("  none yet\n");
-  } else {
-    Table validations({"VERSION", "EPOCH", "VAL_LOSS", "VAL_ACC", "SOURCE"});
-    for (int i = job.validations_size() - shown; i < job.validations_size();
-         ++i) {
-      const v1::ValidationRecord& record = job.validations(i);
-      validations.AddRow(
-          {absl::StrCat(record.version()), absl::StrCat(record.epoch()),
-           Fixed(record.val_loss(), 4), Fixed(record.val_accuracy(), 4),
-           record.source().empty() ? kNone : record.source()});
-    }
-    validations.Print("  ");
-  }
-}
 
 // Prints `message` as JSON (field names as in the .proto).
 int PrintJson(const google::protobuf::Message& message) {
@@ -583,7 +253,7 @@ int ShowAllJobs(const Options& options) {
       return FailRpc(detailed.status(), options);
     }
   }
-  PrintJobsTable(*jobs);
+  absl::PrintF("%s", FormatJobsTable(*jobs));
   return kExitOk;
 }
 
@@ -593,7 +263,7 @@ int ShowStatus(const std::string& job_id, const Options& options) {
   absl::StatusOr<v1::JobStatus> job = (*master)->GetJobStatus(job_id);
   if (!job.ok()) return FailRpc(job.status(), options);
   if (options.json) return PrintJson(*job);
-  PrintStatus(*job);
+  absl::PrintF("%s", FormatJobStatus(*job));
   return kExitOk;
 }
 

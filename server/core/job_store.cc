@@ -1,22 +1,15 @@
 #include "server/core/job_store.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <zlib.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checkpoint_file.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -26,11 +19,6 @@ namespace mpilearn::server {
 namespace {
 
 namespace fs = std::filesystem;
-
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::InternalError(
-      absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
-}
 
 absl::Status EnsureDir(const std::string& path) {
   std::error_code ec;
@@ -44,13 +32,9 @@ absl::Status EnsureDir(const std::string& path) {
 }
 
 constexpr char kJobPrefix[] = "job-";
-// In the name of WriteFileAtomically's temporary files.
-constexpr char kTempInfix[] = ".tmp.";
 constexpr char kCheckpointPrefix[] = "ckpt-";
 constexpr char kCheckpointSuffix[] = ".pb";
 constexpr int kVersionDigits = 12;
-constexpr char kMagic[] = "MLCK";
-constexpr size_t kTrailerBytes = 8;
 
 // "ckpt-000000000812.pb" -> true.
 bool IsCheckpointName(const std::string& name) {
@@ -65,112 +49,7 @@ bool IsCheckpointName(const std::string& name) {
                      [](char c) { return c >= '0' && c <= '9'; });
 }
 
-uint32_t Crc32(const char* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (size > 0) {
-    const uInt n = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), n);
-    data += n;
-    size -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  const std::streamoff size = in.tellg();
-  std::string contents(size > 0 ? static_cast<size_t>(size) : 0, '\0');
-  in.seekg(0);
-  if (size < 0 || !in.read(contents.data(), size)) {
-    return ErrnoError("cannot read", path);
-  }
-  return contents;
-}
-
 }  // namespace
-
-absl::StatusOr<std::string> EncodeCheckpoint(
-    const v1::JobCheckpointFile& checkpoint) {
-  const size_t size = checkpoint.ByteSizeLong();
-  if (size > static_cast<size_t>(INT32_MAX)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "checkpoint of ", size, " bytes is over protobuf's 2 GiB limit"));
-  }
-  std::string bytes(size + kTrailerBytes, '\0');
-  if (!checkpoint.SerializeToArray(bytes.data(), static_cast<int>(size))) {
-    return absl::InternalError("cannot serialize the checkpoint");
-  }
-  const uint32_t crc = Crc32(bytes.data(), size);
-  for (int i = 0; i < 4; ++i) {
-    bytes[size + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
-  }
-  std::memcpy(bytes.data() + size + 4, kMagic, 4);
-  return bytes;
-}
-
-absl::StatusOr<v1::JobCheckpointFile> DecodeCheckpoint(const std::string& bytes,
-                                                       const std::string& what) {
-  if (bytes.size() < kTrailerBytes ||
-      std::memcmp(bytes.data() + bytes.size() - 4, kMagic, 4) != 0) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint '", what, "' is truncated or not a checkpoint (",
-        bytes.size(), " bytes, no MLCK trailer)"));
-  }
-  const size_t size = bytes.size() - kTrailerBytes;
-  uint32_t stored = 0;
-  for (int i = 0; i < 4; ++i) {
-    stored |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[size + i]))
-              << (8 * i);
-  }
-  const uint32_t computed = Crc32(bytes.data(), size);
-  if (stored != computed) {
-    return absl::DataLossError(absl::StrFormat(
-        "checkpoint '%s' is damaged: CRC-32 %08x, trailer says %08x", what,
-        computed, stored));
-  }
-  v1::JobCheckpointFile checkpoint;
-  if (size > static_cast<size_t>(INT32_MAX) ||
-      !checkpoint.ParseFromArray(bytes.data(), static_cast<int>(size))) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint '", what, "' does not parse as a JobCheckpointFile"));
-  }
-  return checkpoint;
-}
-
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& contents) {
-  // Unique per process and call: two threads may write the same file.
-  static std::atomic<uint64_t> sequence{0};
-  const std::string tmp =
-      absl::StrCat(path, kTempInfix, getpid(), ".", sequence.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n =
-        ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      absl::Status status = ErrnoError("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return status;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    absl::Status status = ErrnoError("cannot flush", tmp);
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status status = ErrnoError("cannot rename into", path);
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
     const std::string& state_dir) {
@@ -300,8 +179,7 @@ std::vector<std::string> JobStore::CheckpointPaths(
 
 absl::StatusOr<v1::JobCheckpointFile> JobStore::ReadCheckpoint(
     const std::string& path) {
-  MPILEARN_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  return DecodeCheckpoint(bytes, path);
+  return ReadCheckpointFile(path);
 }
 
 absl::Status JobStore::QuarantineCheckpoint(const std::string& path) {
@@ -318,7 +196,8 @@ void JobStore::RemoveTempFiles(const std::string& job_id) {
   for (const std::string& dir : {JobDir(job_id), CheckpointDir(job_id)}) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      if (absl::StrContains(entry.path().filename().string(), kTempInfix)) {
+      if (absl::StrContains(entry.path().filename().string(),
+                            kAtomicWriteTempInfix)) {
         std::error_code removed;
         fs::remove(entry.path(), removed);
       }

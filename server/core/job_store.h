@@ -13,14 +13,9 @@
 //                                            the checkpoint taken when the
 //                                            best validation arrived
 //
-// Checkpoint file format: a serialized v1::JobCheckpointFile followed by an
-// 8-byte trailer: the CRC-32 (zlib's crc32) of the serialized bytes as a
-// little-endian uint32, then the 4 bytes "MLCK". ReadCheckpoint refuses a
-// file whose trailer is missing or whose checksum differs (DATA_LOSS), so a
-// truncated or damaged file is never mistaken for a checkpoint. To look at
-// one by hand (strip the trailer, then decode):
-//   head -c -8 FILE | protoc --proto_path=proto
-//       --decode=mpilearn.v1.JobCheckpointFile mpilearn.proto
+// Checkpoint files are in the format of common/checkpoint_file.h (a
+// serialized v1::JobCheckpointFile, then a CRC-32 and "MLCK" trailer), so a
+// truncated or damaged file is never mistaken for a checkpoint.
 // A file that fails the check is renamed <name>.corrupt when a master loads
 // the job (QuarantineCheckpoint).
 //
@@ -37,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/checkpoint_file.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::server {
@@ -73,7 +69,7 @@ class JobStore {
   std::vector<std::string> CheckpointPaths(const std::string& job_id) const;
   // Reads and checks one checkpoint file: NOT_FOUND if it cannot be read,
   // DATA_LOSS (naming the file) if it is truncated, damaged or not a
-  // checkpoint.
+  // checkpoint. Same as ReadCheckpointFile (common/checkpoint_file.h).
   static absl::StatusOr<v1::JobCheckpointFile> ReadCheckpoint(
       const std::string& path);
   // Renames a checkpoint that cannot be used to <path>.corrupt, so that it
@@ -103,16 +99,11 @@ class JobStore {
   const std::string jobs_dir_;
 };
 
-// Writes `contents` to `path` atomically (temp file, fsync, rename).
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& contents);
-
-// A checkpoint file's bytes (payload and trailer; see the file comment), and
-// back. DecodeCheckpoint's errors are DATA_LOSS and name `what` (the path).
-absl::StatusOr<std::string> EncodeCheckpoint(
-    const v1::JobCheckpointFile& checkpoint);
-absl::StatusOr<v1::JobCheckpointFile> DecodeCheckpoint(
-    const std::string& bytes, const std::string& what);
+// The file format and atomic writes live in common/checkpoint_file.h; these
+// names keep working under server:: for the master's code.
+using ::mpilearn::DecodeCheckpoint;
+using ::mpilearn::EncodeCheckpoint;
+using ::mpilearn::WriteFileAtomically;
 
 }  // namespace mpilearn::server
 
