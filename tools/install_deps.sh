@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap            # Bazel 4.2.3 (offline builds, see WORKSPACE)
   g++ pkg-config
+  clang-14                   # checked locking: tools/check_thread_safety.sh
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin
   libtorch-dev libopenblas0-pthread   # OpenBLAS: ~2.5x faster than reference BLAS

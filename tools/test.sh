@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine (packages, Bazel build) and runs the
 # whole test suite: unit tests beside the code and the integration tests in
-# tests/ (real master on loopback, real mpirun groups).
+# tests/ (real master on loopback, real mpirun groups). Then checks locking:
+# tools/check_thread_safety.sh builds the same targets with clang-14 and
+# -Wthread-safety (in its own Bazel output base). The exit code is non-zero
+# when either fails; the last line is always the test count.
 #
 #   tools/test.sh                 # everything
 #   tools/test.sh //common/...    # a subset (any bazel target patterns)
+#   MPILEARN_TSA=0 tools/test.sh  # skip the clang build (a quick local run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +25,14 @@ set +e
 bazel test --local_test_jobs=1 "${targets[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
+
+tsa_rc=0
+if [ "${MPILEARN_TSA:-1}" != 0 ]; then
+  tools/check_thread_safety.sh "$@" || tsa_rc=$?
+else
+  echo "test.sh: thread-safety check skipped (MPILEARN_TSA=0)"
+fi
+[ "$rc" -ne 0 ] || rc=$tsa_rc
 
 # One plain closing line, counted per test target.
 passed=$(grep -cE '^//.* PASSED in' "$log" || true)

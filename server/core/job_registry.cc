@@ -29,11 +29,14 @@ void NoteGroupNumbers(const v1::JobStatus& status, int64_t* last) {
   }
 }
 
-// Unlocks a mutex locked (or TryLock'ed) by hand.
-class UnlockOnExit {
+// Unlocks a mutex locked (or TryLock'ed) by hand. Annotated as a scoped
+// lock that takes over the held mutex, so clang's thread-safety analysis
+// sees the release at scope exit.
+class ABSL_SCOPED_LOCKABLE UnlockOnExit {
  public:
-  explicit UnlockOnExit(absl::Mutex& mu) : mu_(mu) {}
-  ~UnlockOnExit() { mu_.Unlock(); }
+  explicit UnlockOnExit(absl::Mutex& mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu)
+      : mu_(mu) {}
+  ~UnlockOnExit() ABSL_UNLOCK_FUNCTION() { mu_.Unlock(); }
   UnlockOnExit(const UnlockOnExit&) = delete;
   UnlockOnExit& operator=(const UnlockOnExit&) = delete;
 
