@@ -16,7 +16,7 @@
 # The clang build lives in its own Bazel output base (and so its own Bazel
 # server), so it never evicts the gcc build's cache. By hand:
 #
-#   bazel --output_base=/root/.cache/bazel-clang-tsa \
+#   bazel --output_base=$HOME/.cache/bazel-clang-tsa-CHECKOUT \
 #       build --config=clang-tsa //common/... //server/... ...
 #
 # TSA_OUTPUT_BASE overrides the output base. The clang server exits by
