@@ -1,3 +1,7 @@
+// JobRegistry (job_registry.h). About 500 lines: the job table, loading a
+// state directory at start, and when each durable write happens belong
+// together (the write policy reads as one piece); the per-job logic lives in
+// job.cc and its parts.
 #include "server/core/job_registry.h"
 
 #include <algorithm>

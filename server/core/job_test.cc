@@ -1,3 +1,8 @@
+// Job in isolation: update rules through the job, staleness, validation of
+// updates, checkpoints and resume, the data queue, stop rules, reasons.
+// Over ~500 lines because these are the job's end-to-end scenarios (the
+// parts have their own short tests: data_queue_test, group_table_test,
+// update_rule_test, job_checkpoint_test); each case stands alone.
 #include "server/core/job.h"
 
 #include <limits>
@@ -473,6 +478,46 @@ class JobQueueTest : public ::testing::Test {
   std::unique_ptr<Job> job_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
 };
+
+// A group that asks more often trains more units: the queue hands a unit to
+// whoever asks, so the split follows the groups' speeds. "fast" asks three
+// times for every time "slow" asks (what a 3x faster group does); the
+// deterministic interleaving stands in for real speeds, so nothing here
+// depends on the machine.
+TEST_F(JobQueueTest, AFasterGroupTrainsMoreUnits) {
+  constexpr int64_t kSamples = 1000;
+  MakeJob(/*epochs=*/2, /*unit_size=*/50, {"fast", "slow"});
+  QueueClient fast{"fast", 1.0, std::nullopt};
+  QueueClient slow{"slow", 1.0, std::nullopt};
+  std::map<std::string, int> units;
+  std::set<std::string> done;
+  for (int turn = 0; done.size() < 2 && turn < 1000; ++turn) {
+    QueueClient& client = turn % 4 == 3 ? slow : fast;
+    if (done.count(client.group_id)) continue;
+    now_ += absl::Seconds(1);
+    auto response = client.Ask(*job_, kSamples, now_);
+    ASSERT_TRUE(response.ok()) << response.status();
+    if (response->action() == v1::NextDataUnitResponse::TRAIN) {
+      ++units[client.group_id];
+    } else if (response->action() == v1::NextDataUnitResponse::DONE) {
+      done.insert(client.group_id);
+    }
+  }
+  ASSERT_EQ(done.size(), 2u);
+  // 40 units in all (2 epochs of 20); the slow group asks for a quarter of
+  // them while units remain.
+  EXPECT_EQ(units["fast"] + units["slow"], 40);
+  EXPECT_GE(units["fast"], 2 * units["slow"]);
+  EXPECT_GT(units["slow"], 0);
+  const v1::JobStatus status = job_->Status(false, now_);
+  uint64_t fast_units = 0, slow_units = 0;
+  for (const v1::GroupInfo& group : status.groups()) {
+    if (group.group_id() == "fast") fast_units = group.units_completed();
+    if (group.group_id() == "slow") slow_units = group.units_completed();
+  }
+  EXPECT_EQ(fast_units, static_cast<uint64_t>(units["fast"]));
+  EXPECT_EQ(slow_units, static_cast<uint64_t>(units["slow"]));
+}
 
 // Two groups alternate over 3 epochs of 1000 samples in units of 64 (15 full
 // units and one of 40 per epoch): every sample of every epoch is handed out
