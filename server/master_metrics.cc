@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/core/update_rule.h"
 
 namespace mpilearn::server {
 namespace {

@@ -45,7 +45,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
-#include "server/core/job.h"
+#include "server/core/job_values.h"
 #include "server/core/metrics_sink.h"
 
 namespace mpilearn::server {

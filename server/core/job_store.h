@@ -99,12 +99,6 @@ class JobStore {
   const std::string jobs_dir_;
 };
 
-// The file format and atomic writes live in common/checkpoint_file.h; these
-// names keep working under server:: for the master's code.
-using ::mpilearn::DecodeCheckpoint;
-using ::mpilearn::EncodeCheckpoint;
-using ::mpilearn::WriteFileAtomically;
-
 }  // namespace mpilearn::server
 
 #endif  // MPILEARN_SERVER_CORE_JOB_STORE_H_
