@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -9,19 +10,29 @@
 
 namespace mpilearn::server {
 
-absl::StatusOr<PendingTensors> PendingTensors::ForHeader(
-    std::string job_id, const v1::TensorSetHeader& header) {
+absl::StatusOr<PendingTensors> PendingTensors::ForCall(CallHeader call) {
+  PendingTensors pending(std::move(call));
   MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
-                            TensorSetAssembler::ByteSizes(header));
-  PendingTensors pending;
-  pending.job_id_ = std::move(job_id);
-  pending.header_ = header;
+                            TensorSetAssembler::ByteSizes(pending.tensors()));
   pending.values_.reserve(sizes.size());
   for (size_t bytes : sizes) {
     pending.values_.emplace_back(bytes / sizeof(float));
     pending.bytes_ += bytes;
   }
   return pending;
+}
+
+const std::string& PendingTensors::job_id() const {
+  return std::visit([](const auto& call) -> const std::string& {
+    return call.job_id();
+  }, call_);
+}
+
+const v1::TensorSetHeader& PendingTensors::tensors() const {
+  if (const auto* init = std::get_if<v1::InitWeightsRequest::Header>(&call_)) {
+    return init->weights();
+  }
+  return std::get<v1::PushGradientRequest::Header>(call_).gradient();
 }
 
 absl::Status PendingTensors::AddChunk(const v1::TensorChunk& chunk) {
@@ -35,7 +46,7 @@ absl::Status PendingTensors::AddChunk(const v1::TensorChunk& chunk) {
       destinations.push_back(AsWritableBytes(absl::MakeSpan(v)));
     }
     MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
-                              TensorSetAssembler::Create(header_, destinations));
+                              TensorSetAssembler::Create(tensors(), destinations));
     assembler_.emplace(std::move(assembler));
   }
   return WithReason(assembler_->Add(chunk), v1::ERROR_REASON_INVALID_REQUEST);
@@ -53,7 +64,7 @@ absl::Status PendingTensors::CopyFrom(
   for (size_t t = 0; t < values.size(); ++t) {
     if (values[t].size() != values_[t].size()) {
       return InvalidRequestError(absl::StrCat(
-          "tensor '", header_.tensors(static_cast<int>(t)).name(), "' holds ",
+          "tensor '", tensors().tensors(static_cast<int>(t)).name(), "' holds ",
           values[t].size(), " values; its header says ", values_[t].size()));
     }
     if (!values[t].empty()) {
@@ -102,19 +113,20 @@ absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
 absl::StatusOr<PendingTensors> MasterCore::BeginInitWeights(
     const v1::InitWeightsRequest::Header& header) {
   MPILEARN_RETURN_IF_ERROR(registry_->FindJob(header.job_id()).status());
-  MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
-                            PendingTensors::ForHeader(header.job_id(),
-                                                      header.weights()));
-  pending.init_header_ = header;
-  return pending;
+  return PendingTensors::ForCall(header);
 }
 
 absl::StatusOr<v1::InitWeightsResponse> MasterCore::CommitInitWeights(
     PendingTensors pending) {
   MPILEARN_RETURN_IF_ERROR(pending.Finish());
-  const v1::InitWeightsRequest::Header& header = pending.init_header_;
-  return registry_->InitWeights(header.job_id(), header.group_id(),
-                                header.weights(), std::move(pending.values_));
+  const auto* header =
+      std::get_if<v1::InitWeightsRequest::Header>(&pending.call_);
+  if (header == nullptr) {
+    return WithReason(absl::InternalError("CommitInitWeights of a push"),
+                      v1::ERROR_REASON_INTERNAL);
+  }
+  return registry_->InitWeights(header->job_id(), header->group_id(),
+                                header->weights(), std::move(pending.values_));
 }
 
 absl::StatusOr<PendingTensors> MasterCore::BeginPush(
@@ -125,9 +137,7 @@ absl::StatusOr<PendingTensors> MasterCore::BeginPush(
   MPILEARN_RETURN_IF_ERROR(WithReason(CheckSameLayout(layout, header.gradient()),
                                       v1::ERROR_REASON_INVALID_REQUEST));
   MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
-                            PendingTensors::ForHeader(header.job_id(),
-                                                      header.gradient()));
-  pending.push_header_ = header;
+                            PendingTensors::ForCall(header));
   pending.job_ = std::move(job);
   return pending;
 }
@@ -135,14 +145,19 @@ absl::StatusOr<PendingTensors> MasterCore::BeginPush(
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::CommitPush(
     PendingTensors pending) {
   MPILEARN_RETURN_IF_ERROR(pending.Finish());
-  const v1::PushGradientRequest::Header& header = pending.push_header_;
+  const auto* header =
+      std::get_if<v1::PushGradientRequest::Header>(&pending.call_);
+  if (header == nullptr || pending.job_ == nullptr) {
+    return WithReason(absl::InternalError("CommitPush of initial weights"),
+                      v1::ERROR_REASON_INTERNAL);
+  }
   GradientUpdate update;
-  update.group_id = header.group_id();
-  update.rank = header.rank();
-  update.kind = header.kind();
-  update.base_version = header.gradient().version();
-  update.samples = header.samples();
-  update.train_loss = header.train_loss();
+  update.group_id = header->group_id();
+  update.rank = header->rank();
+  update.kind = header->kind();
+  update.base_version = header->gradient().version();
+  update.samples = header->samples();
+  update.train_loss = header->train_loss();
   update.values = std::move(pending.values_);
   return registry_->ApplyGradient(*pending.job_, update);
 }
@@ -233,10 +248,6 @@ std::vector<JobMetricsView> MasterCore::ListForMetrics() const {
   std::vector<JobMetricsView> jobs = registry_->ListForMetrics();
   for (JobMetricsView& job : jobs) snapshots_->FillCounters(job.status);
   return jobs;
-}
-
-bool MasterCore::HasJob(const std::string& job_id) const {
-  return registry_->FindJob(job_id).ok();
 }
 
 void MasterCore::Tick() { registry_->Tick(); }

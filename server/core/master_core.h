@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -53,7 +54,7 @@ class PendingTensors {
   PendingTensors& operator=(PendingTensors&&) = default;
 
   // The job the call is for.
-  const std::string& job_id() const { return job_id_; }
+  const std::string& job_id() const;
   // Tensor bytes the call carries (the header's announced sizes).
   uint64_t bytes() const { return bytes_; }
 
@@ -66,26 +67,27 @@ class PendingTensors {
 
  private:
   friend class MasterCore;
-  PendingTensors() = default;
+  using CallHeader = std::variant<v1::InitWeightsRequest::Header,
+                                  v1::PushGradientRequest::Header>;
 
-  // Sizes the buffers for `header`; INVALID_ARGUMENT for a header whose
-  // sizes cannot be computed.
-  static absl::StatusOr<PendingTensors> ForHeader(
-      std::string job_id, const v1::TensorSetHeader& header);
+  explicit PendingTensors(CallHeader call) : call_(std::move(call)) {}
+
+  // Sizes the buffers for the call's tensors; INVALID_ARGUMENT for a header
+  // whose sizes cannot be computed.
+  static absl::StatusOr<PendingTensors> ForCall(CallHeader call);
+  // The tensors' header inside the call's header.
+  const v1::TensorSetHeader& tensors() const;
   // OK once every tensor arrived in full (by chunks or CopyFrom).
   absl::Status Finish() const;
 
-  std::string job_id_;
-  v1::TensorSetHeader header_;
+  // The call's header, for Commit; it holds the tensors' header too.
+  CallHeader call_;
   std::vector<std::vector<float>> values_;
   // Set for chunked filling; its spans point into values_' heap buffers,
   // which moving the object does not relocate.
   std::optional<TensorSetAssembler> assembler_;
   bool copied_ = false;
   uint64_t bytes_ = 0;
-  // The call's header, for Commit.
-  v1::InitWeightsRequest::Header init_header_;
-  v1::PushGradientRequest::Header push_header_;
   // PushGradient: the job, found at Begin.
   std::shared_ptr<Job> job_;
 };
@@ -154,9 +156,6 @@ class MasterCore {
   v1::ListJobsResponse ListJobs(const v1::ListJobsRequest& request) const;
   // Every job as the metrics exporter reads it, snapshot counters filled.
   std::vector<JobMetricsView> ListForMetrics() const;
-  // Whether the master holds a job of this id (metrics keep series for
-  // those only).
-  bool HasJob(const std::string& job_id) const;
 
   // Periodic work (lost groups, time-based checkpoints); call at least
   // every TickPeriod().
