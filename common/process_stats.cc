@@ -1,11 +1,11 @@
-#include "worker/process_stats.h"
+#include "common/process_stats.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 
-namespace mpilearn::worker {
+namespace mpilearn {
 
 double ProcessCpuSeconds() {
   rusage usage{};
@@ -25,4 +25,4 @@ double ProcessResidentBytes() {
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
-}  // namespace mpilearn::worker
+}  // namespace mpilearn

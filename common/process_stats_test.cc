@@ -1,4 +1,4 @@
-#include "worker/process_stats.h"
+#include "common/process_stats.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace mpilearn::worker {
+namespace mpilearn {
 namespace {
 
 TEST(ProcessStatsTest, CpuSecondsGrowWithWork) {
@@ -34,4 +34,4 @@ TEST(ProcessStatsTest, ResidentBytesSeeTouchedMemory) {
 }
 
 }  // namespace
-}  // namespace mpilearn::worker
+}  // namespace mpilearn

@@ -4,17 +4,13 @@
 // value comes from are read together.
 #include "server/master_metrics.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/process_stats.h"
 #include "server/core/update_rule.h"
 
 namespace mpilearn::server {
@@ -112,40 +108,6 @@ class Built {
  private:
   MetricFamily family_;
 };
-
-// The process's CPU seconds (user + system) and resident bytes, from
-// /proc/self; false where /proc cannot be read.
-bool ReadProcessStats(double* cpu_seconds, double* resident_bytes) {
-  std::ifstream stat_file("/proc/self/stat");
-  std::stringstream stat;
-  stat << stat_file.rdbuf();
-  const std::string text = stat.str();
-  // The command name (field 2) is in parentheses and may hold spaces; the
-  // fields after it start with field 3 (state).
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return false;
-  const std::vector<std::string> fields = absl::StrSplit(
-      absl::string_view(text).substr(paren + 1), ' ', absl::SkipEmpty());
-  // utime and stime are fields 14 and 15, i.e. fields[11] and fields[12].
-  uint64_t utime = 0;
-  uint64_t stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
-      !absl::SimpleAtoi(fields[12], &stime)) {
-    return false;
-  }
-  const long ticks = sysconf(_SC_CLK_TCK);
-  *cpu_seconds = static_cast<double>(utime + stime) /
-                 static_cast<double>(ticks > 0 ? ticks : 100);
-
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size_pages = 0;
-  uint64_t resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return false;
-  const long page = sysconf(_SC_PAGESIZE);
-  *resident_bytes = static_cast<double>(resident_pages) *
-                    static_cast<double>(page > 0 ? page : 4096);
-  return true;
-}
 
 }  // namespace
 
@@ -496,9 +458,11 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
     family->MoveTo(out);
   }
 
-  double cpu_seconds = 0.0;
-  double resident_bytes = 0.0;
-  if (ReadProcessStats(&cpu_seconds, &resident_bytes)) {
+  // A live process always has resident pages: 0 means /proc could not be
+  // read, and the figures are left out rather than reported as 0.
+  const double resident_bytes = ProcessResidentBytes();
+  if (resident_bytes > 0.0) {
+    const double cpu_seconds = ProcessCpuSeconds();
     Built cpu("mpilearn_process_cpu_seconds_total",
               "The master's CPU time (user + system).", MetricType::Counter);
     cpu.Add({}, cpu_seconds);

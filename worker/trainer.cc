@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/model.h"
-#include "worker/process_stats.h"
 
 namespace mpilearn::worker {
 
