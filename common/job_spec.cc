@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,14 +30,54 @@ absl::Status CheckIntRange(absl::string_view field, int64_t value, int64_t lo,
   return absl::OkStatus();
 }
 
-absl::Status NormalizeModel(v1::ModelSpec* model) {
-  if (model->name().empty()) model->set_name("mlp");
-  if (model->name() != "mlp" && model->name() != "cnn") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.name: unknown model '", model->name(),
-                     "'; built-in models are 'mlp' and 'cnn'"));
+// Checks that `field` lists at most `most` values, each in [lo, hi].
+absl::Status CheckIntList(
+    absl::string_view field,
+    const google::protobuf::RepeatedField<int32_t>& values, int most,
+    int64_t lo, int64_t hi) {
+  if (values.size() > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must list 1 to ", most, " values, got ", values.size()));
   }
-  if (model->name() == "mlp") {
+  for (int i = 0; i < values.size(); ++i) {
+    MPILEARN_RETURN_IF_ERROR(
+        CheckIntRange(absl::StrCat(field, "[", i, "]"), values.Get(i), lo, hi));
+  }
+  return absl::OkStatus();
+}
+
+// Checks value in [0, 1) (false for NaN).
+absl::Status CheckUnitInterval(absl::string_view field, double value) {
+  if (!(value >= 0.0 && value < 1.0)) {
+    return RangeError(field, "in [0, 1)", value);
+  }
+  return absl::OkStatus();
+}
+
+// Fills in and checks the fields the spec's model uses (ModelSpec in
+// proto/mpilearn.proto); fields of other models are left as given. A
+// TorchScript model has none of the built-in fields to check.
+absl::Status NormalizeModel(v1::ModelSpec* model) {
+  if (!model->torchscript().empty()) {
+    model->set_name("torchscript");
+    return absl::OkStatus();
+  }
+  if (model->name().empty()) model->set_name("mlp");
+  const std::string& name = model->name();
+  if (name == "torchscript") {
+    return absl::InvalidArgumentError(
+        "model.torchscript: path required (model.name is 'torchscript' but "
+        "no scripted module file is given)");
+  }
+  const bool conv = name == "cnn" || name == "cnn1d";
+  const bool recurrent = name == "gru" || name == "lstm";
+  if (name != "mlp" && !conv && !recurrent) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.name: unknown model '", name,
+        "'; built-in models are 'mlp', 'cnn', 'cnn1d', 'gru' and 'lstm' (or "
+        "set model.torchscript to a scripted module)"));
+  }
+  if (name == "mlp") {
     if (model->hidden().empty()) {
       model->add_hidden(256);
       model->add_hidden(128);
@@ -47,29 +86,42 @@ absl::Status NormalizeModel(v1::ModelSpec* model) {
       MPILEARN_RETURN_IF_ERROR(CheckIntRange(absl::StrCat("model.hidden[", i, "]"),
                                              model->hidden(i), 1, 1 << 20));
     }
-  } else {
+  } else if (conv) {
     if (model->channels().empty()) {
       model->add_channels(32);
       model->add_channels(64);
     }
-    if (model->channels_size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.channels must list 2 values (one per conv layer), got ",
-          model->channels_size()));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckIntList("model.channels", model->channels(), 64, 1, 4096));
+    if (!model->has_kernel_size()) model->set_kernel_size(3);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckIntRange("model.kernel_size", model->kernel_size(), 1, 64));
+    if (model->padding().empty()) model->set_padding("same");
+    if (model->padding() != "same" && model->padding() != "valid") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.padding: unknown padding '", model->padding(),
+                       "'; available: 'same', 'valid'"));
     }
-    for (int i = 0; i < model->channels_size(); ++i) {
-      MPILEARN_RETURN_IF_ERROR(CheckIntRange(
-          absl::StrCat("model.channels[", i, "]"), model->channels(i), 1, 4096));
-    }
+    if (!model->has_pool_every()) model->set_pool_every(1);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckIntRange("model.pool_every", model->pool_every(), 0, 64));
     if (!model->has_dense()) model->set_dense(128);
     MPILEARN_RETURN_IF_ERROR(
-        CheckIntRange("model.dense", model->dense(), 1, 1 << 20));
+        CheckIntRange("model.dense", model->dense(), 0, 1 << 20));
+    if (!model->has_conv_dropout()) model->set_conv_dropout(0.0);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckUnitInterval("model.conv_dropout", model->conv_dropout()));
+  } else {  // gru, lstm
+    if (model->recurrent().empty()) model->add_recurrent(64);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckIntList("model.recurrent", model->recurrent(), 16, 1, 1 << 16));
+    if (!model->has_dense()) model->set_dense(0);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckIntRange("model.dense", model->dense(), 0, 1 << 20));
   }
+  if (!model->has_batch_norm()) model->set_batch_norm(false);
   if (!model->has_dropout()) model->set_dropout(0.0);
-  if (!(model->dropout() >= 0.0 && model->dropout() < 1.0)) {
-    return RangeError("model.dropout", "in [0, 1)", model->dropout());
-  }
-  return absl::OkStatus();
+  return CheckUnitInterval("model.dropout", model->dropout());
 }
 
 absl::Status NormalizeData(v1::DataSpec* data) {
@@ -107,14 +159,6 @@ absl::Status NormalizeData(v1::DataSpec* data) {
 absl::Status CheckPositiveFinite(absl::string_view field, double value) {
   if (!(std::isfinite(value) && value > 0.0)) {
     return RangeError(field, "a finite number > 0", value);
-  }
-  return absl::OkStatus();
-}
-
-// Checks value in [0, 1) (false for NaN).
-absl::Status CheckUnitInterval(absl::string_view field, double value) {
-  if (!(value >= 0.0 && value < 1.0)) {
-    return RangeError(field, "in [0, 1)", value);
   }
   return absl::OkStatus();
 }
@@ -261,27 +305,81 @@ absl::Status NormalizeGem(v1::GemSpec* gem) {
   return absl::OkStatus();
 }
 
-// `field: unknown metric 'X'; available: 'a', 'b'` unless `metric` is one of
-// `allowed`.
-absl::Status CheckMetric(absl::string_view field, const std::string& metric,
-                         std::initializer_list<absl::string_view> allowed) {
-  for (absl::string_view name : allowed) {
-    if (metric == name) return absl::OkStatus();
-  }
-  std::vector<std::string> quoted;
-  for (absl::string_view name : allowed) {
-    quoted.push_back(absl::StrCat("'", name, "'"));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": unknown metric '", metric, "'; available: ",
-                   absl::StrJoin(quoted, ", ")));
+// The losses JobSpec.loss names; the first two are classification losses.
+constexpr const char* kLosses[] = {"categorical_crossentropy",
+                                   "binary_crossentropy", "mse", "mae",
+                                   "huber"};
+
+bool IsClassificationLoss(const std::string& loss) {
+  return loss == kLosses[0] || loss == kLosses[1];
 }
 
-absl::Status NormalizeEarlyStopping(v1::EarlyStoppingSpec* stopping) {
+// The loss (default categorical_crossentropy) and, for huber, its delta.
+absl::Status NormalizeLoss(v1::JobSpec* spec) {
+  if (spec->loss().empty()) spec->set_loss(kLosses[0]);
+  bool known = false;
+  std::vector<std::string> quoted;
+  for (const char* loss : kLosses) {
+    known = known || spec->loss() == loss;
+    quoted.push_back(absl::StrCat("'", loss, "'"));
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss: unknown loss '", spec->loss(), "'; available: ",
+                     absl::StrJoin(quoted, ", ")));
+  }
+  if (spec->loss() == "huber") {
+    if (!spec->has_huber_delta()) spec->set_huber_delta(1.0);
+    MPILEARN_RETURN_IF_ERROR(
+        CheckPositiveFinite("huber_delta", spec->huber_delta()));
+  }
+  return absl::OkStatus();
+}
+
+// Checks that `metric`, named by `field`, is a validation metric the job's
+// loss reports (val_loss, and val_accuracy for classification losses or
+// val_mae and val_mse for regression losses), or "none" when `none_ok`.
+absl::Status CheckMetric(absl::string_view field, const std::string& metric,
+                         const v1::JobSpec& spec, bool none_ok) {
+  const bool classification = IsClassificationLoss(spec.loss());
+  std::vector<std::string> reported = {"'val_loss'"};
+  if (classification) {
+    reported.push_back("'val_accuracy'");
+  } else {
+    reported.push_back("'val_mae'");
+    reported.push_back("'val_mse'");
+  }
+  const std::string reports =
+      absl::StrCat("loss '", spec.loss(), "' reports ",
+                   absl::StrJoin(reported, ", "));
+  if (metric == "val_loss" || (none_ok && metric == "none")) {
+    return absl::OkStatus();
+  }
+  if (metric == "val_accuracy") {
+    if (classification) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": val_accuracy needs a classification loss "
+               "(categorical_crossentropy or binary_crossentropy); ",
+        reports));
+  }
+  if (metric == "val_mae" || metric == "val_mse") {
+    if (!classification) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", metric, " needs a regression loss (mse, mae or huber); ",
+        reports));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": unknown metric '", metric, "'; available: ",
+      absl::StrJoin(reported, ", "), " (the metrics loss '", spec.loss(),
+      "' reports)", none_ok ? " or 'none'" : ""));
+}
+
+absl::Status NormalizeEarlyStopping(const v1::JobSpec& spec,
+                                    v1::EarlyStoppingSpec* stopping) {
   if (stopping->metric().empty()) stopping->set_metric("val_loss");
   MPILEARN_RETURN_IF_ERROR(CheckMetric("early_stopping.metric",
-                                       stopping->metric(),
-                                       {"val_loss", "val_accuracy"}));
+                                       stopping->metric(), spec,
+                                       /*none_ok=*/false));
   if (!stopping->has_patience()) stopping->set_patience(4);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("early_stopping.patience",
                                          stopping->patience(), 1, 1000000));
@@ -294,10 +392,13 @@ absl::Status NormalizeEarlyStopping(v1::EarlyStoppingSpec* stopping) {
   return absl::OkStatus();
 }
 
-absl::Status NormalizeTarget(v1::TargetSpec* target) {
-  if (target->metric().empty()) target->set_metric("val_accuracy");
-  MPILEARN_RETURN_IF_ERROR(CheckMetric("target.metric", target->metric(),
-                                       {"val_loss", "val_accuracy"}));
+absl::Status NormalizeTarget(const v1::JobSpec& spec, v1::TargetSpec* target) {
+  if (target->metric().empty()) {
+    target->set_metric(IsClassificationLoss(spec.loss()) ? "val_accuracy"
+                                                         : "val_loss");
+  }
+  MPILEARN_RETURN_IF_ERROR(
+      CheckMetric("target.metric", target->metric(), spec, /*none_ok=*/false));
   if (!target->has_value()) return absl::OkStatus();  // the rule is off
   if (!std::isfinite(target->value())) {
     return RangeError("target.value", "a finite number", target->value());
@@ -307,10 +408,17 @@ absl::Status NormalizeTarget(v1::TargetSpec* target) {
     return RangeError("target.value", "in [0, 1] for val_accuracy",
                       target->value());
   }
+  if ((target->metric() == "val_mae" || target->metric() == "val_mse") &&
+      !(target->value() >= 0.0)) {
+    return RangeError("target.value",
+                      absl::StrCat(">= 0 for ", target->metric()),
+                      target->value());
+  }
   return absl::OkStatus();
 }
 
-absl::Status NormalizeCheckpoint(v1::CheckpointSpec* checkpoint) {
+absl::Status NormalizeCheckpoint(const v1::JobSpec& spec,
+                                 v1::CheckpointSpec* checkpoint) {
   if (!checkpoint->has_every_updates()) checkpoint->set_every_updates(0);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("checkpoint.every_updates",
                                          checkpoint->every_updates(), 0,
@@ -322,8 +430,8 @@ absl::Status NormalizeCheckpoint(v1::CheckpointSpec* checkpoint) {
   MPILEARN_RETURN_IF_ERROR(
       CheckIntRange("checkpoint.keep", checkpoint->keep(), 1, 1000));
   if (checkpoint->best_metric().empty()) checkpoint->set_best_metric("val_loss");
-  return CheckMetric("checkpoint.best_metric", checkpoint->best_metric(),
-                     {"val_loss", "val_accuracy", "none"});
+  return CheckMetric("checkpoint.best_metric", checkpoint->best_metric(), spec,
+                     /*none_ok=*/true);
 }
 
 absl::Status NormalizeSnapshots(v1::SnapshotSpec* snapshots) {
@@ -365,6 +473,7 @@ v1::UpdateKind UpdateKindOf(v1::Algorithm algorithm) {
 absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeModel(spec->mutable_model()));
   MPILEARN_RETURN_IF_ERROR(NormalizeData(spec->mutable_data()));
+  MPILEARN_RETURN_IF_ERROR(NormalizeLoss(spec));
   MPILEARN_RETURN_IF_ERROR(NormalizeOptimizerSpec(spec->mutable_optimizer()));
   if (spec->algorithm().empty()) spec->set_algorithm("downpour");
   const v1::Algorithm algorithm = AlgorithmFromName(spec->algorithm());
@@ -407,12 +516,13 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   // only when target.value is set.
   if (spec->has_early_stopping()) {
     MPILEARN_RETURN_IF_ERROR(
-        NormalizeEarlyStopping(spec->mutable_early_stopping()));
+        NormalizeEarlyStopping(*spec, spec->mutable_early_stopping()));
   }
   if (spec->has_target()) {
-    MPILEARN_RETURN_IF_ERROR(NormalizeTarget(spec->mutable_target()));
+    MPILEARN_RETURN_IF_ERROR(NormalizeTarget(*spec, spec->mutable_target()));
   }
-  MPILEARN_RETURN_IF_ERROR(NormalizeCheckpoint(spec->mutable_checkpoint()));
+  MPILEARN_RETURN_IF_ERROR(
+      NormalizeCheckpoint(*spec, spec->mutable_checkpoint()));
   MPILEARN_RETURN_IF_ERROR(NormalizeSnapshots(spec->mutable_snapshots()));
   if (!spec->has_inband_validation()) spec->set_inband_validation(true);
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -242,6 +243,120 @@ TEST(JobSpecTest, ToJsonRoundTrips) {
   EXPECT_EQ(again->SerializeAsString(), spec->SerializeAsString());
 }
 
+TEST(JobSpecTest, LossDefaultsToCategoricalCrossentropy) {
+  auto spec = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->loss(), "categorical_crossentropy");
+  EXPECT_FALSE(spec->has_huber_delta());  // only huber uses it
+  auto huber = ParseJobSpecJson(R"({"loss": "huber",
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(huber.ok()) << huber.status();
+  EXPECT_DOUBLE_EQ(huber->huber_delta(), 1.0);
+  auto kept = ParseJobSpecJson(R"({"loss": "huber", "huber_delta": 0.25,
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_DOUBLE_EQ(kept->huber_delta(), 0.25);
+}
+
+// A regression loss reports val_loss, val_mae and val_mse; the target rule
+// defaults to val_loss for it, and to val_accuracy for classification.
+TEST(JobSpecTest, MetricsFollowTheLoss) {
+  auto regression = ParseJobSpecJson(R"({"loss": "mse",
+    "early_stopping": {"metric": "val_mae"}, "target": {},
+    "checkpoint": {"best_metric": "val_mse"},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(regression.ok()) << regression.status();
+  EXPECT_EQ(regression->early_stopping().metric(), "val_mae");
+  EXPECT_EQ(regression->target().metric(), "val_loss");
+  EXPECT_EQ(regression->checkpoint().best_metric(), "val_mse");
+  auto mae_target = ParseJobSpecJson(R"({"loss": "mae",
+    "target": {"metric": "val_mae", "value": 0.05},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(mae_target.ok()) << mae_target.status();
+  EXPECT_DOUBLE_EQ(mae_target->target().value(), 0.05);
+  auto binary = ParseJobSpecJson(R"({"loss": "binary_crossentropy",
+    "target": {"value": 0.75}, "early_stopping": {"metric": "val_accuracy"},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  EXPECT_EQ(binary->target().metric(), "val_accuracy");
+}
+
+TEST(JobSpecTest, EveryBuiltInModelGetsItsDefaults) {
+  auto with_model = [](const std::string& model) {
+    return ParseJobSpecJson(absl::StrCat(
+        R"({"model": )", model,
+        R"(, "data": {"train_images": "a", "train_labels": "b"}})"));
+  };
+  for (const std::string name : {"cnn", "cnn1d"}) {
+    auto spec = with_model(absl::StrCat(R"({"name": ")", name, R"("})"));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const v1::ModelSpec& model = spec->model();
+    EXPECT_EQ(
+        std::vector<int>(model.channels().begin(), model.channels().end()),
+        (std::vector<int>{32, 64}));
+    EXPECT_EQ(model.kernel_size(), 3);
+    EXPECT_EQ(model.padding(), "same");
+    EXPECT_EQ(model.pool_every(), 1);
+    EXPECT_EQ(model.dense(), 128);
+    EXPECT_EQ(model.conv_dropout(), 0.0);
+    EXPECT_TRUE(model.has_batch_norm());
+    EXPECT_FALSE(model.batch_norm());
+    EXPECT_EQ(model.dropout(), 0.0);
+    EXPECT_TRUE(model.hidden().empty());  // the mlp's field: left alone
+    EXPECT_TRUE(model.recurrent().empty());
+  }
+  for (const std::string name : {"gru", "lstm"}) {
+    auto spec = with_model(absl::StrCat(R"({"name": ")", name, R"("})"));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const v1::ModelSpec& model = spec->model();
+    EXPECT_EQ(std::vector<int>(model.recurrent().begin(),
+                               model.recurrent().end()),
+              (std::vector<int>{64}));
+    EXPECT_TRUE(model.has_dense());
+    EXPECT_EQ(model.dense(), 0);
+    EXPECT_FALSE(model.batch_norm());
+    EXPECT_FALSE(model.has_kernel_size());  // the cnn's field: left alone
+    EXPECT_TRUE(model.channels().empty());
+  }
+  // Values given are kept, including a single conv layer and no pooling.
+  auto cnn = with_model(R"({"name": "cnn1d", "channels": [16], "kernel_size": 5,
+    "padding": "valid", "pool_every": 0, "dense": 0, "conv_dropout": 0.25,
+    "batch_norm": true, "dropout": 0.5, "hidden": [7]})");
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  EXPECT_EQ(cnn->model().channels_size(), 1);
+  EXPECT_EQ(cnn->model().kernel_size(), 5);
+  EXPECT_EQ(cnn->model().padding(), "valid");
+  EXPECT_EQ(cnn->model().pool_every(), 0);
+  EXPECT_EQ(cnn->model().dense(), 0);
+  EXPECT_DOUBLE_EQ(cnn->model().conv_dropout(), 0.25);
+  EXPECT_TRUE(cnn->model().batch_norm());
+  EXPECT_EQ(cnn->model().hidden_size(), 1);  // as given
+  auto mlp = with_model(R"({"channels": [5]})");
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  EXPECT_EQ(mlp->model().name(), "mlp");
+  EXPECT_EQ(mlp->model().hidden_size(), 2);
+  EXPECT_EQ(mlp->model().channels_size(), 1);
+  EXPECT_FALSE(mlp->model().has_kernel_size());
+}
+
+// A TorchScript path names the model; no built-in field is filled or
+// checked.
+TEST(JobSpecTest, TorchscriptModelSkipsBuiltInChecks) {
+  auto spec = ParseJobSpecJson(R"({"model": {"name": "cnn",
+    "torchscript": "/models/net.pt", "channels": [0], "dropout": 3},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().name(), "torchscript");
+  EXPECT_EQ(spec->model().torchscript(), "/models/net.pt");
+  EXPECT_EQ(spec->model().channels(0), 0);
+  EXPECT_FALSE(spec->model().has_kernel_size());
+  EXPECT_FALSE(spec->model().has_batch_norm());
+  auto named = ParseJobSpecJson(R"({"model": {"name": "torchscript",
+    "torchscript": "net.pt"},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(named.ok()) << named.status();
+}
+
 struct Rejection {
   const char* json;
   const char* must_mention;
@@ -259,6 +374,11 @@ TEST_P(JobSpecRejectionTest, RejectsWithFieldName) {
 }
 
 #define DATA R"("data": {"train_images": "a", "train_labels": "b"})"
+#define EIGHT "1, 1, 1, 1, 1, 1, 1, 1"
+#define SIXTEEN EIGHT ", " EIGHT
+#define SIXTY_FOUR SIXTEEN ", " SIXTEEN ", " SIXTEEN ", " SIXTEEN
+#define SIXTY_FIVE SIXTY_FOUR ", 1"
+#define SEVENTEEN SIXTEEN ", 1"
 
 INSTANTIATE_TEST_SUITE_P(
     AllRejections, JobSpecRejectionTest,
@@ -268,8 +388,75 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{R"({"model": {"name": "resnet"}, )" DATA "}", "model.name"},
         Rejection{R"({"model": {"hidden": [10, 0]}, )" DATA "}",
                   "model.hidden[1]"},
-        Rejection{R"({"model": {"name": "cnn", "channels": [8]}, )" DATA "}",
-                  "model.channels"},
+        Rejection{R"({"model": {"name": "cnn", "channels": [8, 0]}, )" DATA
+                  "}",
+                  "model.channels[1] must be in [1, 4096], got 0"},
+        Rejection{R"({"model": {"name": "cnn1d", "channels": [)" SIXTY_FIVE
+                  "]}, " DATA "}",
+                  "model.channels must list 1 to 64 values, got 65"},
+        Rejection{R"({"model": {"name": "cnn", "kernel_size": 0}, )" DATA "}",
+                  "model.kernel_size must be in [1, 64], got 0"},
+        Rejection{R"({"model": {"name": "cnn", "kernel_size": 65}, )" DATA "}",
+                  "model.kernel_size"},
+        Rejection{R"({"model": {"name": "cnn", "padding": "full"}, )" DATA "}",
+                  "model.padding: unknown padding 'full'; available: 'same', "
+                  "'valid'"},
+        Rejection{R"({"model": {"name": "cnn1d", "pool_every": 65}, )" DATA "}",
+                  "model.pool_every must be in [0, 64], got 65"},
+        Rejection{R"({"model": {"name": "cnn", "pool_every": -1}, )" DATA "}",
+                  "model.pool_every"},
+        Rejection{R"({"model": {"name": "cnn", "dense": -1}, )" DATA "}",
+                  "model.dense must be in [0, 1048576], got -1"},
+        Rejection{R"({"model": {"name": "cnn", "conv_dropout": 1}, )" DATA "}",
+                  "model.conv_dropout must be in [0, 1), got 1"},
+        Rejection{R"({"model": {"name": "gru", "recurrent": [)" SEVENTEEN
+                  "]}, " DATA "}",
+                  "model.recurrent must list 1 to 16 values, got 17"},
+        Rejection{R"({"model": {"name": "lstm", "recurrent": [8, 65537]},
+                  )" DATA "}",
+                  "model.recurrent[1] must be in [1, 65536], got 65537"},
+        Rejection{R"({"model": {"name": "lstm", "dense": 1048577}, )" DATA "}",
+                  "model.dense"},
+        Rejection{R"({"model": {"name": "gru", "dropout": -0.5}, )" DATA "}",
+                  "model.dropout must be in [0, 1), got -0.5"},
+        Rejection{R"({"model": {"name": "torchscript"}, )" DATA "}",
+                  "model.torchscript: path required"},
+        Rejection{R"({"model": {"name": "rnn"}, )" DATA "}",
+                  "model.name: unknown model 'rnn'; built-in models are "
+                  "'mlp', 'cnn', 'cnn1d', 'gru' and 'lstm'"},
+        Rejection{R"({"loss": "hinge", )" DATA "}",
+                  "loss: unknown loss 'hinge'; available: "
+                  "'categorical_crossentropy', 'binary_crossentropy', 'mse', "
+                  "'mae', 'huber'"},
+        Rejection{R"({"loss": "huber", "huber_delta": 0, )" DATA "}",
+                  "huber_delta must be a finite number > 0, got 0"},
+        Rejection{R"({"loss": "huber", "huber_delta": "Infinity", )" DATA "}",
+                  "huber_delta"},
+        Rejection{R"({"loss": "mse", "early_stopping": {"metric":
+                  "val_accuracy"}, )" DATA "}",
+                  "early_stopping.metric: val_accuracy needs a classification "
+                  "loss (categorical_crossentropy or binary_crossentropy); "
+                  "loss 'mse' reports 'val_loss', 'val_mae', 'val_mse'"},
+        Rejection{R"({"loss": "huber", "target": {"value": 0.5}, "checkpoint":
+                  {"best_metric": "val_accuracy"}, )" DATA "}",
+                  "checkpoint.best_metric: val_accuracy needs a "
+                  "classification"},
+        Rejection{R"({"target": {"metric": "val_mae", "value": 0.5}, )" DATA
+                  "}",
+                  "target.metric: val_mae needs a regression loss (mse, mae or "
+                  "huber); loss 'categorical_crossentropy' reports 'val_loss', "
+                  "'val_accuracy'"},
+        Rejection{R"({"loss": "binary_crossentropy", "checkpoint":
+                  {"best_metric": "val_mse"}, )" DATA "}",
+                  "checkpoint.best_metric: val_mse needs a regression loss"},
+        Rejection{R"({"loss": "mae", "early_stopping": {"metric": "mae"}, )"
+                  DATA "}",
+                  "early_stopping.metric: unknown metric 'mae'; available: "
+                  "'val_loss', 'val_mae', 'val_mse' (the metrics loss 'mae' "
+                  "reports)"},
+        Rejection{R"({"loss": "mse", "target": {"metric": "val_mse", "value":
+                  -0.25}, )" DATA "}",
+                  "target.value must be >= 0 for val_mse, got -0.25"},
         Rejection{R"({"model": {"dropout": 1.0}, )" DATA "}", "model.dropout"},
         Rejection{R"({"data": {"train_images": "a"}})", "data.train_labels"},
         Rejection{R"({"data": {"train_images": "a", "train_labels": "b",
@@ -414,7 +601,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "checkpoint.keep"},
         Rejection{R"({"checkpoint": {"best_metric": "train_loss"}, )" DATA "}",
                   "checkpoint.best_metric: unknown metric 'train_loss'; "
-                  "available: 'val_loss', 'val_accuracy', 'none'"},
+                  "available: 'val_loss', 'val_accuracy' (the metrics loss "
+                  "'categorical_crossentropy' reports) or 'none'"},
         Rejection{R"({"snapshots": {"every_updates": -5}, )" DATA "}",
                   "snapshots.every_updates must be in [0, 1099511627776], "
                   "got -5"},

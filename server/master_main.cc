@@ -48,6 +48,10 @@ ABSL_FLAG(int, metrics_ended_jobs, 20,
           "Ended (completed or failed) jobs whose series the metrics keep, "
           "the most recently ended ones; queued and running jobs always have "
           "theirs. Bounds the series of a master that runs many jobs. >= 0.");
+ABSL_FLAG(int64_t, max_model_mib, 4096,
+          "Largest model a job may have, in MiB of fp32 weights (parameters "
+          "and buffers): larger initial weights are refused with "
+          "RESOURCE_EXHAUSTED before the master takes memory for them.");
 ABSL_FLAG(std::string, trace, "",
           "If set, write a Chrome trace of the master's work to this file: "
           "receive, apply, send, pull, next_unit, snapshot_send, checkpoint "
@@ -145,6 +149,15 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_ended_jobs = absl::GetFlag(FLAGS_metrics_ended_jobs);
   options.trace_file = absl::GetFlag(FLAGS_trace);
+  const int64_t max_model_mib = absl::GetFlag(FLAGS_max_model_mib);
+  if (max_model_mib < 1 || max_model_mib > (int64_t{1} << 30)) {
+    std::fprintf(stderr,
+                 "mpilearn-master: --max_model_mib must be in [1, 2^30], got "
+                 "%lld\n",
+                 static_cast<long long>(max_model_mib));
+    return 2;
+  }
+  options.max_model_bytes = static_cast<uint64_t>(max_model_mib) << 20;
   auto server = mpilearn::server::MasterServer::BuildAndStart(options);
   if (!server.ok()) {
     std::fprintf(stderr, "mpilearn-master: %s\n",

@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   core_options.registry.state_dir = options.state_dir;
   core_options.registry.group_timeout = options.group_timeout;
   core_options.registry.engine = options.engine;
+  core_options.max_model_bytes = options.max_model_bytes;
   MPILEARN_ASSIGN_OR_RETURN(server->core_, MasterCore::Create(core_options));
   server->service_ = std::make_unique<MasterServiceImpl>(
       *server->core_, server->metrics_.get(), server->trace_.get());

@@ -48,6 +48,8 @@ class MasterServer {
     // If set, a Chrome trace of the master's work is streamed to this file
     // (complete once Shutdown returns).
     std::string trace_file;
+    // Largest model the master accepts (MasterCore::Options).
+    uint64_t max_model_bytes = uint64_t{4} << 30;
   };
 
   // Errors say what to change: a trace file that cannot be written, a

@@ -70,21 +70,21 @@ absl::StatusOr<Reference> ReferenceValidation(MasterClient& client,
   absl::StatusOr<worker::DatasetSplits> splits = worker::LoadDatasets(spec.data());
   if (!splits.ok()) return splits.status();
   const worker::Dataset& validation = splits->validation;
-  const auto sizes = validation.images.sizes();
-  absl::StatusOr<torch::nn::Sequential> model = worker::BuildModel(
-      spec.model(), sizes[1], sizes[2], sizes[3], splits->num_classes);
+  absl::StatusOr<worker::Model> model =
+      worker::Model::Build(spec.model(), splits->input_shape, splits->num_classes);
   if (!model.ok()) return model.status();
-  std::vector<torch::Tensor> params = worker::ModelParameters(*model);
   std::vector<absl::Span<float>> views;
-  for (torch::Tensor& p : params) views.emplace_back(p.data_ptr<float>(), p.numel());
+  for (const torch::Tensor& p : model->state()) {
+    views.emplace_back(p.data_ptr<float>(), p.numel());
+  }
   Reference reference;
   absl::StatusOr<uint64_t> version = client.PullWeights(job_id, "", views);
   if (!version.ok()) return version.status();
   reference.version = *version;
   torch::NoGradGuard no_grad;
-  (*model)->to(torch::kDouble);
-  (*model)->eval();
-  const torch::Tensor logits = (*model)->forward(validation.images.to(torch::kDouble));
+  model->module().to(torch::kDouble);
+  model->SetTraining(false);
+  const torch::Tensor logits = model->Forward(validation.features.to(torch::kDouble));
   const torch::Tensor y = validation.labels;
   reference.loss = -torch::log_softmax(logits, 1)
                         .gather(1, y.unsqueeze(1))

@@ -34,7 +34,29 @@ std::string ProgressPercent(const v1::JobStatus& job) {
 // Whether a history record carries a validation (groups report one per
 // epoch unless the job validates in a pool only).
 bool HasValidation(const v1::EpochRecord& epoch) {
-  return epoch.val_loss() != 0 || epoch.val_accuracy() != 0;
+  return epoch.val_loss() != 0 || epoch.val_accuracy() != 0 ||
+         !epoch.metrics().empty();
+}
+
+// A job trained with a regression loss reports val_mae and val_mse instead
+// of val_accuracy (JobSpec.loss); the tables then show val_mae where they
+// show val_accuracy for classification.
+bool IsRegression(const v1::JobSpec& spec) {
+  return spec.loss() == "mse" || spec.loss() == "mae" || spec.loss() == "huber";
+}
+
+// The column header of the metric shown beside val_loss.
+std::string ShownMetricHeader(const v1::JobSpec& spec) {
+  return IsRegression(spec) ? "VAL_MAE" : "VAL_ACC";
+}
+
+// The record's val_accuracy, or its val_mae ("-" when the record lacks it)
+// for a regression job. `Record` is an EpochRecord or a ValidationRecord.
+template <typename Record>
+std::string ShownMetric(const v1::JobSpec& spec, const Record& record) {
+  if (!IsRegression(spec)) return Fixed(record.val_accuracy(), 4);
+  auto it = record.metrics().find("val_mae");
+  return it == record.metrics().end() ? kNone : Fixed(it->second, 4);
 }
 
 // The live training loss, else the last epoch's mean.
@@ -46,15 +68,16 @@ std::string LatestTrainLoss(const v1::JobStatus& job) {
   return kNone;
 }
 
-// The latest validation (group or pool), else the last epoch's.
-std::string LatestValAccuracy(const v1::JobStatus& job) {
+// The shown metric (ShownMetric) of the latest validation (group or pool),
+// else the last epoch's.
+std::string LatestValMetric(const v1::JobStatus& job) {
   if (!job.validations().empty()) {
-    return Fixed(job.validations(job.validations_size() - 1).val_accuracy(),
-                 4);
+    return ShownMetric(job.spec(),
+                       job.validations(job.validations_size() - 1));
   }
   if (!job.history().empty()) {
     const v1::EpochRecord& last = job.history(job.history_size() - 1);
-    if (HasValidation(last)) return Fixed(last.val_accuracy(), 4);
+    if (HasValidation(last)) return ShownMetric(job.spec(), last);
   }
   return kNone;
 }
@@ -106,10 +129,20 @@ std::string ModelText(const v1::ModelSpec& model) {
     return absl::StrCat(model.name(), " (hidden ",
                         absl::StrJoin(model.hidden(), ","), ")");
   }
-  if (model.name() == "cnn" && !model.channels().empty()) {
+  if ((model.name() == "cnn" || model.name() == "cnn1d") &&
+      !model.channels().empty()) {
     return absl::StrCat(model.name(), " (channels ",
                         absl::StrJoin(model.channels(), ","), ", dense ",
                         model.dense(), ")");
+  }
+  if ((model.name() == "gru" || model.name() == "lstm") &&
+      !model.recurrent().empty()) {
+    return absl::StrCat(model.name(), " (recurrent ",
+                        absl::StrJoin(model.recurrent(), ","), ", dense ",
+                        model.dense(), ")");
+  }
+  if (!model.torchscript().empty()) {
+    return absl::StrCat("torchscript (", model.torchscript(), ")");
   }
   return model.name();
 }
@@ -230,14 +263,14 @@ std::string GroupsSection(const v1::JobStatus& job) {
 std::string EpochsSection(const v1::JobStatus& job) {
   std::string text = "EPOCHS\n";
   if (job.history().empty()) return text + "  none completed yet\n";
-  TextTable history({"EPOCH", "TRAIN_LOSS", "VAL_LOSS", "VAL_ACC",
-                     "SAMPLES/S", "SECONDS"});
+  TextTable history({"EPOCH", "TRAIN_LOSS", "VAL_LOSS",
+                     ShownMetricHeader(job.spec()), "SAMPLES/S", "SECONDS"});
   for (const v1::EpochRecord& epoch : job.history()) {
     const bool validated = HasValidation(epoch);
     history.AddRow({absl::StrCat(epoch.epoch()),
                     Fixed(epoch.train_loss(), 4),
                     validated ? Fixed(epoch.val_loss(), 4) : kNone,
-                    validated ? Fixed(epoch.val_accuracy(), 4) : kNone,
+                    validated ? ShownMetric(job.spec(), epoch) : kNone,
                     Fixed(epoch.samples_per_second(), 0),
                     Fixed(epoch.wall_seconds(), 1)});
   }
@@ -253,13 +286,14 @@ std::string ValidationsSection(const v1::JobStatus& job) {
                             job.validations_size())
           : std::string("VALIDATIONS\n");
   if (shown == 0) return text + "  none yet\n";
-  TextTable validations({"VERSION", "EPOCH", "VAL_LOSS", "VAL_ACC", "SOURCE"});
+  TextTable validations({"VERSION", "EPOCH", "VAL_LOSS",
+                         ShownMetricHeader(job.spec()), "SOURCE"});
   for (int i = job.validations_size() - shown; i < job.validations_size();
        ++i) {
     const v1::ValidationRecord& record = job.validations(i);
     validations.AddRow(
         {absl::StrCat(record.version()), absl::StrCat(record.epoch()),
-         Fixed(record.val_loss(), 4), Fixed(record.val_accuracy(), 4),
+         Fixed(record.val_loss(), 4), ShownMetric(job.spec(), record),
          record.source().empty() ? kNone : record.source()});
   }
   return text + validations.Format("  ");
@@ -324,8 +358,16 @@ std::string FormatJobList(absl::Span<const v1::JobStatus> jobs) {
 }
 
 std::string FormatJobsTable(absl::Span<const v1::JobStatus> jobs) {
+  // VAL_ACC, VAL_MAE when every job is a regression job, VAL_ACC/MAE when
+  // the jobs are mixed (each row shows its own job's metric).
+  int regression = 0;
+  for (const v1::JobStatus& job : jobs) regression += IsRegression(job.spec());
+  const std::string metric_header =
+      regression == 0 ? "VAL_ACC"
+      : regression == static_cast<int>(jobs.size()) ? "VAL_MAE"
+                                                     : "VAL_ACC/MAE";
   TextTable table({"JOB", "NAME", "STATE", "EPOCH", "PROGRESS", "SAMPLES/S",
-                   "LOSS", "VAL_ACC", "TEST_ACC", "GROUPS"});
+                   "LOSS", metric_header, "TEST_ACC", "GROUPS"});
   for (const v1::JobStatus& job : jobs) {
     table.AddRow({
         job.job_id(),
@@ -335,7 +377,7 @@ std::string FormatJobsTable(absl::Span<const v1::JobStatus> jobs) {
         ProgressPercent(job),
         LatestSamplesPerSecond(job),
         LatestTrainLoss(job),
-        LatestValAccuracy(job),
+        LatestValMetric(job),
         TestAccuracy(job),
         AliveGroups(job),
     });

@@ -43,14 +43,19 @@ std::string StateName(v1::JobState state);
 std::string FormatJobList(absl::Span<const v1::JobStatus> jobs);
 
 // `mpilearnctl status` without a job id: one row per job with its epoch,
-// progress, latest samples/s, loss and accuracies, and alive groups. The
+// progress, latest samples/s, loss and accuracies (val_mae instead of
+// val_accuracy for a job with a regression loss; the column is VAL_MAE when
+// every job has one, VAL_ACC/MAE when the jobs are mixed), and alive
+// groups. The
 // latest values come from history and validations, so the jobs should be
 // GetJobStatus's (ListJobs leaves those out; the cells are then "-").
 std::string FormatJobsTable(absl::Span<const v1::JobStatus> jobs);
 
 // `mpilearnctl status JOB_ID`: the summary block, then the GROUPS (with the
 // step-time shares), EPOCHS and VALIDATIONS (the last kValidationsShown)
-// sections, each after a blank line.
+// sections, each after a blank line. EPOCHS and VALIDATIONS show
+// val_accuracy (VAL_ACC), or val_mae (VAL_MAE, from the records' metrics)
+// for a job with a regression loss.
 std::string FormatJobStatus(const v1::JobStatus& job);
 
 // How many of the newest validations FormatJobStatus lists.

@@ -316,5 +316,88 @@ TEST(FormatJobStatusTest, OptimizerAndModelTextPerAlgorithm) {
   EXPECT_THAT(FormatJobStatus(job), Not(HasSubstr("last")));
 }
 
+// A regression job's tables show val_mae (from the records' metrics) where a
+// classification job's show val_accuracy.
+TEST(FormatJobStatusTest, RegressionJobShowsValMae) {
+  v1::JobStatus job;
+  job.set_job_id("job-000009");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  v1::JobSpec& spec = *job.mutable_spec();
+  spec.set_loss("huber");
+  spec.mutable_model()->set_name("lstm");
+  spec.mutable_model()->add_recurrent(32);
+  spec.mutable_model()->add_recurrent(16);
+  spec.mutable_model()->set_dense(8);
+  spec.set_epochs(4);
+  v1::EpochRecord* e1 = job.add_history();
+  e1->set_epoch(1);
+  e1->set_train_loss(0.9);
+  e1->set_val_loss(0.75);
+  (*e1->mutable_metrics())["val_loss"] = 0.75;
+  (*e1->mutable_metrics())["val_mae"] = 0.625;
+  (*e1->mutable_metrics())["val_mse"] = 1.5;
+  e1->set_samples_per_second(100);
+  e1->set_wall_seconds(3);
+  v1::ValidationRecord* first = job.add_validations();
+  first->set_version(10);
+  first->set_epoch(1);
+  first->set_val_loss(0.75);
+  (*first->mutable_metrics())["val_mae"] = 0.625;
+  v1::ValidationRecord* second = job.add_validations();  // no val_mae
+  second->set_version(20);
+  second->set_epoch(1);
+  second->set_val_loss(0.5);
+  second->set_source("pool v-1");
+  const std::string text = FormatJobStatus(job);
+  EXPECT_THAT(text,
+              HasSubstr("\nmodel       lstm (recurrent 32,16, dense 8)\n"));
+  EXPECT_THAT(text, HasSubstr("EPOCHS\n"
+                              "  EPOCH  TRAIN_LOSS  VAL_LOSS  VAL_MAE  "
+                              "SAMPLES/S  SECONDS\n"
+                              "  1      0.9000      0.7500    0.6250   100"
+                              "        3.0\n"));
+  EXPECT_THAT(text, HasSubstr("VALIDATIONS\n"
+                              "  VERSION  EPOCH  VAL_LOSS  VAL_MAE  SOURCE\n"
+                              "  10       1      0.7500    0.6250   -\n"
+                              "  20       1      0.5000    -        "
+                              "pool v-1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("VAL_ACC")));
+
+  // `status`: VAL_MAE when every job is a regression job, VAL_ACC/MAE with
+  // each row's own metric when they are mixed.
+  job.mutable_validations()->RemoveLast();
+  v1::JobStatus classification;
+  classification.set_job_id("job-000010");
+  classification.set_state(v1::JOB_STATE_RUNNING);
+  classification.mutable_spec()->set_epochs(1);
+  classification.add_validations()->set_val_accuracy(0.5);
+  std::vector<v1::JobStatus> jobs = {job};
+  EXPECT_THAT(FormatJobsTable(jobs), HasSubstr("  LOSS    VAL_MAE  TEST_ACC"));
+  EXPECT_THAT(FormatJobsTable(jobs), HasSubstr("  0.9000  0.6250   -"));
+  jobs.push_back(classification);
+  EXPECT_EQ(FormatJobsTable(jobs),
+            "JOB         NAME  STATE    EPOCH  PROGRESS  SAMPLES/S  LOSS    "
+            "VAL_ACC/MAE  TEST_ACC  GROUPS\n"
+            "job-000009  -     RUNNING  0/4    -         100        0.9000  "
+            "0.6250       -         0\n"
+            "job-000010  -     RUNNING  0/1    -         -          -       "
+            "0.5000       -         0\n");
+}
+
+TEST(FormatJobStatusTest, ModelTextForEveryModel) {
+  v1::JobStatus job;
+  v1::ModelSpec& model = *job.mutable_spec()->mutable_model();
+  model.set_name("cnn1d");
+  model.add_channels(8);
+  model.set_dense(0);
+  EXPECT_THAT(FormatJobStatus(job),
+              HasSubstr("\nmodel       cnn1d (channels 8, dense 0)\n"));
+  model.Clear();
+  model.set_name("torchscript");
+  model.set_torchscript("/models/net.pt");
+  EXPECT_THAT(FormatJobStatus(job),
+              HasSubstr("\nmodel       torchscript (/models/net.pt)\n"));
+}
+
 }  // namespace
 }  // namespace mpilearn::ctl

@@ -1,37 +1,40 @@
-// mpilearn-export: turns a job's trained weights into a LibTorch file that a
-// program outside MPI Learn can load.
+// mpilearn-export: turns a job's trained weights into a file that a program
+// outside MPI Learn loads with plain PyTorch or LibTorch.
 //
 //   mpilearn-export --state_dir /var/lib/mpilearn --job_id job-000042
 //       --out model.pt
 //
 // writes model.pt and model.pt.spec.json (the job's normalized spec). The
-// default format (--format libtorch) is what torch::save(model, path) writes
-// for the torch::nn::Sequential that worker/model.h's BuildModel returns, so a
-// user rebuilds the same architecture and loads the weights into it:
+// default format (--format torchscript) is the job's model itself, as a
+// TorchScript module holding the trained parameters and buffers (BatchNorm's
+// running statistics), saved in eval mode; it needs no MPI Learn code:
 //
-//   auto spec = *mpilearn::ReadJobSpecFile("model.pt.spec.json");
-//   torch::nn::Sequential model = *mpilearn::worker::BuildModel(
-//       spec.model(), /*channels=*/1, /*height=*/28, /*width=*/28, 10);
-//   torch::load(model, "model.pt");
-//   model->eval();  // logits = model->forward(images), images [B, 1, 28, 28]
+//   m = torch.jit.load("model.pt"); m.eval(); m(x)       # Python
+//   torch::jit::Module m = torch::jit::load("model.pt");  // C++
 //
-// The channels, height, width and classes must be those the export used; the
-// tool prints them. The file holds weights only, keyed by layer name (fc1,
-// out, ...), so any Sequential with the same named layers loads it as well.
+// The model is rebuilt as the job's workers built it (worker/model.h): a
+// built-in model from spec.json's model section for the sample shape and
+// outputs the weights header records (TensorSetHeader.input_shape, outputs;
+// --input_shape and --num_classes override them, and are needed only for
+// weights written before the header carried them), or the job's TorchScript
+// file (model.torchscript; --model_file when it has moved). The weights
+// must fit that model exactly (count, names, shapes) before they are copied
+// in.
 //
 // --format tensors writes a LibTorch archive of named tensors instead, one
-// entry per parameter ("fc1.weight", ...), read with
-// torch::serialize::InputArchive (see kUsage). It needs no model code.
+// entry per parameter and float buffer ("fc1.weight", "fc1_bn.running_mean",
+// ...), read with torch::serialize::InputArchive (see kUsage).
 //
 // Exit codes: 0 ok, 1 a file cannot be read or written or the weights do not
-// fit the model spec.json describes, 2 usage error. main() only parses flags;
-// Export() does the work.
+// fit the job's model, 2 usage error. main() only parses flags; Export()
+// does the work.
 //
 // Over ~500 lines because it is a whole command-line tool (flags, state
 // directory lookup, checkpoint selection, two output formats, model
 // rebuilding) with no logic shared elsewhere; the checkpoint file format
 // itself lives in common/checkpoint_file.h.
 #include <sys/stat.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -61,6 +64,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/checkpoint_file.h"
 #include "common/cli_flags.h"
 #include "common/job_spec.h"
@@ -78,12 +82,17 @@ ABSL_FLAG(std::string, weights, "final",
           "final (jobs/<job_id>/weights.pb), best (jobs/<job_id>/checkpoints/best.pb), or "
           "the path of any TensorSet file.");
 ABSL_FLAG(std::string, out, "", "File to write. Required.");
-ABSL_FLAG(std::string, format, "libtorch", "libtorch or tensors.");
-ABSL_FLAG(std::string, input_shape, "1,28,28",
-          "C,H,W of one input image, as the job trained on.");
+ABSL_FLAG(std::string, format, "torchscript", "torchscript or tensors.");
+ABSL_FLAG(std::string, input_shape, "",
+          "Shape of one input sample, comma-separated (e.g. 1,28,28 or 20,6); "
+          "empty: as the weights record (else 1,28,28).");
 // A string, so that a bad value is our usage error (exit 2), not absl's.
 ABSL_FLAG(std::string, num_classes, "",
-          "Model outputs; empty infers them from the last weight tensor.");
+          "Model outputs; empty: as the weights record (else the first "
+          "dimension of the last weight tensor).");
+ABSL_FLAG(std::string, model_file, "",
+          "TorchScript jobs: the job's .pt, when it is no longer at the path "
+          "spec.json names.");
 
 namespace mpilearn::export_model {
 namespace {
@@ -93,11 +102,12 @@ constexpr int kExitError = 1;  // I/O error or weights that do not fit
 constexpr int kExitUsage = 2;  // bad arguments
 
 constexpr char kUsage[] =
-    "MPI Learn export: write a job's trained weights as a LibTorch file.\n"
+    "MPI Learn export: write a job's trained model as a TorchScript file.\n"
     "\n"
     "Usage: mpilearn-export --state_dir DIR --job_id JOB --out FILE\n"
-    "           [--weights final|best|PATH] [--format libtorch|tensors]\n"
-    "           [--input_shape C,H,W] [--num_classes N]\n"
+    "           [--weights final|best|PATH] [--format torchscript|tensors]\n"
+    "           [--input_shape D1,D2,...] [--num_classes N]\n"
+    "           [--model_file PATH]\n"
     "\n"
     "Flags:\n"
     "  --state_dir DIR     the master's --state_dir (required)\n"
@@ -109,23 +119,30 @@ constexpr char kUsage[] =
     "                      file named 'final')\n"
     "  --out FILE          file to write (required); FILE.spec.json gets the\n"
     "                      job's spec\n"
-    "  --format F          libtorch (default): torch::save of the model;\n"
+    "  --format F          torchscript (default): the model with its trained\n"
+    "                      parameters and buffers, in eval mode;\n"
     "                      tensors: a LibTorch archive of named tensors\n"
-    "  --input_shape C,H,W one input image as the job trained on it\n"
-    "                      (default 1,28,28)\n"
-    "  --num_classes N     model outputs (default: the first dimension of\n"
-    "                      the last weight tensor)\n"
+    "  --input_shape S     built-in models: one input sample's shape, any\n"
+    "                      rank (1,28,28 or 20,6); default: as recorded in\n"
+    "                      the weights, else 1,28,28\n"
+    "  --num_classes N     built-in models: the model's outputs; default: as\n"
+    "                      recorded in the weights, else the first dimension\n"
+    "                      of the last weight tensor\n"
+    "  --model_file PATH   TorchScript jobs: the job's .pt when it is no\n"
+    "                      longer at the path spec.json names\n"
     "\n"
     "Example:\n"
     "  mpilearn-export --state_dir /var/lib/mpilearn --job_id job-000042 \\\n"
     "      --out model.pt\n"
     "\n"
-    "Loading --format libtorch (C++; the same spec, shape and classes):\n"
-    "  auto spec = *mpilearn::ReadJobSpecFile(\"model.pt.spec.json\");\n"
-    "  torch::nn::Sequential model = *mpilearn::worker::BuildModel(\n"
-    "      spec.model(), /*C=*/1, /*H=*/28, /*W=*/28, /*classes=*/10);\n"
-    "  torch::load(model, \"model.pt\");\n"
-    "  model->eval();  // then model->forward(images [B, C, H, W])\n"
+    "Loading --format torchscript in Python (no MPI Learn code needed):\n"
+    "  import torch\n"
+    "  m = torch.jit.load(\"model.pt\"); m.eval(); m(x)  # x: [B, *sample]\n"
+    "\n"
+    "Loading --format torchscript in C++ (LibTorch):\n"
+    "  torch::jit::Module m = torch::jit::load(\"model.pt\");\n"
+    "  m.eval();\n"
+    "  torch::Tensor y = m.forward({x}).toTensor();\n"
     "\n"
     "Loading --format tensors (C++; keys are the parameter names):\n"
     "  torch::serialize::InputArchive archive;\n"
@@ -134,9 +151,9 @@ constexpr char kUsage[] =
     "  archive.read(\"fc1.weight\", w);\n"
     "\n"
     "Exit codes: 0 ok, 1 a file cannot be read or written or the weights do\n"
-    "not fit the model spec.json describes, 2 usage error.";
+    "not fit the job's model, 2 usage error.";
 
-enum class Format { kLibTorch, kTensors };
+enum class Format { kTorchScript, kTensors };
 
 // One export, read from the flags by main().
 struct Options {
@@ -145,13 +162,14 @@ struct Options {
   // "final", "best", or a TensorSet file's path.
   std::string weights = "final";
   std::string out;
-  Format format = Format::kLibTorch;
-  // One input image: channels, height, width; all positive.
-  int64_t channels = 1;
-  int64_t height = 28;
-  int64_t width = 28;
-  // 0: inferred from the weights.
+  Format format = Format::kTorchScript;
+  // One input sample, all dimensions positive; empty: from the weights
+  // header, else {1, 28, 28}.
+  std::vector<int64_t> input_shape;
+  // 0: from the weights header, else inferred from the weights.
   int64_t num_classes = 0;
+  // TorchScript jobs: overrides spec.model().torchscript() when set.
+  std::string model_file;
 };
 
 int UsageError(absl::string_view message) {
@@ -245,48 +263,152 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// Checks that `weights` holds exactly the parameters of `model`: same count,
-// and the same name and shape at each position. The message names the first
-// mismatch.
-absl::Status CheckWeightsFitModel(const torch::nn::Sequential& model,
-                                  const v1::TensorSetHeader& weights,
-                                  const Options& options) {
-  const std::vector<std::string> names = worker::ModelParameterNames(model);
-  const std::vector<torch::Tensor> params = worker::ModelParameters(model);
-  const std::string hint = absl::StrCat(
-      " (the model follows spec.json's model section, --input_shape ",
-      options.channels, ",", options.height, ",", options.width,
-      " and --num_classes ", options.num_classes, ")");
+// The job's model, rebuilt to take the trained weights, and how it was
+// rebuilt (for messages and the summary).
+struct RebuiltModel {
+  worker::Model model;
+  // "the model built from spec.json" or "the TorchScript model 'PATH'".
+  std::string what;
+  // Appended to weights mismatch messages: which inputs built the model.
+  std::string hint;
+  // One sample's shape and the outputs, as far as known (empty / 0 when a
+  // TorchScript job's weights do not record them).
+  std::vector<int64_t> input_shape;
+  int64_t outputs = 0;
+};
+
+// The last trained parameter in `header` (buffers follow the parameters),
+// or the last tensor when none is marked.
+const v1::TensorInfo& LastParameter(const v1::TensorSetHeader& header) {
+  for (int i = header.tensors_size() - 1; i >= 0; --i) {
+    if (!header.tensors(i).buffer()) return header.tensors(i);
+  }
+  return header.tensors(header.tensors_size() - 1);
+}
+
+// Loads a TorchScript job's module: --model_file, else the spec's path.
+absl::StatusOr<RebuiltModel> LoadTorchScriptModel(
+    const v1::JobSpec& spec, const v1::TensorSetHeader& header,
+    const Options& options) {
+  const bool from_flag = !options.model_file.empty();
+  const std::string path =
+      from_flag ? options.model_file : spec.model().torchscript();
+  absl::StatusOr<worker::Model> loaded = worker::Model::Load(path);
+  if (absl::IsNotFound(loaded.status())) {
+    if (from_flag) {
+      return absl::NotFoundError(absl::StrCat(
+          "--model_file '", path, "' does not exist or is not a file"));
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "the job's TorchScript model '", path,
+        "' (spec.json model.torchscript) does not exist or is not a file; "
+        "if it has moved, pass --model_file with its current path"));
+  }
+  if (!loaded.ok()) {
+    return absl::Status(
+        loaded.status().code(),
+        absl::StrCat("cannot load the job's TorchScript model: ",
+                     loaded.status().message()));
+  }
+  RebuiltModel rebuilt{*std::move(loaded),
+                       absl::StrCat("the TorchScript model '", path, "'"),
+                       from_flag ? " (pass the .pt the job trained as "
+                                   "--model_file)"
+                                 : " (the job's .pt was changed after the "
+                                   "job trained it? pass the original as "
+                                   "--model_file)",
+                       {}, 0};
+  rebuilt.input_shape.assign(header.input_shape().begin(),
+                             header.input_shape().end());
+  rebuilt.outputs = header.outputs();
+  return rebuilt;
+}
+
+// Builds a built-in job's model for the input shape and outputs the flags,
+// else the weights header, else the defaults give.
+absl::StatusOr<RebuiltModel> BuildBuiltinModel(
+    const v1::JobSpec& spec, const v1::TensorSetHeader& header,
+    const Options& options) {
+  std::vector<int64_t> input_shape = options.input_shape;
+  std::string shape_source = "--input_shape";
+  if (input_shape.empty() && !header.input_shape().empty()) {
+    input_shape.assign(header.input_shape().begin(), header.input_shape().end());
+    shape_source = "the weights";
+  }
+  if (input_shape.empty()) {
+    input_shape = {1, 28, 28};
+    shape_source = "the default; pass --input_shape";
+  }
+  int64_t outputs = options.num_classes;
+  std::string outputs_source = "--num_classes";
+  if (outputs == 0 && header.outputs() > 0) {
+    outputs = header.outputs();
+    outputs_source = "the weights";
+  }
+  if (outputs == 0) {
+    const v1::TensorInfo& last = LastParameter(header);
+    if (last.shape().empty() || last.shape(0) <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot infer the model's outputs from weights tensor '",
+          last.name(), "' of shape ", ShapeString(last.shape()),
+          "; pass --num_classes"));
+    }
+    outputs = last.shape(0);
+    outputs_source = absl::StrCat("tensor '", last.name(), "'");
+  }
+  absl::StatusOr<worker::Model> built =
+      worker::Model::Build(spec.model(), input_shape, outputs);
+  if (!built.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot build the model spec.json describes for inputs ",
+                     ShapeString(input_shape), " and ", outputs,
+                     " outputs: ", built.status().message()));
+  }
+  return RebuiltModel{
+      *std::move(built), "the model built from spec.json",
+      absl::StrCat(" (the model follows spec.json's model section, input "
+                   "shape ",
+                   ShapeString(input_shape), " from ", shape_source, " and ",
+                   outputs, " outputs from ", outputs_source, ")"),
+      input_shape, outputs};
+}
+
+// Checks that `weights` holds exactly the state of `rebuilt.model`: same
+// count, and the same name and shape at each position. The message names
+// the first mismatch.
+absl::Status CheckWeightsFitModel(const RebuiltModel& rebuilt,
+                                  const v1::TensorSetHeader& weights) {
+  const std::vector<std::string>& names = rebuilt.model.state_names();
+  const std::vector<torch::Tensor>& state = rebuilt.model.state();
+  const std::string& hint = rebuilt.hint;
   const size_t common =
       std::min(names.size(), static_cast<size_t>(weights.tensors_size()));
   for (size_t i = 0; i < common; ++i) {
     const v1::TensorInfo& info = weights.tensors(static_cast<int>(i));
     if (info.name() != names[i]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("weights tensor ", i, " is '", info.name(),
-                       "' but the model built from spec.json has '", names[i],
-                       "' there", hint));
+          absl::StrCat("weights tensor ", i, " is '", info.name(), "' but ",
+                       rebuilt.what, " has '", names[i], "' there", hint));
     }
-    const std::vector<int64_t> want = params[i].sizes().vec();
+    const std::vector<int64_t> want = state[i].sizes().vec();
     if (!std::equal(info.shape().begin(), info.shape().end(), want.begin(),
                     want.end())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "weights tensor '", info.name(), "' has shape ",
-          ShapeString(info.shape()), " but the model built from spec.json has ",
+          ShapeString(info.shape()), " but ", rebuilt.what, " has ",
           ShapeString(want), hint));
     }
   }
   if (names.size() > common) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the weights have ", weights.tensors_size(),
-        " tensors but the model built from spec.json has ", names.size(),
-        "; the weights lack '", names[common], "'", hint));
+        "the weights have ", weights.tensors_size(), " tensors but ",
+        rebuilt.what, " has ", names.size(), "; the weights lack '",
+        names[common], "'", hint));
   }
   if (static_cast<size_t>(weights.tensors_size()) > common) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the weights have ", weights.tensors_size(),
-        " tensors but the model built from spec.json has ", names.size(),
-        "; the model has no '",
+        "the weights have ", weights.tensors_size(), " tensors but ",
+        rebuilt.what, " has ", names.size(), "; the model has no '",
         weights.tensors(static_cast<int>(common)).name(), "'", hint));
   }
   return absl::OkStatus();
@@ -322,7 +444,8 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
   });
 }
 
-// Runs a LibTorch serializer, which reports errors by throwing.
+// Runs `save(tmp)` (returning absl::Status) through WriteAtomically; a
+// LibTorch serializer's exceptions become errors too.
 template <typename SaveFn>
 absl::Status WriteTorchFile(const std::string& path, SaveFn save) {
   return WriteAtomically(path, [&](const std::string& tmp) {
@@ -332,7 +455,7 @@ absl::Status WriteTorchFile(const std::string& path, SaveFn save) {
           absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
     }
     try {
-      save(tmp);
+      MPILEARN_RETURN_IF_ERROR(save(tmp));
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat(
           "cannot write '", tmp, "': ", e.what_without_backtrace()));
@@ -366,69 +489,59 @@ absl::Status Export(Options options) {
   MPILEARN_ASSIGN_OR_RETURN(const Float32Tensors weights,
                             ReadWeightsFile(weights_path));
 
-  if (options.num_classes == 0) {
-    const v1::TensorInfo& last =
-        weights.header.tensors(weights.header.tensors_size() - 1);
-    if (last.shape().empty() || last.shape(0) <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot infer the number of classes from weights tensor '",
-          last.name(), "' of shape ", ShapeString(last.shape()),
-          "; pass --num_classes"));
-    }
-    options.num_classes = last.shape(0);
+  const bool torchscript = !spec.model().torchscript().empty();
+  if (!torchscript && !options.model_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model_file is for jobs that train a TorchScript model; job '",
+        options.job_id, "' trains the built-in model '", spec.model().name(),
+        "'"));
   }
-  absl::StatusOr<torch::nn::Sequential> built =
-      worker::BuildModel(spec.model(), options.channels, options.height,
-                         options.width, options.num_classes);
-  if (!built.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot build the model spec.json describes: ",
-                     built.status().message()));
-  }
-  torch::nn::Sequential model = *std::move(built);
-  MPILEARN_RETURN_IF_ERROR(
-      CheckWeightsFitModel(model, weights.header, options));
+  MPILEARN_ASSIGN_OR_RETURN(
+      RebuiltModel rebuilt,
+      torchscript ? LoadTorchScriptModel(spec, weights.header, options)
+                  : BuildBuiltinModel(spec, weights.header, options));
+  MPILEARN_RETURN_IF_ERROR(CheckWeightsFitModel(rebuilt, weights.header));
+  worker::Model& model = rebuilt.model;
+  const std::vector<absl::Span<const float>> views(weights.values.begin(),
+                                                   weights.values.end());
+  MPILEARN_RETURN_IF_ERROR(model.SetState(views));
+  model.SetTraining(false);
 
-  const std::vector<std::string> names = worker::ModelParameterNames(model);
-  std::vector<torch::Tensor> params = worker::ModelParameters(model);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.size(); ++i) {
-      // from_blob only views the vector; copy_ takes the values into the model.
-      params[i].copy_(
-          torch::from_blob(const_cast<float*>(weights.values[i].data()),
-                           params[i].sizes(), torch::kFloat32));
-    }
-  }
-  model->eval();
-
-  if (options.format == Format::kLibTorch) {
+  if (options.format == Format::kTorchScript) {
     MPILEARN_RETURN_IF_ERROR(WriteTorchFile(
         options.out,
-        [&](const std::string& path) { torch::save(model, path); }));
+        [&](const std::string& path) { return model.Save(path); }));
   } else {
     MPILEARN_RETURN_IF_ERROR(
         WriteTorchFile(options.out, [&](const std::string& path) {
           torch::serialize::OutputArchive archive;
-          for (size_t i = 0; i < params.size(); ++i) {
-            archive.write(names[i], params[i].detach());
+          for (size_t i = 0; i < model.state().size(); ++i) {
+            archive.write(model.state_names()[i], model.state()[i].detach());
           }
           archive.save_to(path);
+          return absl::OkStatus();
         }));
   }
   const std::string spec_path = absl::StrCat(options.out, ".spec.json");
   MPILEARN_RETURN_IF_ERROR(WriteText(spec_path, JobSpecToJson(spec)));
 
+  std::vector<std::string> input_dims = {"B"};
+  for (int64_t d : rebuilt.input_shape) input_dims.push_back(absl::StrCat(d));
   absl::PrintF(
       "wrote %s (%s, %d tensors, %d parameters, from %s) and %s; model "
-      "'%s' for inputs [B, %d, %d, %d] and %d classes\n",
-      options.out, options.format == Format::kLibTorch ? "libtorch" : "tensors",
-      params.size(), worker::ParameterCount(model), weights_path, spec_path,
-      spec.model().name(), options.channels, options.height, options.width,
-      options.num_classes);
+      "'%s' for inputs %s and %s outputs\n",
+      options.out,
+      options.format == Format::kTorchScript ? "torchscript" : "tensors",
+      model.state().size(), model.ParameterCount(), weights_path, spec_path,
+      torchscript ? absl::StrCat("torchscript ", spec.model().torchscript())
+                  : spec.model().name(),
+      rebuilt.input_shape.empty()
+          ? std::string("of the job's sample shape")
+          : absl::StrCat("[", absl::StrJoin(input_dims, ", "), "]"),
+      rebuilt.outputs > 0 ? absl::StrCat(rebuilt.outputs)
+                          : std::string("the model's"));
   return absl::OkStatus();
 }
-
 
 // True when the command line asks for --help (or -h): main prints kUsage,
 // which lists every flag, and exits 0.
@@ -468,31 +581,34 @@ absl::StatusOr<Options> OptionsFromFlags() {
     return absl::InvalidArgumentError("--out is required");
 
   const std::string format = absl::GetFlag(FLAGS_format);
-  if (format == "libtorch") {
-    options.format = Format::kLibTorch;
+  if (format == "torchscript") {
+    options.format = Format::kTorchScript;
   } else if (format == "tensors") {
     options.format = Format::kTensors;
+  } else if (format == "libtorch") {
+    return absl::InvalidArgumentError(
+        "--format libtorch is no longer written: every model now exports as "
+        "TorchScript, which torch.jit.load (Python) and torch::jit::load "
+        "(C++) read; use --format torchscript (the default)");
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--format must be libtorch or tensors, got '", format, "'"));
+        "--format must be torchscript or tensors, got '", format, "'"));
   }
 
   const std::string shape = absl::GetFlag(FLAGS_input_shape);
-  const std::vector<absl::string_view> dims = absl::StrSplit(shape, ',');
-  int64_t values[3];
-  bool valid = dims.size() == 3;
-  for (size_t i = 0; valid && i < 3; ++i) {
-    valid = absl::SimpleAtoi(dims[i], &values[i]) && values[i] > 0;
+  if (!shape.empty()) {
+    for (absl::string_view dim : absl::StrSplit(shape, ',')) {
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(dim, &value) || value <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--input_shape must be positive integers separated by commas "
+            "(e.g. 1,28,28 or 20,6), got '",
+            shape, "'"));
+      }
+      options.input_shape.push_back(value);
+    }
   }
-  if (!valid) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--input_shape must be C,H,W with three positive integers (e.g. "
-        "1,28,28), got '",
-        shape, "'"));
-  }
-  options.channels = values[0];
-  options.height = values[1];
-  options.width = values[2];
+  options.model_file = absl::GetFlag(FLAGS_model_file);
 
   const std::string classes = absl::GetFlag(FLAGS_num_classes);
   if (!classes.empty() && (!absl::SimpleAtoi(classes, &options.num_classes) ||

@@ -17,6 +17,7 @@ PACKAGES=(
   libgtest-dev googletest
   zlib1g-dev
   dataset-fashion-mnist      # the built-in default job's data
+  python3-torch              # tools/export_torchscript.py: users' models (PyTorch 1.13)
 )
 
 missing=()

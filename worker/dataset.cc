@@ -3,6 +3,8 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,60 +41,149 @@ absl::StatusOr<IdxArray> ReadField(absl::string_view field,
   return array;
 }
 
-// Loads one split from the files that `images_field` and `labels_field`
-// name, keeping at most `limit` samples (0: all).
-absl::StatusOr<Dataset> LoadSplit(absl::string_view images_field,
-                                  const std::string& images_path,
-                                  absl::string_view labels_field,
-                                  const std::string& labels_path,
-                                  int64_t limit) {
-  MPILEARN_ASSIGN_OR_RETURN(IdxArray images,
-                            ReadField(images_field, images_path, limit));
-  if (images.dims.size() != 3) {
+// A float32 tensor of `sizes` that takes over `values`' storage (no copy);
+// the tensor's deleter frees it.
+torch::Tensor TensorOf(std::vector<float> values,
+                       const std::vector<int64_t>& sizes) {
+  auto owner = std::make_shared<std::vector<float>>(std::move(values));
+  float* data = owner->data();
+  return torch::from_blob(
+      data, sizes, [owner](void*) mutable { owner.reset(); }, torch::kFloat32);
+}
+
+// Checks that a float array holds no NaN or infinity: one would poison every
+// weight it reaches, far from its cause.
+absl::Status CheckFinite(absl::string_view field, const std::string& path,
+                         const IdxArray& array) {
+  if (IsIntegerIdxType(array.type)) return absl::OkStatus();
+  const auto bad = std::find_if(
+      array.values.begin(), array.values.end(),
+      [](float v) { return !std::isfinite(v); });
+  if (bad == array.values.end()) return absl::OkStatus();
+  const int64_t per_sample =
+      static_cast<int64_t>(array.values.size()) / array.dims[0];
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data.", field, ": '", path, "' holds ", *bad, " at sample ",
+      (bad - array.values.begin()) / per_sample,
+      "; every value must be finite"));
+}
+
+// One split as loaded, with what the cross-split checks compare.
+struct LoadedSplit {
+  Dataset data;
+  IdxType features_type = IdxType::kUnsignedByte;
+  IdxType labels_type = IdxType::kUnsignedByte;
+};
+
+// True when features of `type` are scaled by 1/255 on loading.
+bool IsScaled(IdxType type) { return type == IdxType::kUnsignedByte; }
+
+// Describes a split's labels for messages: "class indices (int64 [N])" or
+// "float rows of width 2".
+std::string LabelKind(const Dataset& d) {
+  if (d.labels.dim() == 1) return "class indices";
+  return absl::StrCat("float rows of width ", d.labels.size(1));
+}
+
+// Converts a features array to its tensor (see dataset.h for the rules).
+absl::StatusOr<torch::Tensor> FeaturesOf(absl::string_view field,
+                                         const std::string& path,
+                                         IdxArray array) {
+  if (array.dims.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.", images_field, ": '", images_path,
-        "' holds an IDX array of shape ", Shape(images.dims),
-        ", but images must be 3-dimensional [N, height, width] like "
-        "train-images-idx3-ubyte.gz"));
+        "data.", field, ": '", path, "' holds an IDX array of shape ",
+        Shape(array.dims),
+        ", but features must have at least 2 dimensions [N, ...], such as "
+        "[N, height, width] like train-images-idx3-ubyte.gz or [N, D]"));
   }
-  const int64_t n = images.dims[0];
-  const int64_t height = images.dims[1];
-  const int64_t width = images.dims[2];
-  if (n == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.", images_field, ": '", images_path, "' holds no images"));
-  }
-  if (height == 0 || width == 0) {
+  if (array.dims[0] == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data.", images_field, ": '", images_path,
-                     "' holds images of ", height, "x", width, " pixels"));
+        absl::StrCat("data.", field, ": '", path, "' holds no samples"));
   }
+  const std::vector<int64_t> sample(array.dims.begin() + 1, array.dims.end());
+  if (std::find(sample.begin(), sample.end(), 0) != sample.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": '", path, "' holds samples of shape ",
+        Shape(sample), ", which have no values"));
+  }
+  MPILEARN_RETURN_IF_ERROR(CheckFinite(field, path, array));
+  std::vector<int64_t> sizes = array.dims;
+  const bool scaled = IsScaled(array.type);
+  if (scaled && sizes.size() == 3) {
+    // A single-channel image [N, H, W] -> [N, 1, H, W].
+    sizes.insert(sizes.begin() + 1, 1);
+  }
+  torch::Tensor features = TensorOf(std::move(array.values), sizes);
+  if (scaled) features.div_(255.0);
+  return features;
+}
+
+// Converts a labels array to its tensor (see dataset.h for the rules).
+absl::StatusOr<torch::Tensor> LabelsOf(absl::string_view field,
+                                       const std::string& path,
+                                       IdxArray array) {
+  const bool integer = IsIntegerIdxType(array.type);
+  if (array.dims.size() > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": '", path, "' holds an IDX array of shape ",
+        Shape(array.dims),
+        ", but labels must be 1-dimensional [N] like "
+        "train-labels-idx1-ubyte.gz, or 2-dimensional [N, K] rows"));
+  }
+  if (array.dims.size() == 2 && array.dims[1] == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": '", path, "' holds label rows of width 0"));
+  }
+  MPILEARN_RETURN_IF_ERROR(CheckFinite(field, path, array));
+  const int64_t n = array.dims[0];
+  if (array.dims.size() == 2 || !integer) {
+    const int64_t width = array.dims.size() == 2 ? array.dims[1] : 1;
+    return TensorOf(std::move(array.values), {n, width});
+  }
+  // Integer [N]: class indices. Each value is a whole number (an integer
+  // type, exact in float below 2^24 > kMaxClasses).
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = array.values[i];
+    if (v < 0 || v >= kMaxClasses) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.", field, ": '", path, "' holds class index ",
+          static_cast<int64_t>(v),
+          " at sample ", i, "; class indices must be in [0, ", kMaxClasses,
+          ")", (v < 0 ? " (regression targets belong in a float32 file)"
+                      : "")));
+    }
+  }
+  return TensorOf(std::move(array.values), {n}).to(torch::kInt64);
+}
+
+// Loads one split from the files that `features_field` and `labels_field`
+// name, keeping at most `limit` samples (0: all).
+absl::StatusOr<LoadedSplit> LoadSplit(absl::string_view features_field,
+                                      const std::string& features_path,
+                                      absl::string_view labels_field,
+                                      const std::string& labels_path,
+                                      int64_t limit) {
+  LoadedSplit split;
+  MPILEARN_ASSIGN_OR_RETURN(IdxArray features,
+                            ReadField(features_field, features_path, limit));
+  split.features_type = features.type;
+  MPILEARN_ASSIGN_OR_RETURN(
+      split.data.features,
+      FeaturesOf(features_field, features_path, std::move(features)));
+  const int64_t n = split.data.features.size(0);
 
   MPILEARN_ASSIGN_OR_RETURN(IdxArray labels,
                             ReadField(labels_field, labels_path, limit));
-  if (labels.dims.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.", labels_field, ": '", labels_path,
-        "' holds an IDX array of shape ", Shape(labels.dims),
-        ", but labels must be 1-dimensional [N] like "
-        "train-labels-idx1-ubyte.gz"));
-  }
   if (labels.dims[0] != n) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.", images_field, " and data.", labels_field, " disagree: '",
-        images_path, "' holds ", n, " images but '", labels_path, "' holds ",
-        labels.dims[0], " labels",
+        "data.", features_field, " and data.", labels_field, " disagree: '",
+        features_path, "' holds ", n, " samples but '", labels_path,
+        "' holds ", labels.dims[0], " labels",
         limit > 0 ? absl::StrCat(" (reading at most ", limit, ")") : ""));
   }
-
-  // from_blob only borrows the vectors' bytes; the conversions copy them.
-  Dataset split;
-  split.images = torch::from_blob(images.data.data(), {n, 1, height, width},
-                                  torch::kUInt8)
-                     .to(torch::kFloat32)
-                     .div_(255.0);
-  split.labels =
-      torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  split.labels_type = labels.type;
+  MPILEARN_ASSIGN_OR_RETURN(
+      split.data.labels, LabelsOf(labels_field, labels_path, std::move(labels)));
   return split;
 }
 
@@ -122,15 +213,37 @@ absl::Status CheckNonNegative(absl::string_view field, int64_t value) {
   return absl::OkStatus();
 }
 
-// Checks that `split`'s images have the training images' size.
-absl::Status CheckImageSize(absl::string_view images_field,
-                            const Dataset& split, const Dataset& train) {
-  const int64_t h = split.images.size(2), w = split.images.size(3);
-  const int64_t train_h = train.images.size(2), train_w = train.images.size(3);
-  if (h != train_h || w != train_w) {
+// Checks that `split` has the training split's per-sample feature shape,
+// feature scale and kind of labels.
+absl::Status CheckMatchesTrain(absl::string_view features_field,
+                               absl::string_view labels_field,
+                               const LoadedSplit& split,
+                               const LoadedSplit& train) {
+  const std::vector<int64_t> shape = split.data.features.sizes().slice(1).vec();
+  const std::vector<int64_t> train_shape =
+      train.data.features.sizes().slice(1).vec();
+  if (shape != train_shape) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.", images_field, ": images are ", h, "x", w,
-        " pixels but the training images are ", train_h, "x", train_w));
+        "data.", features_field, ": samples have shape ", Shape(shape),
+        " but the training samples have shape ", Shape(train_shape)));
+  }
+  if (IsScaled(split.features_type) != IsScaled(train.features_type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", features_field, ": features are ",
+        IdxTypeName(split.features_type), " but the training features are ",
+        IdxTypeName(train.features_type),
+        "; unsigned bytes are scaled by 1/255 and other types are not, so "
+        "give every split the same element type"));
+  }
+  const std::string kind = LabelKind(split.data);
+  const std::string train_kind = LabelKind(train.data);
+  if (kind != train_kind) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", labels_field, ": labels are ", kind, " (",
+        IdxTypeName(split.labels_type), " ", Shape(split.data.labels.sizes().vec()),
+        ") but the training labels are ", train_kind, " (",
+        IdxTypeName(train.labels_type), " ",
+        Shape(train.data.labels.sizes().vec()), ")"));
   }
   return absl::OkStatus();
 }
@@ -168,21 +281,22 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
 
   DatasetSplits splits;
   MPILEARN_ASSIGN_OR_RETURN(
-      Dataset train,
+      LoadedSplit train,
       LoadSplit("train_images", spec.train_images(), "train_labels",
                 spec.train_labels(), spec.train_limit()));
 
   if (!spec.validation_images().empty()) {
     MPILEARN_ASSIGN_OR_RETURN(
-        splits.validation,
+        LoadedSplit validation,
         LoadSplit("validation_images", spec.validation_images(),
                   "validation_labels", spec.validation_labels(),
                   /*limit=*/0));
-    MPILEARN_RETURN_IF_ERROR(
-        CheckImageSize("validation_images", splits.validation, train));
-    splits.train = std::move(train);
+    MPILEARN_RETURN_IF_ERROR(CheckMatchesTrain(
+        "validation_images", "validation_labels", validation, train));
+    splits.validation = std::move(validation.data);
+    splits.train = train.data;
   } else {
-    const int64_t n = train.size();
+    const int64_t n = train.data.size();
     if (validation_count >= n) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data.validation_count is ", validation_count,
@@ -195,32 +309,40 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
           ", or give data.validation_images and data.validation_labels"));
     }
     const int64_t train_n = n - validation_count;
-    splits.train.images = train.images.narrow(0, 0, train_n);
-    splits.train.labels = train.labels.narrow(0, 0, train_n);
+    splits.train.features = train.data.features.narrow(0, 0, train_n);
+    splits.train.labels = train.data.labels.narrow(0, 0, train_n);
     if (validation_count > 0) {
-      splits.validation.images =
-          train.images.narrow(0, train_n, validation_count);
+      splits.validation.features =
+          train.data.features.narrow(0, train_n, validation_count);
       splits.validation.labels =
-          train.labels.narrow(0, train_n, validation_count);
+          train.data.labels.narrow(0, train_n, validation_count);
     }
   }
 
   if (!spec.test_images().empty()) {
     MPILEARN_ASSIGN_OR_RETURN(
-        splits.test, LoadSplit("test_images", spec.test_images(),
-                               "test_labels", spec.test_labels(),
-                               spec.test_limit()));
+        LoadedSplit test,
+        LoadSplit("test_images", spec.test_images(), "test_labels",
+                  spec.test_labels(), spec.test_limit()));
     MPILEARN_RETURN_IF_ERROR(
-        CheckImageSize("test_images", splits.test, splits.train));
+        CheckMatchesTrain("test_images", "test_labels", test, train));
+    splits.test = std::move(test.data);
   }
 
-  int64_t max_label = 0;
-  for (const Dataset* d : {&splits.train, &splits.validation, &splits.test}) {
-    if (d->size() > 0) {
-      max_label = std::max(max_label, d->labels.max().item<int64_t>());
+  splits.input_shape = train.data.features.sizes().slice(1).vec();
+  splits.float_labels = train.data.labels.dim() == 2;
+  if (splits.float_labels) {
+    splits.num_classes = train.data.labels.size(1);
+  } else {
+    int64_t max_label = 0;
+    for (const Dataset* d :
+         {&splits.train, &splits.validation, &splits.test}) {
+      if (d->size() > 0) {
+        max_label = std::max(max_label, d->labels.max().item<int64_t>());
+      }
     }
+    splits.num_classes = max_label + 1;
   }
-  splits.num_classes = max_label + 1;
   return splits;
 }
 
@@ -236,7 +358,7 @@ Dataset Shard(const Dataset& data, int rank, int world) {
   const int64_t start = rank * base + std::min<int64_t>(rank, extra);
   const int64_t count = base + (rank < extra ? 1 : 0);
   Dataset shard;
-  shard.images = data.images.narrow(0, start, count);
+  shard.features = data.features.narrow(0, start, count);
   shard.labels = data.labels.narrow(0, start, count);
   return shard;
 }

@@ -1,10 +1,20 @@
-// In-memory image classification data sets, loaded from IDX files as a job's
-// DataSpec describes them.
+// In-memory training data sets (features and labels), loaded from IDX files
+// as a job's DataSpec describes them.
 //
 //   MPILEARN_ASSIGN_OR_RETURN(DatasetSplits splits,
 //                             LoadDatasets(job.data()));
 //   Dataset mine = Shard(splits.train, rank, world_size);
-//   // mine.images: float32 [n, 1, 28, 28] in [0, 1]; mine.labels: int64 [n]
+//   // Fashion-MNIST: mine.features float32 [n, 1, 28, 28] in [0, 1],
+//   // mine.labels int64 [n]; splits.input_shape {1, 28, 28}.
+//
+// What the IDX element types become:
+//   features (>= 2 dims [N, ...]): unsigned byte [N, H, W] -> float32
+//     [N, 1, H, W] scaled by 1/255 (a single-channel image); unsigned byte of
+//     any other rank -> float32 [N, ...] scaled by 1/255; every other type ->
+//     float32 [N, ...] as stored.
+//   labels: integer [N] -> int64 [N] class indices (>= 0); float [N] ->
+//     float32 [N, 1]; float [N, K] -> float32 [N, K] (regression targets);
+//     integer [N, C] -> float32 [N, C] (one-hot or multi-label rows).
 //
 // Thread safety: LoadDatasets and Shard have no shared state. A Dataset's
 // tensors may share storage with the Dataset they were cut from (see Shard),
@@ -15,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/mpilearn.pb.h"
@@ -22,12 +33,13 @@
 namespace mpilearn {
 namespace worker {
 
-// A set of labelled single-channel images.
+// A set of samples and their labels.
 struct Dataset {
-  // float32 [N, 1, H, W], pixel values scaled to [0, 1]. Undefined (default
-  // constructed) for an empty Dataset.
-  torch::Tensor images;
-  // int64 [N], class indices in [0, 255]. Undefined for an empty Dataset.
+  // float32 [N, ...] (see the file comment for the shape each IDX type
+  // gives). Undefined (default constructed) for an empty Dataset.
+  torch::Tensor features;
+  // int64 [N] class indices, or float32 [N, K] targets or one-hot rows.
+  // Undefined for an empty Dataset.
   torch::Tensor labels;
 
   // Number of samples N; 0 for an empty Dataset.
@@ -41,20 +53,34 @@ struct DatasetSplits {
   Dataset validation;
   // Empty when the spec names no test files.
   Dataset test;
-  // 1 + the largest label in any split: the width of the model's output.
+  // The shape of one sample's features, without N: features.sizes()[1:] of
+  // every non-empty split, e.g. {1, 28, 28} or {20, 6}.
+  std::vector<int64_t> input_shape;
+  // The width of the model's output: for class-index labels (float_labels
+  // false) 1 + the largest label in any split; for float labels the row
+  // width K (or C) shared by every split.
   int64_t num_classes = 0;
+  // True when labels are float32 [N, K] rows (regression targets, one-hot or
+  // multi-label rows); false when they are int64 [N] class indices.
+  bool float_labels = false;
 };
 
+// Class indices must be below this (2^20): it bounds the model's output
+// layer and keeps every index exact in the float the IDX reader gives.
+inline constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
 // Loads the data sets `spec` names (field semantics and defaults: see
-// DataSpec in proto/mpilearn.proto). Images must be 3-dim IDX arrays
-// [N, H, W] of unsigned bytes and labels 1-dim [N]; every split must have the
-// training images' H and W.
+// DataSpec in proto/mpilearn.proto). Every split must give the training
+// split's per-sample feature shape, scale (unsigned byte or not) and kind of
+// labels (class indices, or float rows of the same width).
 //
 // Errors name the offending spec field, e.g.
 //   "data.train_images: cannot open 'x.gz': No such file or directory".
 //   NotFound etc.     a file cannot be opened;
 //   InvalidArgument   a required field is missing, a count is negative or
-//                     too large, or a file does not hold what it should;
+//                     too large, a file does not hold what it should (wrong
+//                     rank, no samples, a negative or too large class index,
+//                     a NaN or infinite value), or the splits disagree;
 //   DataLoss          a file is truncated or corrupt.
 absl::StatusOr<DatasetSplits> LoadDatasets(const mpilearn::v1::DataSpec& spec);
 

@@ -1,10 +1,18 @@
+// Tests of LoadDatasets and Shard on IDX files each test writes.
+//
+// Over ~500 lines because every IDX type and shape rule (see dataset.h) and
+// every error the loader names has its own case; they share only the small
+// writers at the top.
 #include "worker/dataset.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -36,8 +44,8 @@ std::string TempPath(const std::string& name) {
 }
 
 void WriteGzipIdx(const std::string& path, const std::vector<uint32_t>& dims,
-                  const std::vector<uint8_t>& payload) {
-  std::vector<uint8_t> bytes = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+                  const std::vector<uint8_t>& payload, uint8_t type = 0x08) {
+  std::vector<uint8_t> bytes = {0, 0, type, static_cast<uint8_t>(dims.size())};
   for (uint32_t d : dims) {
     bytes.push_back(d >> 24);
     bytes.push_back((d >> 16) & 0xff);
@@ -50,6 +58,21 @@ void WriteGzipIdx(const std::string& path, const std::vector<uint32_t>& dims,
   ASSERT_EQ(gzwrite(f, bytes.data(), bytes.size()),
             static_cast<int>(bytes.size()));
   ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+// Writes `values` as an IDX file of element type `type` (code), each value
+// stored as T, big-endian.
+template <typename T>
+void WriteTypedIdx(const std::string& path, uint8_t type,
+                   const std::vector<uint32_t>& dims,
+                   const std::vector<T>& values) {
+  std::vector<uint8_t> payload;
+  for (const T v : values) {
+    uint8_t b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    for (int i = sizeof(T) - 1; i >= 0; --i) payload.push_back(b[i]);
+  }
+  WriteGzipIdx(path, dims, payload, type);
 }
 
 // Writes `n` images of h x w pixels to <prefix>-images.gz and their labels
@@ -76,12 +99,12 @@ Files WriteSplit(const std::string& prefix, int n, int h = 4, int w = 3,
 
 // Checks that `d` holds generated samples first..first+d.size()-1 in order.
 void ExpectSamples(const Dataset& d, int64_t first, int h = 4, int w = 3) {
-  ASSERT_TRUE(d.images.defined());
-  EXPECT_EQ(d.images.scalar_type(), torch::kFloat32);
+  ASSERT_TRUE(d.features.defined());
+  EXPECT_EQ(d.features.scalar_type(), torch::kFloat32);
   EXPECT_EQ(d.labels.scalar_type(), torch::kInt64);
-  EXPECT_EQ(d.images.sizes(), (std::vector<int64_t>{d.size(), 1, h, w}));
+  EXPECT_EQ(d.features.sizes(), (std::vector<int64_t>{d.size(), 1, h, w}));
   EXPECT_EQ(d.labels.sizes(), (std::vector<int64_t>{d.size()}));
-  auto images = d.images.accessor<float, 4>();
+  auto images = d.features.accessor<float, 4>();
   auto labels = d.labels.accessor<int64_t, 1>();
   for (int64_t k = 0; k < d.size(); ++k) {
     const int64_t i = first + k;
@@ -108,8 +131,10 @@ TEST(LoadDatasetsTest, HoldsOutTheLastSamplesForValidation) {
   EXPECT_EQ(s->train.size(), 15);
   EXPECT_EQ(s->validation.size(), 5);
   EXPECT_EQ(s->test.size(), 0);
-  EXPECT_FALSE(s->test.images.defined());
+  EXPECT_FALSE(s->test.features.defined());
   EXPECT_EQ(s->num_classes, 10);
+  EXPECT_FALSE(s->float_labels);
+  EXPECT_EQ(s->input_shape, (std::vector<int64_t>{1, 4, 3}));
   ExpectSamples(s->train, 0);
   ExpectSamples(s->validation, 15);
 }
@@ -124,9 +149,9 @@ TEST(LoadDatasetsTest, ScalesPixelsToUnitRange) {
   absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(torch::allclose(
-      s->train.images, torch::tensor({0.0f, 1.0f}).reshape({1, 1, 1, 2})));
+      s->train.features, torch::tensor({0.0f, 1.0f}).reshape({1, 1, 1, 2})));
   EXPECT_TRUE(torch::allclose(
-      s->validation.images, torch::tensor({0.2f, 0.4f}).reshape({1, 1, 1, 2})));
+      s->validation.features, torch::tensor({0.2f, 0.4f}).reshape({1, 1, 1, 2})));
   EXPECT_EQ(s->num_classes, 4);
 }
 
@@ -278,7 +303,7 @@ TEST(LoadDatasetsTest, CountMismatchNamesBothFields) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(s),
               StartsWith("data.train_images and data.train_labels disagree"));
-  EXPECT_THAT(Message(s), HasSubstr("6 images"));
+  EXPECT_THAT(Message(s), HasSubstr("6 samples"));
   EXPECT_THAT(Message(s), HasSubstr("5 labels"));
 
   // A limit both files satisfy hides the mismatch.
@@ -297,7 +322,8 @@ TEST(LoadDatasetsTest, SwappedFilesAreRejected) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(s), StartsWith("data.train_images: '"));
   EXPECT_THAT(Message(s),
-              HasSubstr("shape [4], but images must be 3-dimensional"));
+              HasSubstr("shape [4], but features must have at least 2 "
+                        "dimensions [N, ...]"));
 
   spec.set_train_images(files.images);
   s = LoadDatasets(spec);
@@ -318,8 +344,8 @@ TEST(LoadDatasetsTest, TestImagesMustMatchTrainingImageSize) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(s),
-            "data.test_images: images are 5x5 pixels but the training images "
-            "are 4x3");
+            "data.test_images: samples have shape [1, 5, 5] but the training "
+            "samples have shape [1, 4, 3]");
 }
 
 TEST(LoadDatasetsTest, EmptyFileIsRejected) {
@@ -329,7 +355,7 @@ TEST(LoadDatasetsTest, EmptyFileIsRejected) {
   absl::StatusOr<DatasetSplits> s = LoadDatasets(TrainSpec(files));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(Message(s), HasSubstr("holds no images"));
+  EXPECT_THAT(Message(s), HasSubstr("holds no samples"));
 }
 
 TEST(LoadDatasetsTest, LoadsFashionMnistSubset) {
@@ -348,18 +374,308 @@ TEST(LoadDatasetsTest, LoadsFashionMnistSubset) {
   spec.set_test_limit(300);
   absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->train.images.sizes(), (std::vector<int64_t>{800, 1, 28, 28}));
+  EXPECT_EQ(s->train.features.sizes(),
+            (std::vector<int64_t>{800, 1, 28, 28}));
   EXPECT_EQ(s->validation.size(), 200);
-  EXPECT_EQ(s->test.images.sizes(), (std::vector<int64_t>{300, 1, 28, 28}));
+  EXPECT_EQ(s->test.features.sizes(), (std::vector<int64_t>{300, 1, 28, 28}));
   EXPECT_EQ(s->num_classes, 10);
-  EXPECT_GE(s->train.images.min().item<float>(), 0.0f);
-  EXPECT_LE(s->train.images.max().item<float>(), 1.0f);
+  EXPECT_EQ(s->input_shape, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_GE(s->train.features.min().item<float>(), 0.0f);
+  EXPECT_LE(s->train.features.max().item<float>(), 1.0f);
+}
+
+// Feature value j of sample i in the float files: negative and past 1, so a
+// scaling by 1/255 or a clamp would show.
+double FloatFeature(int64_t i, int64_t j) { return i * 0.25 - j * 1.5; }
+// Regression target k of sample i, held as float64 in the file.
+double Target(int64_t i, int64_t k) { return std::sin(0.3 * i + k) * 10.0; }
+
+// Writes n float32 feature rows of `width` values to <prefix>-features.gz
+// and float64 targets [n, k] to <prefix>-targets.gz.
+Files WriteRegression(const std::string& prefix, int n, int width, int k) {
+  Files files{TempPath(prefix + "-features.gz"),
+              TempPath(prefix + "-targets.gz")};
+  std::vector<float> features;
+  std::vector<double> targets;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < width; ++j) {
+      features.push_back(static_cast<float>(FloatFeature(i, j)));
+    }
+    for (int t = 0; t < k; ++t) targets.push_back(Target(i, t));
+  }
+  WriteTypedIdx(files.images, 0x0D,
+                {static_cast<uint32_t>(n), static_cast<uint32_t>(width)},
+                features);
+  WriteTypedIdx(files.labels, 0x0E,
+                {static_cast<uint32_t>(n), static_cast<uint32_t>(k)}, targets);
+  return files;
+}
+
+TEST(LoadDatasetsTest, LoadsFloatFeaturesAndRegressionTargets) {
+  DataSpec spec = TrainSpec(WriteRegression("regression", 10, 3, 2));
+  spec.set_validation_count(4);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->float_labels);
+  EXPECT_EQ(s->num_classes, 2);
+  EXPECT_EQ(s->input_shape, (std::vector<int64_t>{3}));
+  ASSERT_EQ(s->train.size(), 6);
+  ASSERT_EQ(s->validation.size(), 4);
+  for (const auto& [d, first] :
+       {std::make_pair(&s->train, 0), std::make_pair(&s->validation, 6)}) {
+    EXPECT_EQ(d->features.scalar_type(), torch::kFloat32);
+    EXPECT_EQ(d->labels.scalar_type(), torch::kFloat32);
+    EXPECT_EQ(d->features.sizes(), (std::vector<int64_t>{d->size(), 3}));
+    EXPECT_EQ(d->labels.sizes(), (std::vector<int64_t>{d->size(), 2}));
+    auto f = d->features.accessor<float, 2>();
+    auto y = d->labels.accessor<float, 2>();
+    for (int64_t r = 0; r < d->size(); ++r) {
+      for (int j = 0; j < 3; ++j) {
+        ASSERT_FLOAT_EQ(f[r][j], FloatFeature(first + r, j));
+      }
+      for (int k = 0; k < 2; ++k) {
+        // float64 in the file, rounded to the nearest float.
+        ASSERT_EQ(y[r][k], static_cast<float>(Target(first + r, k)));
+      }
+    }
+  }
+}
+
+TEST(LoadDatasetsTest, OneDimensionalFloatLabelsBecomeColumns) {
+  const Files files{TempPath("column-features.gz"),
+                    TempPath("column-targets.gz")};
+  WriteTypedIdx<float>(files.images, 0x0D, {3, 2}, {1, 2, 3, 4, 5, 6});
+  WriteTypedIdx<float>(files.labels, 0x0D, {3}, {-0.5f, 7.0f, 2.25f});
+  DataSpec spec = TrainSpec(files);
+  spec.set_validation_count(1);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->float_labels);
+  EXPECT_EQ(s->num_classes, 1);
+  EXPECT_TRUE(torch::equal(s->train.labels,
+                           torch::tensor({-0.5f, 7.0f}).reshape({2, 1})));
+  EXPECT_TRUE(torch::equal(s->validation.labels,
+                           torch::tensor({2.25f}).reshape({1, 1})));
+}
+
+TEST(LoadDatasetsTest, IntegerLabelRowsBecomeFloatRows) {
+  // Sequences [N, T=3, F=2] of float32 with one-hot ubyte labels [N, 4].
+  const Files files{TempPath("onehot-features.gz"),
+                    TempPath("onehot-labels.gz")};
+  std::vector<float> features(5 * 3 * 2);
+  for (size_t i = 0; i < features.size(); ++i) features[i] = i * 0.1f;
+  WriteTypedIdx(files.images, 0x0D, {5, 3, 2}, features);
+  std::vector<uint8_t> onehot(5 * 4, 0);
+  for (int i = 0; i < 5; ++i) onehot[i * 4 + (i % 4)] = 1;
+  WriteGzipIdx(files.labels, {5, 4}, onehot);
+  DataSpec spec = TrainSpec(files);
+  spec.set_validation_count(0);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->float_labels);
+  EXPECT_EQ(s->num_classes, 4);
+  EXPECT_EQ(s->input_shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(s->train.features.sizes(), (std::vector<int64_t>{5, 3, 2}));
+  // Not scaled: float32 features are taken as stored.
+  EXPECT_FLOAT_EQ(s->train.features[4][2][1].item<float>(), 29 * 0.1f);
+  ASSERT_EQ(s->train.labels.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(
+      s->train.labels,
+      torch::one_hot(torch::tensor({0, 1, 2, 3, 0}, torch::kInt64), 4)
+          .to(torch::kFloat32)));
+}
+
+TEST(LoadDatasetsTest, EveryIntegerTypeGivesClassIndices) {
+  const std::string features = TempPath("int-features.gz");
+  WriteTypedIdx<float>(features, 0x0D, {4, 1}, {0, 1, 2, 3});
+  struct Case {
+    uint8_t type;
+    std::vector<uint8_t> payload;  // big-endian 3, 0, 70, 1
+  };
+  const std::vector<Case> cases = {
+      {0x08, {3, 0, 70, 1}},
+      {0x09, {3, 0, 70, 1}},
+      {0x0B, {0, 3, 0, 0, 0, 70, 0, 1}},
+      {0x0C, {0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 70, 0, 0, 0, 1}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(static_cast<int>(c.type));
+    const std::string labels = TempPath("int-labels.gz");
+    WriteGzipIdx(labels, {4}, c.payload, c.type);
+    DataSpec spec;
+    spec.set_train_images(features);
+    spec.set_train_labels(labels);
+    spec.set_validation_count(1);
+    absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_FALSE(s->float_labels);
+    EXPECT_EQ(s->num_classes, 71);
+    ASSERT_EQ(s->train.labels.scalar_type(), torch::kInt64);
+    EXPECT_TRUE(torch::equal(s->train.labels,
+                             torch::tensor({3, 0, 70}, torch::kInt64)));
+  }
+}
+
+TEST(LoadDatasetsTest, ClassIndicesMustBeInRange) {
+  const std::string features = TempPath("range-features.gz");
+  WriteTypedIdx<float>(features, 0x0D, {3, 1}, {0, 1, 2});
+  const std::string labels = TempPath("range-labels.gz");
+  DataSpec spec;
+  spec.set_train_images(features);
+  spec.set_train_labels(labels);
+  spec.set_validation_count(1);
+
+  WriteGzipIdx(labels, {3}, {1, 2, 0xFF}, /*type=*/0x09);  // 1, 2, -1
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), StartsWith("data.train_labels: '"));
+  EXPECT_THAT(Message(s), HasSubstr("holds class index -1 at sample 2"));
+
+  WriteTypedIdx<int32_t>(labels, 0x0C, {3},
+                         {0, static_cast<int32_t>(kMaxClasses), 1});
+  s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("holds class index 1048576 at sample 1; "
+                                    "class indices must be in [0, 1048576)"));
+}
+
+TEST(LoadDatasetsTest, UnsignedBytesOfOtherRanksAreScaledWithoutAChannel) {
+  const Files files{TempPath("rgb-images.gz"), TempPath("rgb-labels.gz")};
+  // [N=2, C=3, H=1, W=2]
+  std::vector<uint8_t> pixels(12);
+  for (int i = 0; i < 12; ++i) pixels[i] = i * 20;
+  WriteGzipIdx(files.images, {2, 3, 1, 2}, pixels);
+  WriteGzipIdx(files.labels, {2}, {1, 0});
+  DataSpec spec = TrainSpec(files);
+  spec.set_validation_count(0);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->input_shape, (std::vector<int64_t>{3, 1, 2}));
+  EXPECT_FLOAT_EQ(s->train.features[1][2][0][1].item<float>(), 220 / 255.0f);
+
+  // [N=2, D=6]
+  WriteGzipIdx(files.images, {2, 6}, pixels);
+  s = LoadDatasets(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->input_shape, (std::vector<int64_t>{6}));
+  EXPECT_FLOAT_EQ(s->train.features[1][5].item<float>(), 220 / 255.0f);
+}
+
+TEST(LoadDatasetsTest, OtherIntegerFeaturesAreNotScaledNorGivenAChannel) {
+  const Files files{TempPath("int16-images.gz"), TempPath("int16-labels.gz")};
+  WriteTypedIdx<int16_t>(files.images, 0x0B, {2, 1, 2}, {-300, 0, 1000, 7});
+  WriteGzipIdx(files.labels, {2}, {0, 1});
+  DataSpec spec = TrainSpec(files);
+  spec.set_validation_count(0);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->input_shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(torch::equal(
+      s->train.features,
+      torch::tensor({-300.0f, 0.0f, 1000.0f, 7.0f}).reshape({2, 1, 2})));
+}
+
+TEST(LoadDatasetsTest, SplitsMustAgreeOnTheSampleShape) {
+  DataSpec spec = TrainSpec(WriteRegression("shape-train", 6, 3, 2));
+  const Files test = WriteRegression("shape-test", 4, 4, 2);
+  spec.set_validation_count(1);
+  spec.set_test_images(test.images);
+  spec.set_test_labels(test.labels);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s),
+            "data.test_images: samples have shape [4] but the training "
+            "samples have shape [3]");
+}
+
+TEST(LoadDatasetsTest, SplitsMustAgreeOnTheLabelKindAndWidth) {
+  DataSpec spec = TrainSpec(WriteRegression("kind-train", 6, 3, 2));
+  const Files wide = WriteRegression("kind-wide", 4, 3, 3);
+  spec.set_validation_images(wide.images);
+  spec.set_validation_labels(wide.labels);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(s),
+            "data.validation_labels: labels are float rows of width 3 "
+            "(float64 [4, 3]) but the training labels are float rows of "
+            "width 2 (float64 [6, 2])");
+
+  // Class indices where the training labels are rows.
+  const std::string indices = TempPath("kind-indices.gz");
+  WriteGzipIdx(indices, {4}, {0, 1, 0, 1});
+  spec.set_validation_labels(indices);
+  s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(Message(s),
+              StartsWith("data.validation_labels: labels are class indices "
+                         "(unsigned byte [4]) but the training labels are "
+                         "float rows of width 2"));
+}
+
+TEST(LoadDatasetsTest, SplitsMustAgreeOnTheFeatureScale) {
+  // Unsigned byte [N, 3] is scaled by 1/255; float32 [N, 3] is not.
+  const Files train{TempPath("scale-images.gz"), TempPath("scale-labels.gz")};
+  WriteGzipIdx(train.images, {2, 3}, {1, 2, 3, 4, 5, 6});
+  WriteGzipIdx(train.labels, {2}, {0, 1});
+  const Files test = WriteRegression("scale-test", 2, 3, 1);
+  DataSpec spec = TrainSpec(train);
+  spec.set_validation_count(1);
+  spec.set_test_images(test.images);
+  spec.set_test_labels(train.labels);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s),
+              StartsWith("data.test_images: features are float32 but the "
+                         "training features are unsigned byte"));
+}
+
+TEST(LoadDatasetsTest, NonFiniteValuesAreRejected) {
+  const Files files{TempPath("nan-features.gz"), TempPath("nan-targets.gz")};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  WriteTypedIdx<float>(files.images, 0x0D, {3, 2}, {0, 1, 2, 3, nan, 5});
+  WriteTypedIdx<float>(files.labels, 0x0D, {3}, {0, 1, 2});
+  DataSpec spec = TrainSpec(files);
+  spec.set_validation_count(1);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), StartsWith("data.train_images: '"));
+  EXPECT_THAT(Message(s), HasSubstr("holds nan at sample 2"));
+
+  WriteTypedIdx<float>(files.images, 0x0D, {3, 2}, {0, 1, 2, 3, 4, 5});
+  // float64 1e300 rounds to +inf in float32.
+  WriteTypedIdx<double>(files.labels, 0x0E, {3}, {0, 1e300, 2});
+  s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(Message(s), StartsWith("data.train_labels: '"));
+  EXPECT_THAT(Message(s), HasSubstr("holds inf at sample 1"));
+}
+
+TEST(LoadDatasetsTest, LabelsOfThreeDimensionsOrNoWidthAreRejected) {
+  const Files files{TempPath("rank-features.gz"), TempPath("rank-labels.gz")};
+  WriteTypedIdx<float>(files.images, 0x0D, {2, 2}, {0, 1, 2, 3});
+  WriteTypedIdx<float>(files.labels, 0x0D, {2, 1, 1}, {0, 1});
+  DataSpec spec = TrainSpec(files);
+  spec.set_validation_count(1);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(Message(s), HasSubstr("shape [2, 1, 1], but labels must be "
+                                    "1-dimensional [N]"));
+  WriteTypedIdx<float>(files.labels, 0x0D, {2, 0}, {});
+  s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(Message(s), HasSubstr("holds label rows of width 0"));
 }
 
 // Builds a Dataset of n samples whose label is the sample index.
 Dataset Indexed(int64_t n) {
   Dataset d;
-  d.images = torch::arange(n, torch::kFloat32).reshape({n, 1, 1, 1});
+  d.features = torch::arange(n, torch::kFloat32).reshape({n, 1, 1, 1});
   d.labels = torch::arange(n, torch::kInt64);
   return d;
 }
@@ -371,10 +687,10 @@ TEST(ShardTest, SplitsContiguouslyAndAsEquallyAsPossible) {
   for (int rank = 0; rank < 3; ++rank) {
     const Dataset shard = Shard(d, rank, 3);
     ASSERT_EQ(shard.size(), want_sizes[rank]) << "rank " << rank;
-    EXPECT_EQ(shard.images.size(0), shard.size());
+    EXPECT_EQ(shard.features.size(0), shard.size());
     for (int64_t k = 0; k < shard.size(); ++k) {
       EXPECT_EQ(shard.labels[k].item<int64_t>(), next + k);
-      EXPECT_EQ(shard.images[k][0][0][0].item<float>(), next + k);
+      EXPECT_EQ(shard.features[k][0][0][0].item<float>(), next + k);
     }
     next += shard.size();
   }
@@ -404,7 +720,8 @@ TEST(ShardTest, SizesDifferByAtMostOneAndCoverEverything) {
 TEST(ShardTest, SharesStorageWithTheDataset) {
   const Dataset d = Indexed(10);
   const Dataset shard = Shard(d, 1, 2);
-  EXPECT_EQ(shard.images.data_ptr<float>(), d.images.data_ptr<float>() + 5);
+  EXPECT_EQ(shard.features.data_ptr<float>(),
+            d.features.data_ptr<float>() + 5);
   EXPECT_EQ(shard.labels.data_ptr<int64_t>(), d.labels.data_ptr<int64_t>() + 5);
 }
 

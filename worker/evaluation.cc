@@ -1,38 +1,52 @@
 #include "worker/evaluation.h"
 
 #include <algorithm>
+#include <array>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/types/span.h"
 
 namespace mpilearn::worker {
 
-torch::Tensor SummedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& y) {
-  return torch::nn::functional::cross_entropy(
-      logits, y,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-}
-
-Evaluation EvaluateShard(Collectives& group, torch::nn::Sequential& model,
+Evaluation EvaluateShard(Collectives& group, Model& model, const Loss& loss,
                          const Dataset& shard, int64_t batch_size) {
   torch::NoGradGuard no_grad;
-  double sums[3] = {0, 0, 0};  // loss sum, correct, samples
+  MetricSums sums;
   for (int64_t begin = 0; begin < shard.size(); begin += batch_size) {
     const int64_t end = std::min(shard.size(), begin + batch_size);
-    torch::Tensor x = shard.images.slice(0, begin, end);
-    torch::Tensor y = shard.labels.slice(0, begin, end);
-    torch::Tensor logits = model->forward(x);
-    sums[0] += SummedCrossEntropy(logits, y).item<double>();
-    sums[1] += logits.argmax(1).eq(y).sum().item<double>();
-    sums[2] += static_cast<double>(end - begin);
+    const torch::Tensor y = shard.labels.slice(0, begin, end);
+    loss.Accumulate(model.Forward(shard.features.slice(0, begin, end)), y,
+                    &sums);
   }
-  group.AllreduceSum(absl::MakeSpan(sums, 3));
+  std::array<double, MetricSums::kSize> values = sums.ToArray();
+  group.AllreduceSum(absl::MakeSpan(values));
+  sums = MetricSums::FromArray(values);
+
   Evaluation result;
-  result.samples = static_cast<int64_t>(sums[2]);
-  if (sums[2] > 0) {
-    result.loss = sums[0] / sums[2];
-    result.accuracy = sums[1] / sums[2];
-  }
+  result.samples = static_cast<int64_t>(sums.samples);
+  result.metrics = loss.Metrics(sums);
+  result.loss = result.metrics["val_loss"];
+  auto accuracy = result.metrics.find("val_accuracy");
+  if (accuracy != result.metrics.end()) result.accuracy = accuracy->second;
   return result;
+}
+
+std::string FormatMetrics(const Evaluation& evaluation, const std::string& prefix,
+                          const std::string& separator) {
+  std::string line = absl::StrFormat("%s_loss=%.4f", prefix, evaluation.loss);
+  // "acc" for accuracy, as the lines always said.
+  for (const auto& [metric, short_name] :
+       {std::pair<const char*, const char*>{"val_accuracy",
+                                            prefix == "val" ? "acc" : "accuracy"},
+        {"val_mae", "mae"},
+        {"val_mse", "mse"}}) {
+    auto it = evaluation.metrics.find(metric);
+    if (it == evaluation.metrics.end()) continue;
+    absl::StrAppend(&line, separator,
+                    absl::StrFormat("%s_%s=%.4f", prefix, short_name, it->second));
+  }
+  return line;
 }
 
 }  // namespace mpilearn::worker

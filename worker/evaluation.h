@@ -1,34 +1,48 @@
-// Loss and accuracy of a model over a data set split across a group's
+// The loss and metrics of a model over a data set split across a group's
 // ranks: what the training group's epoch-end validation and test, and the
 // validation pool, all compute.
 #ifndef MPILEARN_WORKER_EVALUATION_H_
 #define MPILEARN_WORKER_EVALUATION_H_
 
 #include <cstdint>
-
-#include <torch/torch.h>
+#include <map>
+#include <string>
 
 #include "worker/dataset.h"
+#include "worker/loss.h"
+#include "worker/model.h"
 #include "worker/mpi_group.h"
 
 namespace mpilearn::worker {
 
-// Loss and accuracy over a data set, reduced over the group.
+// A data set's loss and metrics, reduced over the group.
 struct Evaluation {
-  double loss = 0.0;
-  double accuracy = 0.0;
+  double loss = 0.0;      // metrics["val_loss"]
+  double accuracy = 0.0;  // metrics["val_accuracy"]; 0 for regression losses
+  // Every metric the loss reports, by name, val_loss included
+  // (Loss::Metrics): what EpochRecord.metrics and ValidationRecord.metrics
+  // carry.
+  std::map<std::string, double> metrics;
   int64_t samples = 0;
 };
 
-// Cross-entropy summed (not averaged) over the batch.
-torch::Tensor SummedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& y);
-
 // Every rank evaluates `shard` (its own share) in batches of `batch_size`
-// without gradients; the sums are reduced over `group`, so every rank gets
-// the whole set's mean loss and accuracy. The caller sets the model's mode
-// (eval() for dropout). A collective: every rank must call it.
-Evaluation EvaluateShard(Collectives& group, torch::nn::Sequential& model,
+// without gradients; the sums are reduced over `group` with one
+// AllreduceSum, so every rank gets the whole set's mean loss and metrics.
+// The caller sets the model's mode (SetTraining(false) for dropout and
+// BatchNorm) and has checked the model's output against the labels
+// (Loss::CheckOutput). A collective: every rank must call it, an empty shard
+// included.
+Evaluation EvaluateShard(Collectives& group, Model& model, const Loss& loss,
                          const Dataset& shard, int64_t batch_size);
+
+// The metrics as printed: "val_loss=0.4123  val_acc=0.8512" for
+// classification, "val_loss=0.0102  val_mae=0.0801  val_mse=0.0102" for
+// regression; with `prefix` "test" the names start "test_" instead, and
+// `separator` goes between the pairs.
+std::string FormatMetrics(const Evaluation& evaluation,
+                          const std::string& prefix = "val",
+                          const std::string& separator = "  ");
 
 }  // namespace mpilearn::worker
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -44,10 +45,10 @@ size_t TotalSize(const std::vector<absl::Span<float>>& weights) {
   return total;
 }
 
-// Multiplies every element by 1 / samples.
-void DivideBy(double samples, std::vector<float>& flat) {
+// Multiplies the first `count` elements by 1 / samples.
+void DivideBy(double samples, size_t count, std::vector<float>& flat) {
   const float scale = static_cast<float>(1.0 / samples);
-  for (float& g : flat) g *= scale;
+  for (size_t i = 0; i < count; ++i) flat[i] *= scale;
 }
 
 // downpour: every rank pushes its window's mean gradient on its own.
@@ -61,7 +62,8 @@ class DownpourExchange final : public Exchange {
   absl::Status EndWindow(double samples) override {
     TakeGradients(grad_);
     if (samples <= 0) return absl::OkStatus();
-    DivideBy(samples, grad_);
+    DivideBy(samples, buffers_offset(), grad_);
+    PutBuffers(grad_);
     return PushUpdate(context_, v1::UPDATE_KIND_GRADIENT, ConstViews(grad_views_),
                       context_.weights, samples);
   }
@@ -82,8 +84,10 @@ class SyncExchange final : public Exchange {
 
   absl::Status EndWindow(double samples) override {
     TakeGradients(grad_);
+    PutBuffers(grad_);
     // Sum of gradient sums and of sample counts over the group, then the
-    // mean; the leader pushes it and everyone takes the returned weights.
+    // mean (of the buffers: over the ranks); the leader pushes it and
+    // everyone takes the returned weights.
     Collectives& group = context_.group;
     absl::Time start = absl::Now();
     {
@@ -95,7 +99,9 @@ class SyncExchange final : public Exchange {
     }
     context_.times.mpi += SecondsSince(start);
     if (samples <= 0) return absl::OkStatus();
-    DivideBy(samples, grad_);
+    DivideBy(samples, buffers_offset(), grad_);
+    const float ranks = static_cast<float>(group.size());
+    for (size_t i = buffers_offset(); i < grad_.size(); ++i) grad_[i] /= ranks;
     absl::Status pushed = absl::OkStatus();
     if (group.rank() == 0) {
       pushed = PushUpdate(context_, v1::UPDATE_KIND_GRADIENT,
@@ -203,12 +209,14 @@ class GemExchange final : public Exchange {
   absl::Status EndWindow(double samples) override {
     TakeGradients(delta_);
     if (samples <= 0) return absl::OkStatus();
-    DivideBy(samples, delta_);
+    DivideBy(samples, buffers_offset(), delta_);
     // delta_ holds the mean gradient g; it becomes the delta u * pi, with
     // u = -lr g. The parameters hold the centre as of the last exchange.
+    // Buffers are not deltas: they carry their values.
     constexpr float kEpsilon = 1e-12f;
     size_t offset = 0;
-    for (const absl::Span<float>& weights : context_.weights) {
+    for (size_t t = 0; t < context_.params.size(); ++t) {
+      const absl::Span<float>& weights = context_.weights[t];
       const float* w = weights.data();
       float* g = delta_.data() + offset;
       float* m = moment_.data() + offset;
@@ -225,6 +233,7 @@ class GemExchange final : public Exchange {
       }
       offset += weights.size();
     }
+    PutBuffers(delta_);
     return PushUpdate(context_, v1::UPDATE_KIND_DELTA, ConstViews(delta_views_),
                       context_.weights, samples);
   }
@@ -244,17 +253,23 @@ class GemExchange final : public Exchange {
 
 }  // namespace
 
-void AttachParameters(ExchangeContext& context, std::vector<torch::Tensor> params,
-                      const std::vector<std::string>& names) {
-  context.params = std::move(params);
+void AttachParameters(ExchangeContext& context, std::vector<torch::Tensor> state,
+                      const std::vector<std::string>& names,
+                      size_t num_parameters) {
+  TORCH_CHECK(num_parameters <= state.size() && names.size() == state.size());
   context.weights.clear();
   std::vector<std::vector<int64_t>> shapes;
-  for (torch::Tensor& p : context.params) {
-    TORCH_CHECK(p.is_contiguous() && p.scalar_type() == torch::kFloat32);
-    shapes.emplace_back(p.sizes().begin(), p.sizes().end());
-    context.weights.emplace_back(p.data_ptr<float>(), p.numel());
+  for (torch::Tensor& t : state) {
+    TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32);
+    shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+    context.weights.emplace_back(t.data_ptr<float>(), t.numel());
   }
   context.layout = MakeFloat32Header(0, names, shapes);
+  for (size_t i = num_parameters; i < state.size(); ++i) {
+    context.layout.mutable_tensors(static_cast<int>(i))->set_buffer(true);
+  }
+  state.resize(num_parameters);
+  context.params = std::move(state);
 }
 
 absl::Status AgreeOnLeaderStatus(ExchangeContext& context,
@@ -262,6 +277,29 @@ absl::Status AgreeOnLeaderStatus(ExchangeContext& context,
   absl::Status agreed = BroadcastStatus(context.group, status, 0);
   if (!agreed.ok()) context.failed_together = true;
   return agreed;
+}
+
+absl::Status AgreeOnAllRanks(ExchangeContext& context, const absl::Status& status) {
+  std::string mine;
+  if (!status.ok()) {
+    mine = absl::StrCat(static_cast<int>(status.code()), " ", status.message());
+  }
+  const std::vector<std::string> all = context.group.GatherStrings(mine, 0);
+  absl::Status first = absl::OkStatus();
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    const size_t space = all[r].find(' ');
+    int code = static_cast<int>(absl::StatusCode::kUnknown);
+    if (space == std::string::npos || !absl::SimpleAtoi(all[r].substr(0, space), &code)) {
+      code = static_cast<int>(absl::StatusCode::kUnknown);
+    }
+    const std::string message =
+        space == std::string::npos ? all[r] : all[r].substr(space + 1);
+    first = absl::Status(static_cast<absl::StatusCode>(code),
+                         r == 0 ? message : absl::StrCat("rank ", r, ": ", message));
+    break;
+  }
+  return AgreeOnLeaderStatus(context, first);
 }
 
 absl::Status PushUpdate(ExchangeContext& context, v1::UpdateKind kind,
@@ -318,6 +356,23 @@ void Exchange::TakeGradients(std::vector<float>& flat) {
       std::memset(flat.data() + offset, 0, n * sizeof(float));
     }
     offset += n;
+  }
+}
+
+size_t Exchange::buffers_offset() const {
+  size_t offset = 0;
+  for (size_t t = 0; t < context_.params.size(); ++t) {
+    offset += context_.weights[t].size();
+  }
+  return offset;
+}
+
+void Exchange::PutBuffers(std::vector<float>& flat) const {
+  size_t offset = buffers_offset();
+  for (size_t t = context_.params.size(); t < context_.weights.size(); ++t) {
+    const absl::Span<float> buffer = context_.weights[t];
+    std::copy(buffer.begin(), buffer.end(), flat.begin() + offset);
+    offset += buffer.size();
   }
 }
 

@@ -93,11 +93,12 @@ struct ExchangeContext {
   const std::string group_id;
   TraceRecorder* const trace;  // not owned; null: no tracing
 
-  // The model's parameters (contiguous fp32, sharing the model's storage),
-  // views of their storage in the same order, and the job's layout of them.
-  // Set once by AttachParameters.
-  std::vector<torch::Tensor> params;
-  std::vector<absl::Span<float>> weights;
+  // The model's state (contiguous fp32, sharing the model's storage): its
+  // trained parameters, then its buffers; views of every state tensor's
+  // storage in the same order (what the master holds), and the job's layout
+  // of them. Set once by AttachParameters.
+  std::vector<torch::Tensor> params;  // the trained parameters only
+  std::vector<absl::Span<float>> weights;  // parameters, then buffers
   v1::TensorSetHeader layout;
 
   // The master's weight version the parameters are based on.
@@ -111,16 +112,26 @@ struct ExchangeContext {
   bool failed_together = false;
 };
 
-// Sets `context`'s parameters (contiguous fp32 tensors, named `names` in the
-// job's layout), their views and the layout.
-void AttachParameters(ExchangeContext& context, std::vector<torch::Tensor> params,
-                      const std::vector<std::string>& names);
+// Sets `context`'s state: `state` (contiguous fp32 tensors, named `names`
+// in the job's layout) holds the trained parameters first and then
+// `state.size() - num_parameters` buffers (marked TensorInfo.buffer in the
+// layout), their views and the layout.
+void AttachParameters(ExchangeContext& context, std::vector<torch::Tensor> state,
+                      const std::vector<std::string>& names,
+                      size_t num_parameters);
 
 // Broadcasts the leader's `status` to every rank (BroadcastStatus, keeping
 // code and reason) and returns it; an error sets context.failed_together.
 // A collective.
 absl::Status AgreeOnLeaderStatus(ExchangeContext& context,
                                  const absl::Status& status);
+
+// Every rank's `status` reaches the leader (GatherStrings); the first
+// failing rank's code, reason-less message (prefixed "rank R: " unless it
+// is the leader's) becomes the leader's status, which every rank then
+// returns (AgreeOnLeaderStatus). For steps every rank does on its own
+// (loading the model) that must end the same way on all. A collective.
+absl::Status AgreeOnAllRanks(ExchangeContext& context, const absl::Status& status);
 
 // Pushes `payload` (gradient, weights or delta, per `kind`) computed on
 // `samples` samples at context.version and writes the weights the master
@@ -166,8 +177,17 @@ class Exchange {
   explicit Exchange(ExchangeContext& context) : context_(context) {}
 
   // Copies every parameter's gradient into `flat` (laid out as the weights;
-  // zeros for a parameter without one) and zeroes the gradients.
+  // zeros for a parameter without one) and zeroes the gradients. Buffers'
+  // places are left as they are.
   void TakeGradients(std::vector<float>& flat);
+
+  // Copies the buffers' current values into their places in `flat` (laid
+  // out as the weights): every update carries them, and the master replaces
+  // its buffers with them (docs/protocol.md, "Model buffers").
+  void PutBuffers(std::vector<float>& flat) const;
+
+  // Offset in a flat copy of the weights where the buffers begin.
+  size_t buffers_offset() const;
 
   ExchangeContext& context_;
 };

@@ -95,7 +95,7 @@ class RankRig {
       : context_(group, master, "job-1", "group-1", nullptr),
         linear_(kInputs, kOutputs) {
     SetWeights(start);
-    AttachParameters(context_, {linear_->weight, linear_->bias}, {"weight", "bias"});
+    AttachParameters(context_, {linear_->weight, linear_->bias}, {"weight", "bias"}, 2);
   }
 
   ExchangeContext& context() { return context_; }
@@ -399,7 +399,7 @@ TEST(GemExchangeTest, ScalesTheUpdateByEnergyMatching) {
   master.SetWeights({w0});
   ExchangeContext context(group.rank(0), master, "job-1", "group-1", nullptr);
   torch::Tensor p = torch::tensor(w0).requires_grad_();
-  AttachParameters(context, {p}, {"p"});
+  AttachParameters(context, {p}, {"p"}, 1);
   auto exchange = MakeExchange(spec, context);
   ASSERT_TRUE(exchange.ok());
   ASSERT_TRUE((*exchange)->Start().ok());
@@ -475,7 +475,7 @@ TEST(ElasticExchangeTest, RankMovesTowardTheCentreAsItWas) {
   master.SetWeights({c});
   ExchangeContext context(group.rank(0), master, "job-1", "group-1", nullptr);
   torch::Tensor p = torch::tensor(x).requires_grad_();
-  AttachParameters(context, {p}, {"p"});
+  AttachParameters(context, {p}, {"p"}, 1);
   auto exchange = MakeExchange(spec, context);
   ASSERT_TRUE(exchange.ok());
   ASSERT_TRUE((*exchange)->Start().ok());
@@ -489,6 +489,47 @@ TEST(ElasticExchangeTest, RankMovesTowardTheCentreAsItWas) {
     EXPECT_FLOAT_EQ(pushes[0].payload[0][k], x[k]) << k;  // the rank's weights
     EXPECT_NEAR(p.data_ptr<float>()[k], x[k] - alpha * diff, 1e-6) << k;
     EXPECT_NEAR(master.weights()[0][k], c[k] + alpha * diff, 1e-6) << k;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Buffers (BatchNorm's running statistics): every update carries their
+// values, whatever the algorithm; sync carries the mean over the ranks.
+
+TEST(BufferExchangeTest, UpdatesCarryBufferValues) {
+  for (const std::string algorithm : {"downpour", "sync", "easgd", "gem"}) {
+    SCOPED_TRACE(algorithm);
+    const int ranks = algorithm == "sync" ? 2 : 1;
+    FakeGroup group(ranks);
+    FakeMaster master(MasterRules());
+    master.SetWeights({{0.5f, -0.5f}, {0.0f, 1.0f}});
+    group.Run([&](Collectives& rank) {
+      ExchangeContext context(rank, master, "job-1", "group-1", nullptr);
+      torch::Tensor p = torch::tensor(std::vector<float>{0.5f, -0.5f}).requires_grad_();
+      // Rank r's running mean: (r + 1) * (2, 3).
+      const float r = static_cast<float>(rank.rank() + 1);
+      torch::Tensor buffer = torch::tensor(std::vector<float>{2 * r, 3 * r});
+      AttachParameters(context, {p, buffer}, {"p", "bn.running_mean"}, 1);
+      EXPECT_FALSE(context.layout.tensors(0).buffer());
+      EXPECT_TRUE(context.layout.tensors(1).buffer());
+      auto exchange = MakeExchange(SpecFor(algorithm), context);
+      ASSERT_TRUE(exchange.ok());
+      ASSERT_TRUE((*exchange)->Start().ok());
+      p.mutable_grad() = torch::tensor(std::vector<float>{4.0f, 8.0f});
+      (*exchange)->AfterBatch(4);
+      ASSERT_TRUE((*exchange)->EndWindow(4).ok());
+    });
+    const std::vector<FakeMaster::Push> pushes = master.pushes();
+    ASSERT_EQ(pushes.size(), 1u);
+    // One rank: its own values; sync over 2 ranks: the mean, (3, 4.5).
+    const float scale = ranks == 1 ? 1.0f : 1.5f;
+    EXPECT_FLOAT_EQ(pushes[0].payload[1][0], 2 * scale);
+    EXPECT_FLOAT_EQ(pushes[0].payload[1][1], 3 * scale);
+    if (algorithm == "downpour") {
+      // The parameter's part is still the mean gradient.
+      EXPECT_FLOAT_EQ(pushes[0].payload[0][0], 1.0f);
+      EXPECT_FLOAT_EQ(pushes[0].payload[0][1], 2.0f);
+    }
   }
 }
 

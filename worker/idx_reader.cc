@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <limits>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -23,31 +25,92 @@ constexpr char kHint[] =
 // file in another format.
 constexpr int kMaxDims = 16;
 
-// Refuse headers that describe more data than this, rather than overflow.
-constexpr int64_t kMaxDataBytes = int64_t{1} << 40;
-
 // Data is read in chunks of this size, so memory follows the bytes actually
-// present rather than what a (possibly corrupt) header claims.
+// present rather than what a (possibly corrupt) header claims. A multiple of
+// every element size, so a chunk holds whole elements.
 constexpr int64_t kReadChunkBytes = int64_t{1} << 20;
-constexpr int64_t kMaxInitialReserveBytes = int64_t{64} << 20;
-
-constexpr uint8_t kTypeUnsignedByte = 0x08;
+constexpr int64_t kConvertChunkBytes = kReadChunkBytes * 16;
+constexpr int64_t kMaxInitialReserveElements = int64_t{16} << 20;
 
 struct GzFileCloser {
   void operator()(gzFile f) const { gzclose(f); }
 };
 using GzFilePtr = std::unique_ptr<gzFile_s, GzFileCloser>;
 
-// Name of an IDX element type code, or nullptr for a code IDX does not define.
-const char* ElementTypeName(uint8_t code) {
+// True when `code` is an element type code IDX defines.
+bool IsIdxTypeCode(uint8_t code) {
   switch (code) {
-    case 0x08: return "unsigned byte";
-    case 0x09: return "signed byte";
-    case 0x0B: return "int16";
-    case 0x0C: return "int32";
-    case 0x0D: return "float32";
-    case 0x0E: return "float64";
-    default: return nullptr;
+    case 0x08: case 0x09: case 0x0B: case 0x0C: case 0x0D: case 0x0E:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint16_t BigEndian16(const uint8_t* b) {
+  return static_cast<uint16_t>((uint16_t{b[0]} << 8) | uint16_t{b[1]});
+}
+uint32_t BigEndian32(const uint8_t* b) {
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) |
+         (uint32_t{b[2]} << 8) | uint32_t{b[3]};
+}
+uint64_t BigEndian64(const uint8_t* b) {
+  return (uint64_t{BigEndian32(b)} << 32) | BigEndian32(b + 4);
+}
+
+// float64 to float32, saturating to +-inf: a plain cast of a value beyond
+// float's range is undefined behaviour.
+float NarrowDouble(double d) {
+  if (d > std::numeric_limits<float>::max()) {
+    return std::numeric_limits<float>::infinity();
+  }
+  if (d < std::numeric_limits<float>::lowest()) {
+    return -std::numeric_limits<float>::infinity();
+  }
+  return static_cast<float>(d);
+}
+
+// Appends the `count` big-endian elements of `type` at `bytes` to `out` as
+// floats.
+void AppendConverted(IdxType type, const uint8_t* bytes, int64_t count,
+                     std::vector<float>& out) {
+  const size_t first = out.size();
+  out.resize(first + count);
+  float* dst = out.data() + first;
+  switch (type) {
+    case IdxType::kUnsignedByte:
+      for (int64_t i = 0; i < count; ++i) dst[i] = bytes[i];
+      break;
+    case IdxType::kSignedByte:
+      for (int64_t i = 0; i < count; ++i) {
+        dst[i] = static_cast<int8_t>(bytes[i]);
+      }
+      break;
+    case IdxType::kInt16:
+      for (int64_t i = 0; i < count; ++i) {
+        dst[i] = static_cast<int16_t>(BigEndian16(bytes + 2 * i));
+      }
+      break;
+    case IdxType::kInt32:
+      for (int64_t i = 0; i < count; ++i) {
+        dst[i] = static_cast<float>(
+            static_cast<int32_t>(BigEndian32(bytes + 4 * i)));
+      }
+      break;
+    case IdxType::kFloat32:
+      for (int64_t i = 0; i < count; ++i) {
+        const uint32_t bits = BigEndian32(bytes + 4 * i);
+        std::memcpy(&dst[i], &bits, sizeof(float));
+      }
+      break;
+    case IdxType::kFloat64:
+      for (int64_t i = 0; i < count; ++i) {
+        const uint64_t bits = BigEndian64(bytes + 8 * i);
+        double d;
+        std::memcpy(&d, &bits, sizeof(double));
+        dst[i] = NarrowDouble(d);
+      }
+      break;
   }
 }
 
@@ -88,6 +151,38 @@ std::string GzipEofNote(gzFile f) {
 
 }  // namespace
 
+absl::string_view IdxTypeName(IdxType type) {
+  switch (type) {
+    case IdxType::kUnsignedByte: return "unsigned byte";
+    case IdxType::kSignedByte: return "signed byte";
+    case IdxType::kInt16: return "int16";
+    case IdxType::kInt32: return "int32";
+    case IdxType::kFloat32: return "float32";
+    case IdxType::kFloat64: return "float64";
+  }
+  return "unknown";
+}
+
+int IdxTypeBytes(IdxType type) {
+  switch (type) {
+    case IdxType::kUnsignedByte:
+    case IdxType::kSignedByte:
+      return 1;
+    case IdxType::kInt16:
+      return 2;
+    case IdxType::kInt32:
+    case IdxType::kFloat32:
+      return 4;
+    case IdxType::kFloat64:
+      return 8;
+  }
+  return 1;
+}
+
+bool IsIntegerIdxType(IdxType type) {
+  return type != IdxType::kFloat32 && type != IdxType::kFloat64;
+}
+
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
                                      int64_t max_items) {
   if (max_items < 0) {
@@ -119,19 +214,12 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
         "but an IDX file starts with 00 00 <type> <dims>; %s",
         path, magic[0], magic[1], magic[2], magic[3], kHint));
   }
-  const uint8_t type = magic[2];
-  if (type != kTypeUnsignedByte) {
-    const char* name = ElementTypeName(type);
-    if (name == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "'%s' has unknown IDX element type code 0x%02X; %s", path, type,
-          kHint));
-    }
+  if (!IsIdxTypeCode(magic[2])) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "'%s' has IDX element type code 0x%02X (%s), which is not supported; "
-        "only 0x08 (unsigned byte) is",
-        path, type, name));
+        "'%s' has unknown IDX element type code 0x%02X; %s", path, magic[2],
+        kHint));
   }
+  const IdxType type = static_cast<IdxType>(magic[2]);
   const int num_dims = magic[3];
   if (num_dims == 0 || num_dims > kMaxDims) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -152,49 +240,54 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
         GzipEofNote(file.get())));
   }
   IdxArray result;
+  result.type = type;
   result.dims.resize(num_dims);
-  int64_t total_bytes = 1;
   for (int i = 0; i < num_dims; ++i) {
-    const uint8_t* b = &dim_bytes[4 * i];
-    result.dims[i] = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) |
-                     (int64_t{b[2]} << 8) | int64_t{b[3]};
+    result.dims[i] = BigEndian32(&dim_bytes[4 * i]);
   }
   const std::string declared_dims =
       absl::StrCat("[", absl::StrJoin(result.dims, ", "), "]");
   if (max_items > 0 && max_items < result.dims[0]) {
     result.dims[0] = max_items;
   }
+  int64_t total_elements = 1;
   for (const int64_t d : result.dims) {
-    if (d != 0 && total_bytes > kMaxDataBytes / d) {
+    if (d != 0 && total_elements > kMaxIdxElements / d) {
       return absl::InvalidArgumentError(absl::StrCat(
           "'", path, "' declares dimensions ", declared_dims,
-          ", more than the supported ", kMaxDataBytes, " bytes; ", kHint));
+          ", more than the supported ", kMaxIdxElements, " elements; ",
+          kHint));
     }
-    total_bytes *= d;
+    total_elements *= d;
   }
+  const int element_bytes = IdxTypeBytes(type);
+  const int64_t total_bytes = total_elements * element_bytes;
 
-  // Data: read in chunks so a header that overstates the size costs no more
-  // memory than the bytes that are really there.
-  result.data.reserve(std::min(total_bytes, kMaxInitialReserveBytes));
-  while (static_cast<int64_t>(result.data.size()) < total_bytes) {
-    const int64_t have = result.data.size();
-    const int64_t want =
-        std::min(total_bytes - have, kReadChunkBytes * 16);
-    result.data.resize(have + want);
+  // Data: read and converted in chunks, so a header that overstates the
+  // size costs no more memory than the bytes that are really there.
+  result.values.reserve(
+      std::min(total_elements, kMaxInitialReserveElements));
+  std::vector<uint8_t> chunk(std::min(total_bytes, kConvertChunkBytes));
+  int64_t bytes_read = 0;
+  while (bytes_read < total_bytes) {
+    const int64_t want = std::min(total_bytes - bytes_read, kConvertChunkBytes);
     MPILEARN_ASSIGN_OR_RETURN(
-        const int64_t got,
-        ReadUpTo(file.get(), path, result.data.data() + have, want));
-    result.data.resize(have + got);
+        const int64_t got, ReadUpTo(file.get(), path, chunk.data(), want));
+    bytes_read += got;
+    AppendConverted(type, chunk.data(), got / element_bytes, result.values);
     if (got < want) break;
   }
-  if (static_cast<int64_t>(result.data.size()) < total_bytes) {
+  if (bytes_read < total_bytes) {
     return absl::DataLossError(absl::StrCat(
         "'", path, "' is truncated: its IDX header declares dimensions ",
-        declared_dims, (max_items > 0 ? absl::StrCat(" (reading the first ",
-                                                     result.dims[0], ")")
-                                      : std::string()),
-        ", which need ", total_bytes, " bytes of data, but the file has only ",
-        result.data.size(), GzipEofNote(file.get()),
+        declared_dims,
+        (max_items > 0
+             ? absl::StrCat(" (reading the first ", result.dims[0], ")")
+             : std::string()),
+        ", which need ", total_bytes, " bytes of data (", IdxTypeName(type),
+        ", ", element_bytes, (element_bytes == 1 ? " byte" : " bytes"),
+        " each), but the file has only ",
+        bytes_read, GzipEofNote(file.get()),
         "; the file may be an incomplete download"));
   }
   return result;

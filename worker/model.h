@@ -1,63 +1,129 @@
-// The built-in models a job's ModelSpec can name, as LibTorch modules.
+// The model a job trains: a built-in architecture from the spec's zoo, or
+// the user's TorchScript module. Either way it is a torch::jit::Module, so
+// training, evaluation, the exchange with the master and export share one
+// code path, and every model exports as TorchScript that Python loads.
 //
-//   torch::manual_seed(job.seed());  // BuildModel draws the initial weights
+//   torch::manual_seed(job.seed());  // Build draws the initial weights
 //   MPILEARN_ASSIGN_OR_RETURN(
-//       torch::nn::Sequential model,
-//       BuildModel(job.model(), /*channels=*/1, /*height=*/28, /*width=*/28,
-//                  /*num_classes=*/10));
-//   torch::Tensor logits = model->forward(images);  // [B, 10]
+//       Model model, Model::FromSpec(job.model(), /*input_shape=*/{1, 28, 28},
+//                                    /*outputs=*/10));
+//   model.SetTraining(true);
+//   torch::Tensor logits = model.Forward(images);  // [B, 10]
 //
-// Models (defaults in parentheses; spec fields of the other model are
-// ignored):
-//   "mlp": flatten, then Linear + ReLU per `hidden` width ([256, 128]),
-//          Dropout(`dropout`) if > 0 (0), Linear to num_classes.
-//   "cnn": Conv2d(3x3, padding 1) + ReLU + MaxPool2d(2) twice, with
-//          `channels` output channels ([32, 64]); flatten; Linear to `dense`
-//          (128) + ReLU; Dropout(`dropout`) if > 0; Linear to num_classes.
-// Both output logits (no softmax). Modules are named ("fc1", "conv1", "out",
-// ...), so parameter names read like "fc1.weight".
+// Built-in models (spec fields and defaults: ModelSpec in
+// proto/mpilearn.proto). Layers are named as PyTorch names its own modules
+// ("fc1.weight", "conv2.bias", "bn1.running_mean", "gru.weight_ih_l0"), and
+// take PyTorch's default initialization.
+//   mlp:   flatten; per `hidden` width: Linear [+ BatchNorm1d] + ReLU;
+//          [Dropout]; Linear to `outputs`.
+//   cnn:   input [C, H, W]; per `channels` entry: Conv2d(kernel_size,
+//          padding) [+ BatchNorm2d] + ReLU, a 2x MaxPool after every
+//          `pool_every` convs [+ Dropout(conv_dropout)]; flatten; [Linear to
+//          `dense` [+ BatchNorm1d] + ReLU]; [Dropout]; Linear to `outputs`.
+//   cnn1d: the same with Conv1d over input [C, L].
+//   gru, lstm: input [T, F] (batch first); per `recurrent` entry one
+//          recurrent layer; the last layer's output at the last step feeds
+//          [Linear to `dense` + ReLU]; [Dropout]; Linear to `outputs`.
+// Inputs of another rank are reshaped as the model needs: the mlp flattens
+// any shape; cnn takes [H, W] as [1, H, W]; cnn1d takes [C, H, W] as
+// [C, H * W] and [L] as [1, L]; gru/lstm take [1, T, F] as [T, F] and [T] as
+// [T, 1]. Anything else is an InvalidArgument naming the shape.
 //
-// Thread safety: BuildModel draws from LibTorch's global generator; callers
-// that want reproducible weights seed it and build on one thread.
+// TorchScript models: spec.torchscript names a file written by
+// torch.jit.script(...).save (tools/export_torchscript.py). Refused, with a
+// message saying how to export correctly: a file that is missing or not
+// TorchScript, a traced module (its dropout/BatchNorm have the train/eval
+// mode baked in), a frozen module or one without trainable parameters.
+//
+// State: what the master holds for a job, in layout order: the trainable
+// parameters (requires_grad), then the floating-point buffers (BatchNorm's
+// running statistics). The tensors share the module's storage, so writing
+// them changes the model. Integer buffers (num_batches_tracked) and
+// parameters with requires_grad=False stay as built or loaded on each rank.
+//
+// Thread safety: a Model belongs to one thread. Build draws from LibTorch's
+// global generator; callers that want reproducible weights seed it first.
 #ifndef MPILEARN_WORKER_MODEL_H_
 #define MPILEARN_WORKER_MODEL_H_
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "proto/mpilearn.pb.h"
 
-namespace mpilearn {
-namespace worker {
+namespace mpilearn::worker {
 
-// Builds the model `spec` names for inputs of [B, channels, height, width]
-// and `num_classes` outputs, with freshly initialized weights (LibTorch's
-// default initialization, drawn from the global generator).
-//
-// Returns InvalidArgument naming the spec field for an unknown or missing
-// model name, a non-positive width, a dropout outside [0, 1), or a `channels`
-// list that is not 2 long; and for non-positive input dimensions or classes,
-// or images smaller than 4x4 for the cnn.
-absl::StatusOr<torch::nn::Sequential> BuildModel(
-    const mpilearn::v1::ModelSpec& spec, int64_t channels, int64_t height,
-    int64_t width, int64_t num_classes);
+class Model {
+ public:
+  // The built-in model `spec.name()` for samples of `input_shape` (without
+  // the batch dimension) and `outputs` values per sample, with freshly drawn
+  // weights. InvalidArgument naming the spec field for an unknown name or a
+  // bad field, and for an input shape the model cannot take.
+  static absl::StatusOr<Model> Build(const v1::ModelSpec& spec,
+                                     absl::Span<const int64_t> input_shape,
+                                     int64_t outputs);
 
-// The model's parameters in a stable order (that of named_parameters: layer
-// by layer, weight before bias). The tensors share storage with the model.
-std::vector<torch::Tensor> ModelParameters(const torch::nn::Sequential& model);
+  // Loads the scripted module at `path`. Errors name the file and say what
+  // to do: NotFound (missing), InvalidArgument (not TorchScript, traced,
+  // frozen, no trainable parameters).
+  static absl::StatusOr<Model> Load(const std::string& path);
 
-// The names of ModelParameters(model), in the same order ("fc1.weight", ...).
-std::vector<std::string> ModelParameterNames(
-    const torch::nn::Sequential& model);
+  // Load(spec.torchscript()) when set, else Build.
+  static absl::StatusOr<Model> FromSpec(const v1::ModelSpec& spec,
+                                        absl::Span<const int64_t> input_shape,
+                                        int64_t outputs);
 
-// Total number of scalar parameters in the model.
-int64_t ParameterCount(const torch::nn::Sequential& model);
+  // The model's output for a batch (the first dimension of `x` is the
+  // batch). LibTorch errors propagate as c10::Error.
+  torch::Tensor Forward(const torch::Tensor& x);
 
-}  // namespace worker
-}  // namespace mpilearn
+  // train(on) on the module and every submodule (dropout, BatchNorm).
+  void SetTraining(bool on);
+
+  // Parameters then float buffers, sharing the module's storage (contiguous
+  // float32), and their names ("fc1.weight", "bn1.running_mean").
+  const std::vector<torch::Tensor>& state() const { return state_; }
+  const std::vector<std::string>& state_names() const { return names_; }
+  // The first num_parameters() entries of state() are trained parameters.
+  size_t num_parameters() const { return num_parameters_; }
+  std::vector<torch::Tensor> parameters() const;
+  // Scalars in the trained parameters.
+  int64_t ParameterCount() const;
+
+  // Copies `values` (laid out as state()) into the model's state.
+  // InvalidArgument when the count or a size differs.
+  absl::Status SetState(absl::Span<const absl::Span<const float>> values);
+
+  // Writes the module as a TorchScript file that torch.jit.load (Python)
+  // and torch::jit::load (C++) read, with the current state.
+  absl::Status Save(const std::string& path);
+
+  torch::jit::Module& module() { return module_; }
+
+ private:
+  explicit Model(torch::jit::Module module);
+  // Fills state_, names_ and num_parameters_ from the module.
+  void CollectState();
+
+  torch::jit::Module module_;
+  std::vector<torch::Tensor> state_;
+  std::vector<std::string> names_;
+  size_t num_parameters_ = 0;
+};
+
+// Switches LibTorch's graph executor to run TorchScript without profiling
+// and re-optimizing (the profiling executor makes the first iterations of a
+// scripted module several times slower, which would distort the first
+// epoch's figures). Call once per process before the first Forward.
+void UseSimpleGraphExecutor();
+
+}  // namespace mpilearn::worker
 
 #endif  // MPILEARN_WORKER_MODEL_H_

@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<MpiGroup>> MpiGroup::Init(int* argc,
   MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, group->rank_, MPI_INFO_NULL,
                       &local);
   MPI_Comm_size(local, &group->local_size_);
+  MPI_Comm_rank(local, &group->local_rank_);
   MPI_Comm_free(&local);
   return group;
 }

@@ -81,6 +81,8 @@ class MpiGroup final : public Collectives {
   int size() const override { return size_; }
   // Ranks of this group on this node (for sharing its cores).
   int local_size() const { return local_size_; }
+  // This rank's index among them (for picking a GPU).
+  int local_rank() const { return local_rank_; }
 
   void Broadcast(std::string* bytes, int root) override;
   void Broadcast(absl::Span<float> values, int root) override;
@@ -98,6 +100,7 @@ class MpiGroup final : public Collectives {
   int rank_ = 0;
   int size_ = 1;
   int local_size_ = 1;
+  int local_rank_ = 0;
 };
 
 }  // namespace mpilearn::worker

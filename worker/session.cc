@@ -18,6 +18,8 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/dataset.h"
+#include "worker/device.h"
+#include "worker/model.h"
 #include "worker/local_master.h"
 #include "worker/run_summary.h"
 #include "worker/trainer.h"
@@ -117,6 +119,24 @@ int GroupSession::Run(int* argc, char*** argv) {
   }
   torch::set_num_threads(threads_);
   SetBlasThreads(threads_);
+  // TorchScript without the profiling executor's slow first iterations.
+  UseSimpleGraphExecutor();
+
+  absl::StatusOr<DeviceChoice> device = ResolveDevice(
+      options_.device, mpi_ ? mpi_->local_rank() : 0, CudaDeviceCount());
+  if (device.ok() && !device->device.is_cpu()) {
+    device = absl::UnimplementedError(absl::StrCat(
+        "--device ", options_.device, " resolved to ", device->device.str(),
+        ", but this worker trains on the CPU only so far; use --device cpu"));
+  }
+  if (!device.ok()) {
+    if (group_->rank() == 0) {
+      std::fprintf(stderr, "mpilearn-worker: %s\n",
+                   std::string(device.status().message()).c_str());
+    }
+    return 1;
+  }
+  if (!device->note.empty() && group_->rank() == 0) LOG(INFO) << device->note;
   return options_.role == Role::kValidate ? RunValidationPool() : RunTraining();
 }
 
@@ -170,10 +190,14 @@ void GroupSession::PrintJobLine(const v1::RegisterGroupResponse& registration) c
       update_rule = absl::StrCat("optimizer ", spec.optimizer().name());
       break;
   }
+  const std::string model =
+      spec.model().torchscript().empty()
+          ? spec.model().name()
+          : absl::StrCat("torchscript ", spec.model().torchscript());
   std::printf("job %s: group %s with %d rank(s), %d thread(s) each; model %s, "
               "%s, %s, %d epochs, batch %d per rank\n",
               registration.job_id().c_str(), registration.group_id().c_str(),
-              group_->size(), threads_, spec.model().name().c_str(),
+              group_->size(), threads_, model.c_str(),
               spec.algorithm().c_str(), update_rule.c_str(), spec.epochs(),
               spec.batch_size());
   std::fflush(stdout);
@@ -410,8 +434,9 @@ int GroupSession::RunTraining() {
                           .c_str()
                     : "");
     if (result->finished_job && result->test.samples > 0) {
-      std::printf("test_loss=%.4f\ntest_accuracy=%.4f\n", result->test.loss,
-                  result->test.accuracy);
+      // One `name=value` per line: test_loss and test_accuracy, or
+      // test_mae and test_mse for regression.
+      std::printf("%s\n", FormatMetrics(result->test, "test", "\n").c_str());
     }
     std::fflush(stdout);
     if (!options_.summary_json.empty()) {

@@ -70,6 +70,8 @@ class GroupSession {
     std::string job_id;
     // Compute threads per rank; 0 divides the node's cores among its ranks.
     int threads = 0;
+    // --device: auto, cpu, cuda or cuda:N (worker/device.h).
+    std::string device = "auto";
     // Non-empty: the leader writes the RunSummary here as JSON when done.
     std::string summary_json;
     // Test aid: sleep this long after every batch (a slow group).

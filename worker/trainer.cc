@@ -10,7 +10,7 @@
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "worker/model.h"
+#include "worker/job_model.h"
 
 namespace mpilearn::worker {
 
@@ -50,12 +50,39 @@ absl::Status Trainer::BuildModelAndInitWeights() {
   // Same seed on every rank and every group: the initial weights are a
   // function of the job alone.
   torch::manual_seed(spec_.seed());
-  const auto sizes = data_.train.images.sizes();
-  MPILEARN_ASSIGN_OR_RETURN(
-      model_, BuildModel(spec_.model(), sizes[1], sizes[2], sizes[3],
-                         data_.num_classes));
-  AttachParameters(context_, ModelParameters(model_), ModelParameterNames(model_));
+  absl::StatusOr<JobModel> built = BuildJobModel(spec_, data_);
+  absl::Status ready = built.status();
+  if (built.ok()) {
+    job_.emplace(*std::move(built));
+    ready = Preflight(*job_, data_.train, spec_.batch_size());
+  }
+  MPILEARN_RETURN_IF_ERROR(AgreeOnAllRanks(context_, ready));
+  // Every rank must hold the same layout (they all load the same model file,
+  // unless nodes see different files under one path).
+  const std::vector<std::string> layouts =
+      group_.GatherStrings(job_->layout.SerializeAsString(), 0);
+  absl::Status same = absl::OkStatus();
+  for (size_t r = 1; r < layouts.size(); ++r) {
+    if (layouts[r] != layouts[0]) {
+      same = absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, "'s model differs from rank 0's (tensor names, shapes or "
+          "input shape): every rank of a group must load the same model; is "
+          "model.torchscript the same file on every node?"));
+      break;
+    }
+  }
+  MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(same));
+  job_->model.SetTraining(true);
+  AttachParameters(context_, job_->model.state(), job_->model.state_names(),
+                   job_->model.num_parameters());
+  context_.layout = job_->layout;
   MPILEARN_ASSIGN_OR_RETURN(exchange_, MakeExchange(spec_, context_));
+  if (leader()) {
+    LOG(INFO) << "[rank 0] model: " << job_->model.ParameterCount()
+              << " parameters in " << job_->model.num_parameters()
+              << " tensors, " << job_->model.state().size() - job_->model.num_parameters()
+              << " buffers; loss " << job_->loss.name();
+  }
 
   if (leader() && !registration_.weights_initialized()) {
     MPILEARN_ASSIGN_OR_RETURN(
@@ -66,7 +93,18 @@ absl::Status Trainer::BuildModelAndInitWeights() {
               << (accepted ? "installed on the master"
                            : "from another group are used");
   }
-  MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
+  absl::Status synced = SyncToMasterWeights();
+  if (!synced.ok() && synced.code() == absl::StatusCode::kInvalidArgument) {
+    // The master's weights do not fit this group's model.
+    return absl::Status(
+        synced.code(),
+        absl::StrCat("this group's model does not match the weights job ",
+                     registration_.job_id(),
+                     " holds on the master: every group of a job must build "
+                     "the same model (spec, data shape, TorchScript file): ",
+                     synced.message()));
+  }
+  MPILEARN_RETURN_IF_ERROR(synced);
   return exchange_->Start();
 }
 
@@ -135,18 +173,23 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
       {
         TraceSpan span(trace_, "data_load", "data");
         torch::Tensor index = mine.slice(0, begin, end);
-        x = data_.train.images.index_select(0, index);
+        x = data_.train.features.index_select(0, index);
         y = data_.train.labels.index_select(0, index);
       }
       context_.times.data += SecondsSince(t);
       t = absl::Now();
-      {
+      try {
         TraceSpan span(trace_, "forward_backward", "compute");
         // Summed (not averaged) loss: gradients of several batches and
         // ranks add up, and the exchange divides by the sample count once.
-        torch::Tensor loss = SummedCrossEntropy(model_->forward(x), y);
+        torch::Tensor loss = job_->loss.Summed(job_->model.Forward(x), y);
         loss.backward();
         loss_sum += loss.item<double>();
+      } catch (const std::exception& e) {
+        // The first batch passed Preflight; this one did not.
+        return absl::InternalError(absl::StrCat(
+            "the model's forward/backward pass failed in epoch ",
+            unit.epoch() + 1, ": ", ShortExceptionMessage(e)));
       }
       window_samples += static_cast<double>(end - begin);
       exchange_->AfterBatch(end - begin);  // easgd's local step
@@ -224,12 +267,12 @@ absl::StatusOr<v1::NextDataUnitResponse> Trainer::NextUnit(
 }
 
 Evaluation Trainer::Evaluate(const Dataset& data) {
-  model_->eval();
+  job_->model.SetTraining(false);
   const Evaluation result = EvaluateShard(
-      group_, model_,
+      group_, job_->model, job_->loss,
       data.size() > 0 ? Shard(data, group_.rank(), group_.size()) : Dataset(),
       options_.eval_batch_size);
-  model_->train();
+  job_->model.SetTraining(true);
   return result;
 }
 
@@ -272,6 +315,9 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
       record->set_epoch(epoch + 1);
       record->set_val_loss(validation.loss);
       record->set_val_accuracy(validation.accuracy);
+      for (const auto& [name, value] : validation.metrics) {
+        (*record->mutable_metrics())[name] = value;
+      }
       record->set_group_id(registration_.group_id());
       state = master_.ReportEpoch(report);
     }
@@ -289,9 +335,7 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
       const double total = times.total();
       auto share = [&](double s) { return total > 0 ? 100.0 * s / total : 0.0; };
       const std::string val =
-          inband ? absl::StrFormat("val_loss=%.4f  val_acc=%.4f", validation.loss,
-                                   validation.accuracy)
-                 : std::string("validation by pool");
+          inband ? FormatMetrics(validation) : std::string("validation by pool");
       if (progress_ != nullptr) progress_->ClearLine();
       std::printf(
           "epoch %d/%d  train_loss=%.4f  %s  samples/s=%.0f  elapsed=%.1fs  "
@@ -318,7 +362,6 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
 absl::StatusOr<TrainResult> Trainer::RunLoop() {
   MPILEARN_RETURN_IF_ERROR(BuildModelAndInitWeights());
-  model_->train();
 
   TrainResult result;
   std::vector<v1::CompletedUnit> completed;

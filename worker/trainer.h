@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,7 @@
 #include "worker/dataset.h"
 #include "worker/evaluation.h"
 #include "worker/exchange.h"
+#include "worker/job_model.h"
 #include "worker/master_errors.h"
 #include "worker/mpi_group.h"
 #include "worker/progress.h"
@@ -120,6 +122,10 @@ class Trainer {
   // carries them: data, compute, master, mpi seconds, CPU seconds, RSS.
   std::array<double, 6> OwnTelemetry() const;
   void SetTelemetry(const double* figures);
+  // Every rank builds the model and loss and runs a first pass (Preflight);
+  // all fail together, with the first failing rank's cause, or none does.
+  // Then the leader offers the initial weights and every rank takes the
+  // master's.
   absl::Status BuildModelAndInitWeights();
   // Leader asks the master for the next unit (reporting `completed`); every
   // rank receives the answer or the leader's error.
@@ -144,7 +150,8 @@ class Trainer {
   DatasetSplits data_;
   const TrainerOptions options_;
 
-  torch::nn::Sequential model_{nullptr};
+  // The job's model and loss; set by BuildModelAndInitWeights.
+  std::optional<JobModel> job_;
   // The parameters, weight version, step times and stale drops this rank
   // shares with its exchange.
   ExchangeContext context_;

@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"
-#include "worker/model.h"
+#include "worker/job_model.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -104,29 +104,19 @@ ValidationPool::JobState ValidationPool::LoadJob(const v1::JobSpec& spec) {
         "validation files)");
     return job;
   }
-  // Keep only this rank's shard, copied so the training images go.
+  // Keep only this rank's shard, copied so the training data goes.
   const Dataset shard = Shard(splits->validation, group_.rank(), group_.size());
   if (shard.size() > 0) {
-    job.shard.images = shard.images.clone();
+    job.shard.features = shard.features.clone();
     job.shard.labels = shard.labels.clone();
   }
-  const auto sizes = splits->validation.images.sizes();
-  absl::StatusOr<torch::nn::Sequential> model = BuildModel(
-      spec.model(), sizes[1], sizes[2], sizes[3], splits->num_classes);
+  absl::StatusOr<JobModel> model = BuildJobModel(spec, *splits);
   if (!model.ok()) {
     job.error = model.status();
     return job;
   }
-  job.model = std::move(model).value();
-  job.model->eval();
-  job.params = ModelParameters(job.model);
-  const std::vector<std::string> names = ModelParameterNames(job.model);
-  std::vector<std::vector<int64_t>> shapes;
-  for (const torch::Tensor& p : job.params) {
-    TORCH_CHECK(p.is_contiguous() && p.scalar_type() == torch::kFloat32);
-    shapes.emplace_back(p.sizes().begin(), p.sizes().end());
-  }
-  job.layout = MakeFloat32Header(0, names, shapes);
+  model->model.SetTraining(false);
+  job.model.emplace(*std::move(model));
   return job;
 }
 
@@ -163,14 +153,15 @@ Evaluation ValidationPool::Validate(
   // The leader holds the weights; every rank receives them into its model.
   {
     TraceSpan span(options_.trace, "broadcast", "mpi");
-    for (size_t i = 0; i < job.params.size(); ++i) {
-      torch::Tensor& p = job.params[i];
+    for (size_t i = 0; i < job.model->model.state().size(); ++i) {
+      const torch::Tensor& p = job.model->model.state()[i];
       absl::Span<float> view(p.data_ptr<float>(), p.numel());
       if (leader()) std::memcpy(view.data(), weights[i].data(), view.size() * sizeof(float));
       group_.Broadcast(view, 0);
     }
   }
-  return EvaluateShard(group_, job.model, job.shard, options_.eval_batch_size);
+  return EvaluateShard(group_, job.model->model, job.model->loss, job.shard,
+                       options_.eval_batch_size);
 }
 
 bool ValidationPool::Report(const v1::SnapshotHeader& header,
@@ -182,6 +173,9 @@ bool ValidationPool::Report(const v1::SnapshotHeader& header,
   record->set_epoch(header.epoch());
   record->set_val_loss(metrics.loss);
   record->set_val_accuracy(metrics.accuracy);
+  for (const auto& [name, value] : metrics.metrics) {
+    (*record->mutable_metrics())[name] = value;
+  }
   record->set_samples(metrics.samples);
   record->set_source("pool " + options_.label);
   record->set_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
@@ -192,10 +186,10 @@ bool ValidationPool::Report(const v1::SnapshotHeader& header,
                  << ": " << state.status();
   }
   if (options_.print) {
-    std::printf("validated %s v%llu (epoch %d): val_loss=%.4f val_acc=%.4f%s%s\n",
+    std::printf("validated %s v%llu (epoch %d): %s%s%s\n",
                 header.job_id().c_str(),
                 static_cast<unsigned long long>(header.weights().version()),
-                header.epoch(), metrics.loss, metrics.accuracy,
+                header.epoch(), FormatMetrics(metrics, "val", " ").c_str(),
                 header.skipped() > 0
                     ? absl::StrCat(" [skipped ", header.skipped(), "]").c_str()
                     : "",
@@ -267,7 +261,7 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
     JobState& job = PrepareJob(header);
     bool usable = job.error.ok();
     if (usable && leader()) {
-      absl::Status fits = CheckSameLayout(job.layout, header.weights());
+      absl::Status fits = CheckSameLayout(job.model->layout, header.weights());
       if (!fits.ok()) {
         LOG(WARNING) << tag_ << "job " << header.job_id() << " v"
                      << header.weights().version()

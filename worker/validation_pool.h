@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@
 #include "proto/mpilearn.pb.h"
 #include "worker/dataset.h"
 #include "worker/evaluation.h"
+#include "worker/job_model.h"
 #include "worker/mpi_group.h"
 
 namespace mpilearn::worker {
@@ -100,9 +102,7 @@ class ValidationPool {
   // One job's model and this rank's shard of its validation set.
   struct JobState {
     absl::Status error;  // why the job cannot be validated; OK if it can
-    torch::nn::Sequential model{nullptr};
-    std::vector<torch::Tensor> params;
-    v1::TensorSetHeader layout;
+    std::optional<JobModel> model;  // set unless error
     Dataset shard;
     int64_t last_used = 0;
   };

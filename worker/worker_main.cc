@@ -42,6 +42,10 @@ ABSL_FLAG(std::string, job_id, "", "Existing job to serve.");
 ABSL_FLAG(int, threads, 0,
           "Compute threads per rank; 0 divides this node's cores among its "
           "ranks.");
+ABSL_FLAG(std::string, device, "auto",
+          "Where each rank trains: auto (a GPU when this worker's LibTorch "
+          "has CUDA and the node a GPU, else the CPU), cpu, cuda (GPU = "
+          "node-local rank mod the node's GPUs), or cuda:N.");
 ABSL_FLAG(double, connect_timeout_s, 10, "Seconds to wait for the master.");
 ABSL_FLAG(bool, local, false,
           "Local baseline mode: one process, no mpirun, no master: the "
@@ -220,6 +224,7 @@ int Main(int argc, char** argv) {
   options.job_spec_path = absl::GetFlag(FLAGS_job);
   options.job_id = absl::GetFlag(FLAGS_job_id);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.device = absl::GetFlag(FLAGS_device);
   options.summary_json = absl::GetFlag(FLAGS_summary_json);
   options.slowdown_ms_per_batch = absl::GetFlag(FLAGS_slowdown_ms_per_batch);
   options.progress.mode = *progress_mode;

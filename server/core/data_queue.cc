@@ -177,6 +177,7 @@ absl::Status DataQueue::MergeEpochReport(const v1::EpochRecord& record) {
   v1::EpochRecord& stored = history_[static_cast<size_t>(record.epoch() - 1)];
   stored.set_val_loss(record.val_loss());
   stored.set_val_accuracy(record.val_accuracy());
+  *stored.mutable_metrics() = record.metrics();
   stored.set_group_id(record.group_id());
   return absl::OkStatus();
 }

@@ -143,6 +143,11 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   const absl::Time apply_start = absl::Now();
   MPILEARN_RETURN_IF_ERROR(rule_->Apply(weights_->values, update.values,
                                         StalenessScale(spec_, *staleness)));
+  // Buffers (BatchNorm's running statistics) are not trained: whatever the
+  // rule did to them, the update's values replace them.
+  for (int t = 0; t < weights_->header.tensors_size(); ++t) {
+    if (weights_->header.tensors(t).buffer()) weights_->values[t] = update.values[t];
+  }
   const absl::Time apply_end = absl::Now();
   weights_->header.set_version(version + 1);
   stats_.Applied(*staleness);

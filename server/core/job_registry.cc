@@ -5,10 +5,13 @@
 #include "server/core/job_registry.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -308,6 +311,7 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
   validation.set_epoch(record.epoch());
   validation.set_val_loss(record.val_loss());
   validation.set_val_accuracy(record.val_accuracy());
+  *validation.mutable_metrics() = record.metrics();
   validation.set_source(absl::StrCat("group ", record.group_id()));
   ValidationEffect effect;
   MPILEARN_RETURN_IF_ERROR(job->RecordValidation(validation, Now(), &effect));
@@ -323,7 +327,12 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportValidation(
   MPILEARN_RETURN_IF_ERROR(job->RecordValidation(record, Now(), &effect));
   VLOG(1) << "job " << job_id << ": validation of version " << record.version()
           << " by " << record.source() << ": val_loss " << record.val_loss()
-          << ", val_accuracy " << record.val_accuracy();
+          << ", val_accuracy " << record.val_accuracy() << ", metrics {"
+          << absl::StrJoin(
+                 std::map<std::string, double>(record.metrics().begin(),
+                                               record.metrics().end()),
+                 ", ", absl::PairFormatter(": "))
+          << "}";
   AfterValidation(*job, effect);
   PersistHistory(*job);
   return job->state();

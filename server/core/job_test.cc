@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error_reason.h"
+#include "common/job_spec.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 
@@ -157,6 +158,36 @@ std::vector<float> CurrentWeights(const Job& job) {
 
 std::vector<std::vector<float>> CurrentWeightsOf(const Job& job) {
   return job.Weights().value()->values;
+}
+
+// Buffers (TensorInfo.buffer) take the pushed value whatever the rule:
+// here SGD steps the parameter and the buffer is replaced.
+TEST(JobBufferTest, UpdatesReplaceBuffersAndStepParameters) {
+  for (const std::string algorithm : {"downpour", "easgd", "gem"}) {
+    SCOPED_TRACE(algorithm);
+    v1::JobSpec spec = PlainSgd();
+    spec.set_algorithm(algorithm);
+    spec.mutable_easgd()->set_alpha(0.5);
+    auto job = std::make_unique<Job>("job-1", spec);
+    ASSERT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
+    v1::TensorSetHeader header =
+        MakeFloat32Header(0, {"w", "bn.running_mean"}, {{2}, {2}});
+    header.mutable_tensors(1)->set_buffer(true);
+    ASSERT_TRUE(job->InitWeights(header, {{1.0f, 2.0f}, {0.0f, 0.0f}}).value());
+    GradientUpdate update =
+        UpdateOf(UpdateKindOf(AlgorithmOf(spec)), 0, {0.5f, -0.5f});
+    update.values.push_back({3.0f, -4.0f});
+    ASSERT_TRUE(job->ApplyGradient(update, absl::Now()).ok());
+    const std::vector<std::vector<float>> weights = CurrentWeightsOf(*job);
+    EXPECT_EQ(weights[1], (std::vector<float>{3.0f, -4.0f}));
+    // The parameter follows the algorithm's rule: SGD w - 0.5 g, elastic
+    // w + 0.5 (x - w), delta w + d.
+    const std::vector<float> expected =
+        algorithm == "downpour" ? std::vector<float>{0.75f, 2.25f}
+        : algorithm == "easgd"  ? std::vector<float>{0.75f, 0.75f}
+                                : std::vector<float>{1.5f, 1.5f};
+    EXPECT_EQ(weights[0], expected);
+  }
 }
 
 TEST(JobStalenessTest, BoundRejectsWithAbortedAndCounts) {

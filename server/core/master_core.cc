@@ -1,5 +1,6 @@
 #include "server/core/master_core.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <variant>
@@ -90,6 +91,7 @@ absl::Status PendingTensors::Finish() const {
 
 absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) {
   auto core = std::unique_ptr<MasterCore>(new MasterCore());
+  core->max_model_bytes_ = options.max_model_bytes;
   core->snapshots_ = std::make_unique<SnapshotHub>();
   options.registry.snapshot_sink = core->snapshots_.get();
   MPILEARN_ASSIGN_OR_RETURN(core->registry_,
@@ -113,6 +115,26 @@ absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
 absl::StatusOr<PendingTensors> MasterCore::BeginInitWeights(
     const v1::InitWeightsRequest::Header& header) {
   MPILEARN_RETURN_IF_ERROR(registry_->FindJob(header.job_id()).status());
+  // The size is known from the header alone: refuse before allocating.
+  absl::StatusOr<std::vector<size_t>> sizes =
+      TensorSetAssembler::ByteSizes(header.weights());
+  if (!sizes.ok()) {
+    return WithReason(sizes.status(), v1::ERROR_REASON_INVALID_REQUEST);
+  }
+  uint64_t bytes = 0;
+  for (size_t size : *sizes) {
+    // Stops past the limit, before the sum could wrap.
+    bytes += std::min<uint64_t>(size, max_model_bytes_ + 1);
+    if (bytes > max_model_bytes_) break;
+  }
+  if (bytes > max_model_bytes_) {
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "the model's weights for job ", header.job_id(), " are more than ",
+            max_model_bytes_, " bytes, the most this master takes",
+            " (mpilearn-master --max_model_mib): make the model smaller")),
+        v1::ERROR_REASON_INVALID_REQUEST);
+  }
   return PendingTensors::ForCall(header);
 }
 

@@ -99,6 +99,9 @@ class MasterCore {
     // metrics sink, trace). Its snapshot_sink is set by Create to the
     // core's own hub.
     JobRegistry::Options registry;
+    // Initial weights larger than this (parameters and buffers, fp32) are
+    // refused with RESOURCE_EXHAUSTED before any memory is taken for them.
+    uint64_t max_model_bytes = uint64_t{4} << 30;
   };
 
   // Opens the state directory and, per Options::registry.resume_jobs,
@@ -169,6 +172,7 @@ class MasterCore {
  private:
   MasterCore() = default;
 
+  uint64_t max_model_bytes_ = 0;
   // Declared before the registry, whose sink it is, so it outlives it.
   std::unique_ptr<SnapshotHub> snapshots_;
   std::unique_ptr<JobRegistry> registry_;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,9 +25,13 @@ StopRules::Metric StopRules::MetricNamed(const std::string& name,
   return metric;
 }
 
-double StopRules::ValueOf(const Metric& metric,
-                          const v1::ValidationRecord& record) {
-  return metric.lower_is_better ? record.val_loss() : record.val_accuracy();
+std::optional<double> StopRules::ValueOf(const Metric& metric,
+                                         const v1::ValidationRecord& record) {
+  if (metric.name == "val_loss") return record.val_loss();
+  if (metric.name == "val_accuracy") return record.val_accuracy();
+  auto it = record.metrics().find(metric.name);
+  if (it == record.metrics().end()) return std::nullopt;
+  return it->second;
 }
 
 StopRules::StopRules(const v1::JobSpec& spec) {
@@ -53,17 +58,19 @@ StopRules::StopRules(const v1::JobSpec& spec) {
 StopRules::Outcome StopRules::Add(const v1::ValidationRecord& record) {
   Outcome outcome;
   if (track_best_) {
-    const double value = ValueOf(best_metric_, record);
-    if (std::isfinite(value) &&
+    const std::optional<double> value = ValueOf(best_metric_, record);
+    if (value.has_value() && std::isfinite(*value) &&
         (!best_.has_value() ||
-         Improves(value, *best_, 0.0, best_metric_.lower_is_better))) {
-      best_ = value;
+         Improves(*value, *best_, 0.0, best_metric_.lower_is_better))) {
+      best_ = *value;
       best_version_ = record.version();
       outcome.best_improved = true;
     }
   }
-  if (target_) {
-    const double value = ValueOf(target_metric_, record);
+  const std::optional<double> target_value =
+      target_ ? ValueOf(target_metric_, record) : std::nullopt;
+  if (target_value.has_value()) {
+    const double value = *target_value;
     const bool reached = target_metric_.lower_is_better
                              ? value < target_value_
                              : value > target_value_;
@@ -74,8 +81,10 @@ StopRules::Outcome StopRules::Add(const v1::ValidationRecord& record) {
                        target_value_);
     }
   }
-  if (early_stopping_) {
-    window_.push_back(ValueOf(stopping_metric_, record));
+  const std::optional<double> stopping_value =
+      early_stopping_ ? ValueOf(stopping_metric_, record) : std::nullopt;
+  if (stopping_value.has_value()) {
+    window_.push_back(*stopping_value);
     if (window_.size() > static_cast<size_t>(smoothing_)) window_.pop_front();
     const double average = std::accumulate(window_.begin(), window_.end(), 0.0) /
                            static_cast<double>(window_.size());

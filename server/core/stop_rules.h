@@ -7,12 +7,18 @@
 //     more than `min_delta` on the best average so far for `patience`
 //     validations in a row. The first validation always improves.
 //   - target (JobSpec.target, on when target.value is set): one validation's
-//     val_accuracy > value, or val_loss < value.
+//     val_accuracy > value, or another metric (val_loss, val_mae, val_mse)
+//     < value.
 //   - best validation (JobSpec.checkpoint.best_metric unless "none"): the
-//     lowest val_loss or highest val_accuracy seen, for best.pb.
+//     lowest val_loss/val_mae/val_mse or highest val_accuracy seen, for
+//     best.pb.
 //
-// val_loss improves downwards, val_accuracy upwards. A NaN or infinite value
-// never improves anything and never reaches a target.
+// Metrics are read from the record by name: val_loss and val_accuracy from
+// their own fields, any other name from record.metrics(). A record without
+// the rule's metric does not count for that rule (it neither improves nor
+// uses up patience). val_accuracy improves upwards, every other metric
+// downwards. A NaN or infinite value never improves anything and never
+// reaches a target.
 //
 //   StopRules rules(spec);
 //   StopRules::Outcome outcome = rules.Add(record);
@@ -58,12 +64,13 @@ class StopRules {
 
  private:
   struct Metric {
-    std::string name;  // "val_loss" or "val_accuracy"
+    std::string name;  // "val_loss", "val_accuracy", "val_mae", ...
     bool lower_is_better = true;
   };
   static Metric MetricNamed(const std::string& name, const char* fallback);
-  static double ValueOf(const Metric& metric,
-                        const v1::ValidationRecord& record);
+  // The record's value of `metric`; none when the record lacks it.
+  static std::optional<double> ValueOf(const Metric& metric,
+                                       const v1::ValidationRecord& record);
 
   // Early stopping.
   bool early_stopping_ = false;

@@ -1,0 +1,321 @@
+// End to end with the user's own models: TorchScript files written by
+// tools/export_torchscript.py (so these tests also prove the helper) trained
+// by `mpirun -np 2 mpilearn-worker` against the real master, a BatchNorm
+// model whose buffers reach the master and the export, and each bad model
+// ending its job FAILED with the cause while the master keeps serving.
+//
+// Needs Debian's python3-torch (/usr/bin/python3) to write the models and
+// dataset-fashion-mnist; skips with the reason without them.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/checkpoint_file.h"
+#include "common/master_client.h"
+#include "common/tensor_codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_process.h"
+#include "worker/model.h"
+
+namespace mpilearn::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kPython[] = "/usr/bin/python3";
+
+bool HaveTorchForPython() {
+  return std::system(absl::StrCat(kPython, " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
+}
+
+// Runs the export helper on docs/examples/models/<model>.py; the output goes
+// to `dir`/export.log. Returns the helper's exit code.
+int ExportModel(const std::string& dir, const std::string& model,
+                const std::string& out, const std::vector<std::string>& args) {
+  const std::string command = absl::StrCat(
+      kPython, " ", Runfile("tools/export_torchscript.py"), " ",
+      Runfile(absl::StrCat("docs/examples/models/", model, ".py")), " --out ",
+      out, " ", absl::StrJoin(args, " "), " >>", dir, "/export.log 2>&1");
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Runs a Python snippet (with torch) that writes `out`; returns its exit code.
+int RunPython(const std::string& dir, const std::string& code) {
+  const std::string script = dir + "/snippet.py";
+  WriteFileOrDie(script, code);
+  const int status = std::system(
+      absl::StrCat(kPython, " ", script, " >>", dir, "/python.log 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class UserModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveFashionMnist()) {
+      GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+    }
+    if (!HaveTorchForPython()) {
+      GTEST_SKIP() << kPython << " cannot import torch (Debian's python3-torch; "
+                   << "tools/install_deps.sh installs it)";
+    }
+  }
+
+  // Starts a master in a new directory.
+  void StartMaster(const std::string& name,
+                   const std::vector<std::string>& flags = {}) {
+    dir_ = NewTempDir(name);
+    auto master = MasterProcess::Start(dir_, flags);
+    ASSERT_TRUE(master.ok()) << master.status();
+    master_ = *std::move(master);
+    auto client = MasterClient::Connect(master_->address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  // Submits `spec`, runs `ranks` workers on it to the end and returns the
+  // job's final status; the workers' output is in *log.
+  v1::JobStatus Run(const v1::JobSpec& spec, int ranks, std::string* log,
+                    int* exit_code) {
+    auto job_id = client_->SubmitJob(spec);
+    EXPECT_TRUE(job_id.ok()) << job_id.status();
+    if (!job_id.ok()) return v1::JobStatus();
+    auto workers = StartWorkers(ranks, master_->address(),
+                                {"--job_id=" + *job_id, "--threads=1"},
+                                absl::StrCat(dir_, "/workers-", *job_id, ".log"));
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    if (!workers.ok()) return v1::JobStatus();
+    const std::optional<int> exited = (*workers)->Wait(absl::Seconds(300));
+    *log = (*workers)->Log();
+    EXPECT_TRUE(exited.has_value()) << "workers did not finish in 300 s:\n" << *log;
+    *exit_code = exited.value_or(-1);
+    auto status = client_->GetJobStatus(*job_id);
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? *status : v1::JobStatus();
+  }
+
+  std::string dir_;
+  std::unique_ptr<MasterProcess> master_;
+  std::unique_ptr<MasterClient> client_;
+};
+
+// The same MLP as the built-in model and as a TorchScript file (exported
+// with the job's seed, so both start from the same weights) trains to the
+// same accuracy with 2 ranks.
+TEST_F(UserModelTest, TorchScriptMlpTrainsLikeTheBuiltin) {
+  StartMaster("user_model_mlp");
+  const std::string pt = dir_ + "/mlp.pt";
+  ASSERT_EQ(ExportModel(dir_, "mlp", pt, {"--input_shape", "1,28,28", "--seed", "3"}), 0)
+      << ReadFileOrDie(dir_ + "/export.log");
+
+  v1::JobSpec builtin = FashionMnistSubset("sync", 12000, 2);
+  v1::JobSpec scripted = builtin;
+  scripted.mutable_model()->Clear();
+  scripted.mutable_model()->set_torchscript(pt);
+  double accuracy[2];
+  int i = 0;
+  for (const v1::JobSpec& spec : {builtin, scripted}) {
+    std::string log;
+    int exit_code = 0;
+    const v1::JobStatus status = Run(spec, 2, &log, &exit_code);
+    ASSERT_EQ(exit_code, 0) << log;
+    ASSERT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
+    ASSERT_TRUE(status.has_test_accuracy());
+    accuracy[i++] = status.test_accuracy();
+    if (i == 2) EXPECT_THAT(log, HasSubstr("model torchscript " + pt));
+  }
+  EXPECT_GE(accuracy[0], 0.75);
+  EXPECT_NEAR(accuracy[1], accuracy[0], 0.01)
+      << "built-in " << accuracy[0] << ", TorchScript " << accuracy[1];
+}
+
+// A BatchNorm model: its running statistics are buffers every update
+// carries to the master; the final weights and the export hold the master's.
+TEST_F(UserModelTest, BatchNormBuffersReachTheMasterAndTheExport) {
+  StartMaster("user_model_bn");
+  const std::string pt = dir_ + "/cnn_bn.pt";
+  ASSERT_EQ(ExportModel(dir_, "cnn_bn", pt,
+                        {"--input_shape", "1,28,28", "--param", "channels1=8",
+                         "--param", "channels2=16", "--param", "dense=32"}),
+            0)
+      << ReadFileOrDie(dir_ + "/export.log");
+  v1::JobSpec spec = FashionMnistSubset("downpour", 6000, 1);
+  spec.mutable_model()->Clear();
+  spec.mutable_model()->set_torchscript(pt);
+  std::string log;
+  int exit_code = 0;
+  const v1::JobStatus status = Run(spec, 2, &log, &exit_code);
+  ASSERT_EQ(exit_code, 0) << log;
+  ASSERT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
+  EXPECT_GE(status.test_accuracy(), 0.7);
+
+  // The master's final weights: buffers marked, moved off their initial
+  // values (running_mean 0, running_var 1).
+  const std::string weights_path =
+      absl::StrCat(dir_, "/jobs/", status.job_id(), "/weights.pb");
+  v1::TensorSet set;
+  ASSERT_TRUE(set.ParseFromString(ReadFileOrDie(weights_path)));
+  absl::StatusOr<Float32Tensors> weights = FromTensorSet(set);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  int buffers = 0;
+  for (int t = 0; t < weights->header.tensors_size(); ++t) {
+    const v1::TensorInfo& info = weights->header.tensors(t);
+    if (!info.buffer()) continue;
+    ++buffers;
+    const bool mean = absl::EndsWith(info.name(), "running_mean");
+    double moved = 0;
+    for (float v : weights->values[t]) moved += std::abs(v - (mean ? 0.0f : 1.0f));
+    EXPECT_GT(moved, 0.0) << info.name() << " never left its initial value";
+  }
+  EXPECT_EQ(buffers, 6);  // running_mean and running_var of 3 batch norms
+
+  // The export holds exactly the master's tensors, buffers included.
+  const std::string out = dir_ + "/exported.pt";
+  const int exported = std::system(
+      absl::StrCat(Runfile("tools/mpilearn-export"), " --state_dir ", dir_,
+                   " --job_id ", status.job_id(), " --out ", out, " >>", dir_,
+                   "/export.log 2>&1")
+          .c_str());
+  ASSERT_EQ(exported, 0) << ReadFileOrDie(dir_ + "/export.log");
+  absl::StatusOr<worker::Model> model = worker::Model::Load(out);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->state().size(), static_cast<size_t>(weights->header.tensors_size()));
+  for (size_t t = 0; t < model->state().size(); ++t) {
+    ASSERT_EQ(model->state_names()[t], weights->header.tensors(static_cast<int>(t)).name());
+    const torch::Tensor& mine = model->state()[t];
+    EXPECT_EQ(std::vector<float>(mine.data_ptr<float>(), mine.data_ptr<float>() + mine.numel()),
+              weights->values[t])
+        << model->state_names()[t];
+  }
+}
+
+// A regression head trained with mse on data with a known answer
+// (tools/make_synthetic_data: the best mean squared error is noise^2 =
+// 1e-4; predicting the targets' means scores 0.4518) gets close to it.
+TEST_F(UserModelTest, RegressionLearnsAKnownFunction) {
+  StartMaster("user_model_regression");
+  const std::string data = dir_ + "/data";
+  ASSERT_EQ(std::system(absl::StrCat(Runfile("tools/make_synthetic_data"),
+                                     " --kind regression --out_dir ", data,
+                                     " --train 10000 --test 2000 >", dir_,
+                                     "/data.log 2>&1")
+                            .c_str()),
+            0)
+      << ReadFileOrDie(dir_ + "/data.log");
+  v1::JobSpec spec;
+  spec.set_name("regression");
+  spec.mutable_model()->set_name("mlp");
+  spec.mutable_model()->add_hidden(64);
+  spec.mutable_model()->add_hidden(64);
+  v1::DataSpec* files = spec.mutable_data();
+  files->set_train_images(data + "/train-features.idx.gz");
+  files->set_train_labels(data + "/train-targets.idx.gz");
+  files->set_test_images(data + "/test-features.idx.gz");
+  files->set_test_labels(data + "/test-targets.idx.gz");
+  files->set_validation_count(1000);
+  spec.set_loss("mse");
+  spec.mutable_optimizer()->set_name("adam");
+  spec.mutable_optimizer()->set_learning_rate(0.003);
+  spec.set_algorithm("sync");
+  spec.set_epochs(12);
+  spec.set_batch_size(32);
+  spec.set_seed(2);
+  std::string log;
+  int exit_code = 0;
+  const v1::JobStatus status = Run(spec, 2, &log, &exit_code);
+  ASSERT_EQ(exit_code, 0) << log;
+  ASSERT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
+  // The printed test metrics: mse per output, 2% of the mean predictor's.
+  const size_t at = log.find("test_mse=");
+  ASSERT_NE(at, std::string::npos) << log;
+  const double test_mse = std::stod(log.substr(at + 9));
+  EXPECT_LT(test_mse, 0.01) << log;
+  EXPECT_EQ(log.find("test_accuracy="), std::string::npos);
+  // Every epoch reported the regression metrics, and they fell.
+  ASSERT_EQ(status.history_size(), 12);
+  const auto& first = status.history(0).metrics();
+  const auto& last = status.history(11).metrics();
+  ASSERT_TRUE(first.count("val_mae") && last.count("val_mse")) << log;
+  EXPECT_LT(last.at("val_mae"), first.at("val_mae"));
+  EXPECT_LT(last.at("val_mse"), 0.01);
+}
+
+// Each bad model ends its job FAILED with the cause, before training, and
+// the master serves on.
+TEST_F(UserModelTest, BadModelsFailTheirJobWithTheCause) {
+  StartMaster("user_model_bad", {"--max_model_mib=1"});
+  const std::string traced = dir_ + "/traced.pt";
+  const std::string frozen = dir_ + "/frozen.pt";
+  const std::string nan = dir_ + "/nan.pt";
+  ASSERT_EQ(RunPython(dir_, absl::StrCat(R"(
+import torch
+from torch import nn
+m = nn.Sequential(nn.Flatten(), nn.Linear(784, 10), nn.Dropout(0.5))
+torch.jit.trace(m, torch.rand(2, 1, 28, 28)).save(")", traced, R"(")
+torch.jit.freeze(torch.jit.script(m.eval())).save(")", frozen, R"(")
+class Nan(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+    def forward(self, x):
+        return self.fc(torch.flatten(x, 1)) * float("nan")
+torch.jit.script(Nan()).save(")", nan, R"(")
+)")),
+            0)
+      << ReadFileOrDie(dir_ + "/python.log");
+  const std::string five = dir_ + "/five.pt";
+  ASSERT_EQ(ExportModel(dir_, "mlp", five,
+                        {"--input_shape", "1,28,28", "--param", "outputs=5"}),
+            0);
+  const std::string wide = dir_ + "/wide.pt";
+  ASSERT_EQ(ExportModel(dir_, "mlp", wide,
+                        {"--input_shape", "1,10,10", "--param", "inputs=100"}),
+            0);
+  const std::string not_torchscript = dir_ + "/pickle.pt";
+  WriteFileOrDie(not_torchscript, "not a model");
+
+  struct Case {
+    std::string model;  // a torchscript path, or "" for a large built-in
+    std::string cause;  // in the job's message
+  };
+  const std::vector<Case> cases = {
+      {dir_ + "/missing.pt", "does not exist"},
+      {not_torchscript, "not a TorchScript file"},
+      {traced, "traced"},
+      {frozen, "frozen"},
+      {five, "[32, 5]"},
+      {wide, "first forward/backward pass"},
+      {nan, "loss of the first batch is nan"},
+      {"", "--max_model_mib"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model.empty() ? "large built-in" : c.model);
+    v1::JobSpec spec = FashionMnistSubset("downpour", 3000, 1);
+    if (c.model.empty()) {
+      spec.mutable_model()->add_hidden(1024);  // 3.2 MB > --max_model_mib 1
+    } else {
+      spec.mutable_model()->Clear();
+      spec.mutable_model()->set_torchscript(c.model);
+    }
+    std::string log;
+    int exit_code = 0;
+    const v1::JobStatus status = Run(spec, 1, &log, &exit_code);
+    EXPECT_NE(exit_code, 0) << log;
+    EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED) << log;
+    EXPECT_THAT(status.message(), HasSubstr(c.cause)) << log;
+    EXPECT_EQ(status.samples_trained(), 0u);
+  }
+  // The master is unharmed.
+  EXPECT_TRUE(client_->ListJobs().ok());
+}
+
+}  // namespace
+}  // namespace mpilearn::testing

@@ -1,0 +1,86 @@
+#include "worker/job_model.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+
+namespace mpilearn::worker {
+
+std::string ShortExceptionMessage(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message =
+      torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+  const size_t start = message.find_first_not_of("\n ");
+  if (start != std::string::npos) message.erase(0, start);
+  const size_t newline = message.find('\n');
+  if (newline != std::string::npos) message.resize(newline);
+  if (message.size() > 300) message = message.substr(0, 300) + "...";
+  return message;
+}
+
+absl::StatusOr<JobModel> BuildJobModel(const v1::JobSpec& spec,
+                                       const DatasetSplits& data) {
+  MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromSpec(spec));
+  MPILEARN_ASSIGN_OR_RETURN(const int64_t outputs,
+                            loss.OutputsFor(data.train.labels, data.num_classes));
+  MPILEARN_ASSIGN_OR_RETURN(
+      Model model, Model::FromSpec(spec.model(), data.input_shape, outputs));
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& t : model.state()) {
+    shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+  }
+  v1::TensorSetHeader layout = MakeFloat32Header(0, model.state_names(), shapes);
+  for (size_t i = model.num_parameters(); i < model.state().size(); ++i) {
+    layout.mutable_tensors(static_cast<int>(i))->set_buffer(true);
+  }
+  for (int64_t d : data.input_shape) layout.add_input_shape(d);
+  layout.set_outputs(outputs);
+  return JobModel{std::move(model), std::move(loss), std::move(layout),
+                  data.num_classes};
+}
+
+absl::Status Preflight(JobModel& job, const Dataset& train, int64_t batch) {
+  if (train.size() == 0) return absl::OkStatus();
+  const int64_t n = std::min(train.size(), std::max<int64_t>(1, batch));
+  const torch::Tensor x = train.features.slice(0, 0, n);
+  const torch::Tensor y = train.labels.slice(0, 0, n);
+  // A forward in training mode moves BatchNorm's running statistics: keep
+  // the state to put it back.
+  std::vector<torch::Tensor> saved;
+  for (const torch::Tensor& t : job.model.state()) saved.push_back(t.clone());
+  absl::Status status = absl::OkStatus();
+  try {
+    job.model.SetTraining(true);
+    const torch::Tensor output = job.model.Forward(x);
+    status = job.loss.CheckOutput(output, y, job.num_classes);
+    if (status.ok()) {
+      const torch::Tensor loss = job.loss.Summed(output, y);
+      const double value = loss.item<double>();
+      if (!std::isfinite(value)) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "the loss of the first batch is ", value,
+            ": check the data's scale (normalize the features) and the "
+            "labels for the loss '", job.loss.name(), "'"));
+      } else {
+        loss.backward();
+      }
+    }
+  } catch (const std::exception& e) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "the model's first forward/backward pass on samples of shape [",
+        absl::StrJoin(x.sizes(), ", "), "] failed: ", ShortExceptionMessage(e)));
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < saved.size(); ++i) job.model.state()[i].copy_(saved[i]);
+  for (const torch::Tensor& p : job.model.parameters()) {
+    if (p.grad().defined()) p.grad().zero_();
+  }
+  return status;
+}
+
+}  // namespace mpilearn::worker
