@@ -130,7 +130,9 @@ TEST_F(UserModelTest, TorchScriptMlpTrainsLikeTheBuiltin) {
     ASSERT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
     ASSERT_TRUE(status.has_test_accuracy());
     accuracy[i++] = status.test_accuracy();
-    if (i == 2) EXPECT_THAT(log, HasSubstr("model torchscript " + pt));
+    if (i == 2) {
+      EXPECT_THAT(log, HasSubstr("model torchscript " + pt));
+    }
   }
   EXPECT_GE(accuracy[0], 0.75);
   EXPECT_NEAR(accuracy[1], accuracy[0], 0.01)
@@ -239,6 +241,11 @@ TEST_F(UserModelTest, RegressionLearnsAKnownFunction) {
   const double test_mse = std::stod(log.substr(at + 9));
   EXPECT_LT(test_mse, 0.01) << log;
   EXPECT_EQ(log.find("test_accuracy="), std::string::npos);
+  // The master keeps the test metrics: no accuracy, mae and mse.
+  EXPECT_FALSE(status.has_test_accuracy());
+  ASSERT_EQ(status.test_metrics().count("test_mse"), 1u);
+  EXPECT_NEAR(status.test_metrics().at("test_mse"), test_mse, 1e-4);
+  EXPECT_GT(status.test_metrics().count("test_mae"), 0u);
   // Every epoch reported the regression metrics, and they fell.
   ASSERT_EQ(status.history_size(), 12);
   const auto& first = status.history(0).metrics();

@@ -230,6 +230,12 @@ std::string SummaryBlock(const v1::JobStatus& job) {
   if (job.has_test_accuracy()) {
     summary.AddRow({"test_accuracy", Fixed(job.test_accuracy(), 4)});
   }
+  for (const char* name : {"test_mae", "test_mse"}) {
+    auto it = job.test_metrics().find(name);
+    if (it != job.test_metrics().end()) {
+      summary.AddRow({name, Fixed(it->second, 4)});
+    }
+  }
   return summary.Format();
 }
 

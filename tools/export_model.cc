@@ -267,6 +267,8 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 // rebuilt (for messages and the summary).
 struct RebuiltModel {
   worker::Model model;
+  // For the summary: the built-in model's name or "torchscript PATH".
+  std::string name;
   // "the model built from spec.json" or "the TorchScript model 'PATH'".
   std::string what;
   // Appended to weights mismatch messages: which inputs built the model.
@@ -310,12 +312,12 @@ absl::StatusOr<RebuiltModel> LoadTorchScriptModel(
         absl::StrCat("cannot load the job's TorchScript model: ",
                      loaded.status().message()));
   }
-  RebuiltModel rebuilt{*std::move(loaded),
+  RebuiltModel rebuilt{*std::move(loaded), absl::StrCat("torchscript ", path),
                        absl::StrCat("the TorchScript model '", path, "'"),
-                       from_flag ? " (pass the .pt the job trained as "
-                                   "--model_file)"
-                                 : " (the job's .pt was changed after the "
-                                   "job trained it? pass the original as "
+                       from_flag ? " (is --model_file the .pt the job "
+                                   "trained?)"
+                                 : " (if the job's .pt has changed since it "
+                                   "trained, pass the original with "
                                    "--model_file)",
                        {}, 0};
   rebuilt.input_shape.assign(header.input_shape().begin(),
@@ -365,7 +367,7 @@ absl::StatusOr<RebuiltModel> BuildBuiltinModel(
                      " outputs: ", built.status().message()));
   }
   return RebuiltModel{
-      *std::move(built), "the model built from spec.json",
+      *std::move(built), spec.model().name(), "the model built from spec.json",
       absl::StrCat(" (the model follows spec.json's model section, input "
                    "shape ",
                    ShapeString(input_shape), " from ", shape_source, " and ",
@@ -533,8 +535,7 @@ absl::Status Export(Options options) {
       options.out,
       options.format == Format::kTorchScript ? "torchscript" : "tensors",
       model.state().size(), model.ParameterCount(), weights_path, spec_path,
-      torchscript ? absl::StrCat("torchscript ", spec.model().torchscript())
-                  : spec.model().name(),
+      rebuilt.name,
       rebuilt.input_shape.empty()
           ? std::string("of the job's sample shape")
           : absl::StrCat("[", absl::StrJoin(input_dims, ", "), "]"),

@@ -5,6 +5,11 @@
 // computes what the same model built in C++ with that state computes in eval
 // mode. Every error path exits non-zero with a message that names the
 // problem.
+//
+// Over ~500 lines because it drives a whole command-line tool end to end:
+// three built-in models through Python, TorchScript jobs, the weights
+// header's fallbacks and overrides, and each error path, with the helpers
+// (weights files, tensor files shared with Python, subprocesses) they need.
 #include <sys/wait.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -570,6 +575,8 @@ TEST_F(ExportModelTest, TorchScriptJobExportsTheTrainedState) {
   const RunResult overridden =
       RunExport(Args({"--out", out_, "--model_file", moved}));
   ASSERT_EQ(overridden.exit_code, 0) << overridden.output;
+  EXPECT_THAT(overridden.output,
+              HasSubstr(absl::StrCat("model 'torchscript ", moved, "'")));
   ExpectStateEqual(LoadExport(out_), trained);
 
   const RunResult bad_flag = RunExport(

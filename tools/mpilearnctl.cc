@@ -278,6 +278,13 @@ int WaitForJob(const std::string& job_id, const Options& options) {
       if (job->has_test_accuracy()) {
         absl::PrintF("test_accuracy=%.4f\n", job->test_accuracy());
       }
+      // Regression losses: test_mae and test_mse.
+      for (const char* name : {"test_mae", "test_mse"}) {
+        auto it = job->test_metrics().find(name);
+        if (it != job->test_metrics().end()) {
+          absl::PrintF("%s=%.4f\n", name, it->second);
+        }
+      }
       return kExitOk;
     }
     if (job->state() == v1::JOB_STATE_FAILED) {

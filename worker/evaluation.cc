@@ -15,8 +15,9 @@ Evaluation EvaluateShard(Collectives& group, Model& model, const Loss& loss,
   MetricSums sums;
   for (int64_t begin = 0; begin < shard.size(); begin += batch_size) {
     const int64_t end = std::min(shard.size(), begin + batch_size);
-    const torch::Tensor y = shard.labels.slice(0, begin, end);
-    loss.Accumulate(model.Forward(shard.features.slice(0, begin, end)), y,
+    const torch::Tensor output =
+        model.Forward(shard.features.slice(0, begin, end));
+    loss.Accumulate(output, shard.labels.slice(0, begin, end).to(output.device()),
                     &sums);
   }
   std::array<double, MetricSums::kSize> values = sums.ToArray();

@@ -59,7 +59,7 @@ class DownpourExchange final : public Exchange {
     grad_views_ = ViewsLike(context.weights, grad_);
   }
 
-  absl::Status EndWindow(double samples) override {
+  absl::Status Window(double samples) override {
     TakeGradients(grad_);
     if (samples <= 0) return absl::OkStatus();
     DivideBy(samples, buffers_offset(), grad_);
@@ -82,7 +82,7 @@ class SyncExchange final : public Exchange {
     grad_views_ = ViewsLike(context.weights, grad_);
   }
 
-  absl::Status EndWindow(double samples) override {
+  absl::Status Window(double samples) override {
     TakeGradients(grad_);
     PutBuffers(grad_);
     // Sum of gradient sums and of sample counts over the group, then the
@@ -149,7 +149,7 @@ class ElasticExchange final : public Exchange {
     local_optimizer_->zero_grad();
   }
 
-  absl::Status EndWindow(double samples) override {
+  absl::Status Window(double samples) override {
     // The master moves the centre c toward x and returns c as it was, and
     // x moves toward it by the same force.
     const std::vector<absl::Span<float>>& x = context_.weights;
@@ -206,7 +206,7 @@ class GemExchange final : public Exchange {
     return absl::OkStatus();
   }
 
-  absl::Status EndWindow(double samples) override {
+  absl::Status Window(double samples) override {
     TakeGradients(delta_);
     if (samples <= 0) return absl::OkStatus();
     DivideBy(samples, buffers_offset(), delta_);
@@ -255,21 +255,58 @@ class GemExchange final : public Exchange {
 
 void AttachParameters(ExchangeContext& context, std::vector<torch::Tensor> state,
                       const std::vector<std::string>& names,
-                      size_t num_parameters) {
+                      size_t num_parameters, bool mirror) {
   TORCH_CHECK(num_parameters <= state.size() && names.size() == state.size());
+  context.mirrored = mirror;
+  for (const torch::Tensor& t : state) {
+    TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32);
+    if (!t.is_cpu()) context.mirrored = true;
+  }
   context.weights.clear();
+  context.host.clear();
   std::vector<std::vector<int64_t>> shapes;
   for (torch::Tensor& t : state) {
-    TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32);
     shapes.emplace_back(t.sizes().begin(), t.sizes().end());
-    context.weights.emplace_back(t.data_ptr<float>(), t.numel());
+    if (context.mirrored) {
+      context.host.emplace_back(static_cast<size_t>(t.numel()));
+      context.weights.emplace_back(context.host.back());
+    } else {
+      context.weights.emplace_back(t.data_ptr<float>(), t.numel());
+    }
   }
   context.layout = MakeFloat32Header(0, names, shapes);
   for (size_t i = num_parameters; i < state.size(); ++i) {
     context.layout.mutable_tensors(static_cast<int>(i))->set_buffer(true);
   }
+  context.state = state;
   state.resize(num_parameters);
   context.params = std::move(state);
+  context.FromModel();
+}
+
+void ExchangeContext::FromModel() {
+  if (!mirrored) return;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const torch::Tensor on_host = state[i].detach().to(torch::kCPU).contiguous();
+    std::memcpy(weights[i].data(), on_host.data_ptr<float>(),
+                weights[i].size() * sizeof(float));
+  }
+}
+
+void ExchangeContext::ToModel() {
+  if (!mirrored) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < state.size(); ++i) {
+    state[i].copy_(torch::from_blob(weights[i].data(), state[i].sizes(),
+                                    torch::kFloat32));
+  }
+}
+
+absl::Status Exchange::EndWindow(double samples) {
+  context_.FromModel();
+  const absl::Status status = Window(samples);
+  context_.ToModel();
+  return status;
 }
 
 absl::Status AgreeOnLeaderStatus(ExchangeContext& context,
@@ -350,7 +387,10 @@ void Exchange::TakeGradients(std::vector<float>& flat) {
     torch::Tensor& grad = p.mutable_grad();
     const size_t n = static_cast<size_t>(p.numel());
     if (grad.defined()) {
-      std::memcpy(flat.data() + offset, grad.data_ptr<float>(), n * sizeof(float));
+      // The one place gradients leave the device.
+      const torch::Tensor on_host =
+          grad.is_cpu() ? grad.contiguous() : grad.to(torch::kCPU).contiguous();
+      std::memcpy(flat.data() + offset, on_host.data_ptr<float>(), n * sizeof(float));
       grad.zero_();
     } else {
       std::memset(flat.data() + offset, 0, n * sizeof(float));

@@ -100,6 +100,20 @@ struct ExchangeContext {
   std::vector<torch::Tensor> params;  // the trained parameters only
   std::vector<absl::Span<float>> weights;  // parameters, then buffers
   v1::TensorSetHeader layout;
+  // Every state tensor, as the model holds it.
+  std::vector<torch::Tensor> state;
+  // True when `weights` view host copies of `state` (a model on a GPU, or a
+  // test of that path on the CPU); FromModel and ToModel copy between them.
+  // False: `weights` view the state's own storage and both do nothing.
+  bool mirrored = false;
+  std::vector<std::vector<float>> host;  // the copies, when mirrored
+
+  // Mirrored: the model's state into the host copies (before code reads
+  // `weights`). The one place state leaves the device.
+  void FromModel();
+  // Mirrored: the host copies into the model's state (after code wrote
+  // `weights`). The one place state reaches the device.
+  void ToModel();
 
   // The master's weight version the parameters are based on.
   uint64_t version = 0;
@@ -115,10 +129,11 @@ struct ExchangeContext {
 // Sets `context`'s state: `state` (contiguous fp32 tensors, named `names`
 // in the job's layout) holds the trained parameters first and then
 // `state.size() - num_parameters` buffers (marked TensorInfo.buffer in the
-// layout), their views and the layout.
+// layout), their views and the layout. State off the CPU is mirrored in
+// host copies (taken now); `mirror` asks for that on the CPU too (tests).
 void AttachParameters(ExchangeContext& context, std::vector<torch::Tensor> state,
                       const std::vector<std::string>& names,
-                      size_t num_parameters);
+                      size_t num_parameters, bool mirror = false);
 
 // Broadcasts the leader's `status` to every rank (BroadcastStatus, keeping
 // code and reason) and returns it; an error sets context.failed_together.
@@ -164,9 +179,10 @@ class Exchange {
   virtual void AfterBatch(int64_t /*samples*/) {}
 
   // Ends a window of `samples` local samples (this rank's, since the last
-  // exchange): sends the update and installs the weights it brings back.
-  // The parameters' gradients are zero afterwards.
-  virtual absl::Status EndWindow(double samples) = 0;
+  // exchange): sends the update and installs the weights it brings back
+  // (Window, between context.FromModel() and context.ToModel()). The
+  // parameters' gradients are zero afterwards.
+  absl::Status EndWindow(double samples);
 
   // True when the rank's weights differ from the master's between exchanges
   // (easgd), so code that loads the master's weights for a while (epoch
@@ -175,6 +191,10 @@ class Exchange {
 
  protected:
   explicit Exchange(ExchangeContext& context) : context_(context) {}
+
+  // The algorithm's window end, on host weights (`context_.weights` hold
+  // the model's state on entry; what it writes there reaches the model).
+  virtual absl::Status Window(double samples) = 0;
 
   // Copies every parameter's gradient into `flat` (laid out as the weights;
   // zeros for a parameter without one) and zeroes the gradients. Buffers'

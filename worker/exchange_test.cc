@@ -90,12 +90,15 @@ void ExpectNear(const std::vector<float>& actual, const Params& expected,
 // One rank: its model, wired to its exchange's context.
 class RankRig {
  public:
+  // `mirror`: the exchange works on host copies of the model's state, as
+  // for a model on a GPU.
   RankRig(Collectives& group, MasterConnection& master,
-          const std::vector<float>& start)
+          const std::vector<float>& start, bool mirror = false)
       : context_(group, master, "job-1", "group-1", nullptr),
         linear_(kInputs, kOutputs) {
     SetWeights(start);
-    AttachParameters(context_, {linear_->weight, linear_->bias}, {"weight", "bias"}, 2);
+    AttachParameters(context_, {linear_->weight, linear_->bias}, {"weight", "bias"},
+                     2, mirror);
   }
 
   ExchangeContext& context() { return context_; }
@@ -115,10 +118,12 @@ class RankRig {
     loss.backward();
   }
 
+  // The model's own weights (not the exchange's views of them).
   std::vector<float> Weights() const {
     std::vector<float> flat;
-    for (const absl::Span<float>& view : context_.weights) {
-      flat.insert(flat.end(), view.begin(), view.end());
+    for (const torch::Tensor& t : {linear_->weight, linear_->bias}) {
+      const float* data = t.data_ptr<float>();
+      flat.insert(flat.end(), data, data + t.numel());
     }
     return flat;
   }
@@ -223,14 +228,14 @@ Outcome Reference(const std::string& algorithm) {
   return {c, x};
 }
 
-class AccumulationTest : public testing::TestWithParam<std::string> {};
-
-TEST_P(AccumulationTest, WindowGradientsAddUpAndDivideOnce) {
-  const std::string algorithm = GetParam();
+// Runs kWindows through `algorithm`'s exchange and checks the master's and
+// the rank's weights against Reference.
+void CheckAccumulation(const std::string& algorithm, bool mirror) {
   FakeGroup group(1);
   FakeMaster master(MasterRules());
   master.SetWeights(AsTensors(kStart));
-  RankRig rig(group.rank(0), master, kStart);
+  RankRig rig(group.rank(0), master, kStart, mirror);
+  EXPECT_EQ(rig.context().mirrored, mirror);
   absl::StatusOr<std::unique_ptr<Exchange>> exchange =
       MakeExchange(SpecFor(algorithm), rig.context());
   ASSERT_TRUE(exchange.ok()) << exchange.status();
@@ -255,6 +260,18 @@ TEST_P(AccumulationTest, WindowGradientsAddUpAndDivideOnce) {
   }
   EXPECT_EQ(rig.context().version, kWindows.size());
   EXPECT_EQ((*exchange)->keeps_local_weights(), algorithm == "easgd");
+}
+
+class AccumulationTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(AccumulationTest, WindowGradientsAddUpAndDivideOnce) {
+  CheckAccumulation(GetParam(), /*mirror=*/false);
+}
+
+// The path a GPU model takes: the exchange reads and writes host copies,
+// and the model's tensors receive what it wrote.
+TEST_P(AccumulationTest, SameThroughHostCopiesOfTheState) {
+  CheckAccumulation(GetParam(), /*mirror=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, AccumulationTest,

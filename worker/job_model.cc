@@ -57,9 +57,10 @@ absl::Status Preflight(JobModel& job, const Dataset& train, int64_t batch) {
   try {
     job.model.SetTraining(true);
     const torch::Tensor output = job.model.Forward(x);
-    status = job.loss.CheckOutput(output, y, job.num_classes);
+    const torch::Tensor labels = y.to(output.device());
+    status = job.loss.CheckOutput(output, labels, job.num_classes);
     if (status.ok()) {
-      const torch::Tensor loss = job.loss.Summed(output, y);
+      const torch::Tensor loss = job.loss.Summed(output, labels);
       const double value = loss.item<double>();
       if (!std::isfinite(value)) {
         status = absl::InvalidArgumentError(absl::StrCat(

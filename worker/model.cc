@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -377,30 +378,36 @@ absl::Status BuildRecurrent(ZooBuilder& zoo, Assembly& model,
   return AddHead(zoo, model, spec, last, outputs);
 }
 
-// Input i of `node` is a constant: the train/eval mode baked in.
-bool ConstantInput(const torch::jit::Node* node, size_t i) {
-  return node->inputs().size() > i &&
-         node->inputs()[i]->node()->kind() == c10::prim::Constant;
+// True when `node` is an operator whose behaviour depends on the train/eval
+// mode (dropout, normalization, recurrent layers with dropout) and its mode
+// argument is a constant, as torch.jit.trace records it. A scripted module
+// passes `self.training` (or a value computed from it) instead.
+bool BakedMode(const torch::jit::Node* node) {
+  static const std::set<c10::Symbol> kModal = {
+      c10::aten::dropout,       c10::aten::feature_dropout,
+      c10::aten::alpha_dropout, c10::aten::feature_alpha_dropout,
+      c10::aten::batch_norm,    c10::aten::instance_norm,
+      c10::aten::gru,           c10::aten::lstm,
+      c10::aten::rnn_tanh,      c10::aten::rnn_relu};
+  if (kModal.count(node->kind()) == 0) return false;
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  if (schema == nullptr) return false;
+  const std::vector<c10::Argument>& args = schema->arguments();
+  for (size_t i = 0; i < args.size() && i < node->inputs().size(); ++i) {
+    const std::string& name = args[i].name();
+    if (name == "train" || name == "training" || name == "use_input_stats") {
+      return node->inputs()[i]->node()->kind() == c10::prim::Constant;
+    }
+  }
+  return false;
 }
 
-// True when some dropout or normalization in `block` has its training flag
-// as a constant, as torch.jit.trace records it.
 bool HasBakedMode(const torch::jit::Block* block) {
   for (const torch::jit::Node* node : block->nodes()) {
     for (const torch::jit::Block* inner : node->blocks()) {
       if (HasBakedMode(inner)) return true;
     }
-    const c10::Symbol kind = node->kind();
-    if ((kind == c10::aten::dropout || kind == c10::aten::feature_dropout ||
-         kind == c10::aten::alpha_dropout ||
-         kind == c10::aten::feature_alpha_dropout) &&
-        ConstantInput(node, 2)) {
-      return true;
-    }
-    if ((kind == c10::aten::batch_norm || kind == c10::aten::instance_norm) &&
-        ConstantInput(node, 5)) {
-      return true;
-    }
+    if (BakedMode(node)) return true;
   }
   return false;
 }
@@ -555,9 +562,10 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
   if (HasBakedMode(graph->block())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.torchscript: '", path,
-        "' is a traced module: its dropout or batch norm has the train/eval "
-        "mode of the moment it was traced baked in, so it would train and "
-        "evaluate alike; use torch.jit.script instead of torch.jit.trace; ",
+        "' is a traced module: its dropout, batch norm or recurrent layer has "
+        "the train/eval mode of the moment it was traced baked in, so it would "
+        "train and evaluate alike; use torch.jit.script instead of "
+        "torch.jit.trace; ",
         kHowTo));
   }
   Model model(std::move(module));
@@ -586,7 +594,7 @@ absl::StatusOr<Model> Model::FromSpec(const ModelSpec& spec,
 }
 
 torch::Tensor Model::Forward(const torch::Tensor& x) {
-  c10::IValue out = module_.forward({x});
+  c10::IValue out = module_.forward({x.device() == device_ ? x : x.to(device_)});
   TORCH_CHECK(out.isTensor(),
               "the model's forward must return one tensor, it returned ",
               out.tagKind());
@@ -594,6 +602,12 @@ torch::Tensor Model::Forward(const torch::Tensor& x) {
 }
 
 void Model::SetTraining(bool on) { module_.train(on); }
+
+void Model::To(const torch::Device& device) {
+  module_.to(device);
+  device_ = device;
+  CollectState();
+}
 
 std::vector<torch::Tensor> Model::parameters() const {
   return std::vector<torch::Tensor>(state_.begin(),

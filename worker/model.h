@@ -81,8 +81,14 @@ class Model {
                                         int64_t outputs);
 
   // The model's output for a batch (the first dimension of `x` is the
-  // batch). LibTorch errors propagate as c10::Error.
+  // batch), on the model's device (`x` is moved there first when it is
+  // elsewhere). LibTorch errors propagate as c10::Error.
   torch::Tensor Forward(const torch::Tensor& x);
+
+  // Moves the model's tensors to `device`; state() then holds the moved
+  // tensors.
+  void To(const torch::Device& device);
+  const torch::Device& device() const { return device_; }
 
   // train(on) on the module and every submodule (dropout, BatchNorm).
   void SetTraining(bool on);
@@ -113,6 +119,7 @@ class Model {
   void CollectState();
 
   torch::jit::Module module_;
+  torch::Device device_ = torch::kCPU;
   std::vector<torch::Tensor> state_;
   std::vector<std::string> names_;
   size_t num_parameters_ = 0;

@@ -260,6 +260,23 @@ TEST(ModelSaveLoadTest, SavedBuiltinLoadsWithSameOutputsAndState) {
   std::remove(path.c_str());
 }
 
+TEST(ModelBuildTest, ToMovesStateAndForwardMovesInputs) {
+  ModelSpec spec = Spec("mlp");
+  spec.set_batch_norm(true);
+  Model model = MustBuild(spec, {3}, 2);
+  const std::vector<std::string> names = model.state_names();
+  model.To(torch::kCPU);
+  EXPECT_EQ(model.state_names(), names);
+  EXPECT_TRUE(model.device().is_cpu());
+  // The state still is the module's: writing it changes the outputs.
+  model.SetTraining(false);
+  const torch::Tensor x = torch::rand({4, 3});
+  const torch::Tensor before = model.Forward(x);
+  torch::NoGradGuard no_grad;
+  model.state()[0].mul_(2);
+  EXPECT_FALSE(torch::equal(before, model.Forward(x)));
+}
+
 TEST(ModelSaveLoadTest, SetStateWritesTheModel) {
   Model model = MustBuild(Spec("mlp"), {3}, 2);
   std::vector<std::vector<float>> values;
@@ -291,6 +308,35 @@ def forward(self, x):
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("traced"));
   EXPECT_THAT(status.message(), HasSubstr("torch.jit.script"));
+  std::remove(path.c_str());
+}
+
+// The zoo's recurrent layers pass self.training: saved, they load; a GRU
+// call with the mode as a constant (a traced GRU) does not.
+TEST(ModelLoadTest, RecurrentModeMustNotBeConstant) {
+  ModelSpec spec = Spec("lstm");
+  spec.add_recurrent(4);
+  const std::string saved = TempPath("lstm.pt");
+  ASSERT_TRUE(MustBuild(spec, {5, 3}, 2).Save(saved).ok());
+  EXPECT_TRUE(Model::Load(saved).ok());
+  std::remove(saved.c_str());
+
+  torch::jit::Module m("__torch__.TracedGru");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  for (const std::string name : {"w_ih", "w_hh", "b_ih", "b_hh"}) {
+    m.register_parameter(name, torch::ones({6}, torch::requires_grad()), false);
+  }
+  m.define(R"(
+def forward(self, x):
+    h0 = torch.zeros([1, x.size(0), 2])
+    out, h = torch.gru(x, h0, [self.w_ih, self.w_hh, self.b_ih, self.b_hh], True, 1, 0.0, False, False, True)
+    return out
+)");
+  const std::string path = TempPath("traced_gru.pt");
+  m.save(path);
+  const absl::Status status = Model::Load(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("recurrent layer"));
   std::remove(path.c_str());
 }
 

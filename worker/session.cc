@@ -124,11 +124,6 @@ int GroupSession::Run(int* argc, char*** argv) {
 
   absl::StatusOr<DeviceChoice> device = ResolveDevice(
       options_.device, mpi_ ? mpi_->local_rank() : 0, CudaDeviceCount());
-  if (device.ok() && !device->device.is_cpu()) {
-    device = absl::UnimplementedError(absl::StrCat(
-        "--device ", options_.device, " resolved to ", device->device.str(),
-        ", but this worker trains on the CPU only so far; use --device cpu"));
-  }
   if (!device.ok()) {
     if (group_->rank() == 0) {
       std::fprintf(stderr, "mpilearn-worker: %s\n",
@@ -137,6 +132,7 @@ int GroupSession::Run(int* argc, char*** argv) {
     return 1;
   }
   if (!device->note.empty() && group_->rank() == 0) LOG(INFO) << device->note;
+  device_ = device->device;
   return options_.role == Role::kValidate ? RunValidationPool() : RunTraining();
 }
 
@@ -358,6 +354,7 @@ int GroupSession::RunTraining() {
   TrainerOptions trainer_options;
   trainer_options.slowdown_ms_per_batch = options_.slowdown_ms_per_batch;
   trainer_options.progress = options_.progress;
+  trainer_options.device = device_;
   trainer_options.trace = trace.get();
   // A group the master stops knowing (it restarted from a checkpoint, or
   // declared the group lost during a long outage) registers again and goes
@@ -415,7 +412,13 @@ int GroupSession::RunTraining() {
     leave.set_completed(result->finished_job);
     if (result->finished_job && result->test.samples > 0) {
       leave.set_test_loss(result->test.loss);
-      leave.set_test_accuracy(result->test.accuracy);
+      for (const auto& [name, value] : result->test.metrics) {
+        // "val_mae" -> "test_mae": the same metrics, on the test set.
+        (*leave.mutable_test_metrics())["test" + name.substr(name.find('_'))] = value;
+      }
+      if (result->test.metrics.count("val_accuracy") > 0) {
+        leave.set_test_accuracy(result->test.accuracy);
+      }
     }
     absl::StatusOr<v1::JobState> state = master->Leave(leave);
     if (!state.ok()) {

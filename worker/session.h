@@ -29,6 +29,8 @@
 #ifndef MPILEARN_WORKER_SESSION_H_
 #define MPILEARN_WORKER_SESSION_H_
 
+#include <c10/core/Device.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -120,6 +122,7 @@ class GroupSession {
   Collectives* group_ = nullptr;   // *mpi_ or single_, once Run started
   std::string tag_;                // "[rank R/N] ", for this rank's errors
   int threads_ = 1;                // compute threads of this rank
+  c10::Device device_ = c10::kCPU;  // where this rank trains
 };
 
 }  // namespace mpilearn::worker

@@ -54,7 +54,14 @@ absl::Status Trainer::BuildModelAndInitWeights() {
   absl::Status ready = built.status();
   if (built.ok()) {
     job_.emplace(*std::move(built));
-    ready = Preflight(*job_, data_.train, spec_.batch_size());
+    try {
+      job_->model.To(options_.device);
+      ready = Preflight(*job_, data_.train, spec_.batch_size());
+    } catch (const std::exception& e) {
+      ready = absl::ResourceExhaustedError(
+          absl::StrCat("cannot move the model to ", options_.device.str(), ": ",
+                       ShortExceptionMessage(e)));
+    }
   }
   MPILEARN_RETURN_IF_ERROR(AgreeOnAllRanks(context_, ready));
   // Every rank must hold the same layout (they all load the same model file,
@@ -125,6 +132,7 @@ absl::Status Trainer::SyncToMasterWeights() {
     TraceSpan span(trace_, "broadcast", "mpi");
     MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(pulled));
     for (absl::Span<float> view : context_.weights) group_.Broadcast(view, 0);
+    context_.ToModel();
   }
   TraceSpan span(trace_, "allreduce", "mpi");
   std::vector<double> version = {leader() ? static_cast<double>(context_.version)
@@ -173,8 +181,8 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
       {
         TraceSpan span(trace_, "data_load", "data");
         torch::Tensor index = mine.slice(0, begin, end);
-        x = data_.train.features.index_select(0, index);
-        y = data_.train.labels.index_select(0, index);
+        x = data_.train.features.index_select(0, index).to(options_.device);
+        y = data_.train.labels.index_select(0, index).to(options_.device);
       }
       context_.times.data += SecondsSince(t);
       t = absl::Now();
@@ -290,6 +298,7 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
     // own weights between exchanges, so theirs are put back afterwards.
     std::vector<float> own;
     if (exchange_->keeps_local_weights()) {
+      context_.FromModel();
       for (const auto& view : context_.weights) {
         own.insert(own.end(), view.begin(), view.end());
       }
@@ -302,6 +311,7 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
         std::copy(own.begin() + offset, own.begin() + offset + view.size(), view.begin());
         offset += view.size();
       }
+      context_.ToModel();
     }
   }
 

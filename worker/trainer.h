@@ -76,6 +76,9 @@ struct TrainerOptions {
   int64_t slowdown_ms_per_batch = 0;
   // The leader's progress line (stdout); off unless asked for.
   ProgressOptions progress{ProgressMode::kOff};
+  // Where the rank trains (worker/device.h). Off the CPU the exchange works
+  // on host copies of the model's state (ExchangeContext::mirrored).
+  torch::Device device = torch::kCPU;
   // This rank's trace recorder (not owned); null: no tracing.
   TraceRecorder* trace = nullptr;
 };

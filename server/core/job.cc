@@ -256,8 +256,8 @@ void Job::ResumeOutcomeLocked(const v1::JobStatus& status) {
   state_ = status.state();
   message_ = status.message();
   stop_reason_ = status.stop_reason();
-  if (status.has_test_accuracy()) {
-    test_result_ = TestResult{status.test_loss(), status.test_accuracy()};
+  if (status.has_test_loss() || status.has_test_accuracy()) {
+    test_result_ = TestResult::Of(status);
   }
 }
 
@@ -320,8 +320,8 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
       request.error().empty() && !stop_finished_) {
     // The group that finished a job a stop rule ended.
     stop_finished_ = true;
-    if (request.has_test_accuracy()) {
-      test_result_ = TestResult{request.test_loss(), request.test_accuracy()};
+    if (request.has_test_loss() || request.has_test_accuracy()) {
+      test_result_ = TestResult::Of(request);
       done.test_result_recorded = true;
     }
   } else if (ended || !was_alive) {
@@ -340,8 +340,8 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
     done.ended = true;
   } else if (request.completed() && state_ == v1::JOB_STATE_RUNNING) {
     state_ = v1::JOB_STATE_COMPLETED;
-    if (request.has_test_accuracy()) {
-      test_result_ = TestResult{request.test_loss(), request.test_accuracy()};
+    if (request.has_test_loss() || request.has_test_accuracy()) {
+      test_result_ = TestResult::Of(request);
     }
     done.ended = true;
   } else {
@@ -488,7 +488,11 @@ v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
   groups_.FillStatus(now, &status);
   if (test_result_.has_value()) {
     status.set_test_loss(test_result_->loss);
-    status.set_test_accuracy(test_result_->accuracy);
+    if (test_result_->accuracy.has_value()) {
+      status.set_test_accuracy(*test_result_->accuracy);
+    }
+    status.mutable_test_metrics()->insert(test_result_->metrics.begin(),
+                                          test_result_->metrics.end());
   }
   return status;
 }

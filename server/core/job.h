@@ -81,6 +81,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -286,7 +287,18 @@ class Job {
   // What the group that finished the job measured on the test set.
   struct TestResult {
     double loss = 0.0;
-    double accuracy = 0.0;
+    std::optional<double> accuracy;  // classification losses only
+    std::map<std::string, double> metrics;  // every test metric by name
+
+    // From a Leave request or a stored status (both carry the fields).
+    template <typename Message>
+    static TestResult Of(const Message& m) {
+      TestResult result;
+      result.loss = m.test_loss();
+      if (m.has_test_accuracy()) result.accuracy = m.test_accuracy();
+      result.metrics.insert(m.test_metrics().begin(), m.test_metrics().end());
+      return result;
+    }
   };
 
   const std::string id_;

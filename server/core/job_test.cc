@@ -1072,6 +1072,37 @@ TEST_F(JobQueueTest, StopRuleEndsJobAndOneGroupFinishesIt) {
   EXPECT_EQ(status.units_requeued(), 0u);
 }
 
+// A regression job's test result: loss and the metrics by name, no
+// accuracy; an ended job restored from its status keeps them.
+TEST_F(JobQueueTest, RegressionTestMetricsAreKeptAndRestored) {
+  v1::JobSpec spec = QueueSpec(1, 10);
+  spec.set_loss("mse");
+  job_ = std::make_unique<Job>("job-1", spec);
+  ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
+  ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
+                                Random(1))
+                  .value());
+  v1::LeaveRequest leave;
+  leave.set_job_id("job-1");
+  leave.set_group_id("g");
+  leave.set_completed(true);
+  leave.set_test_loss(0.25);
+  (*leave.mutable_test_metrics())["test_mae"] = 0.4;
+  (*leave.mutable_test_metrics())["test_mse"] = 0.125;
+  EXPECT_EQ(job_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  const v1::JobStatus status = job_->Status(true, now_);
+  EXPECT_DOUBLE_EQ(status.test_loss(), 0.25);
+  EXPECT_FALSE(status.has_test_accuracy());
+  EXPECT_DOUBLE_EQ(status.test_metrics().at("test_mae"), 0.4);
+  EXPECT_DOUBLE_EQ(status.test_metrics().at("test_mse"), 0.125);
+
+  Job restored("job-1", spec);
+  restored.ResumeEnded(status);
+  const v1::JobStatus again = restored.Status(true, now_);
+  EXPECT_FALSE(again.has_test_accuracy());
+  EXPECT_DOUBLE_EQ(again.test_metrics().at("test_mse"), 0.125);
+}
+
 // ---------------------------------------------------------------------------
 // Whole-job checkpoints.
 
