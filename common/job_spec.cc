@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -124,12 +125,72 @@ absl::Status NormalizeModel(v1::ModelSpec* model) {
   return CheckUnitInterval("model.dropout", model->dropout());
 }
 
+// Bounds a file list's entries: at most kMaxFiles paths of at most
+// kMaxPathBytes each, none empty.
+absl::Status CheckFileList(absl::string_view field,
+                           const google::protobuf::RepeatedPtrField<std::string>& files) {
+  constexpr int kMaxFiles = 100000;
+  constexpr size_t kMaxPathBytes = 4096;
+  if (files.size() > kMaxFiles) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " lists ", files.size(), " files; at most ", kMaxFiles,
+        " (list more in a text file, one path per line)"));
+  }
+  for (int i = 0; i < files.size(); ++i) {
+    if (files[i].empty() || files[i].size() > kMaxPathBytes ||
+        files[i].find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "[", i, "] must be a path of 1 to ", kMaxPathBytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The file-list form of DataSpec (HDF5, NumPy).
+absl::Status NormalizeDataFiles(v1::DataSpec* data) {
+  if (!data->train_images().empty() || !data->train_labels().empty() ||
+      !data->validation_images().empty() || !data->test_images().empty()) {
+    return absl::InvalidArgumentError(
+        "data: give either the IDX files (train_images, train_labels, ...) or "
+        "the file lists (train_files, ...), not both");
+  }
+  MPILEARN_RETURN_IF_ERROR(CheckFileList("data.train_files", data->train_files()));
+  MPILEARN_RETURN_IF_ERROR(
+      CheckFileList("data.validation_files", data->validation_files()));
+  MPILEARN_RETURN_IF_ERROR(CheckFileList("data.test_files", data->test_files()));
+  if (data->features_dataset().empty()) data->set_features_dataset("features");
+  if (data->labels_dataset().empty()) data->set_labels_dataset("labels");
+  for (const auto& [field, name] :
+       {std::pair<const char*, const std::string&>{"data.features_dataset",
+                                                   data->features_dataset()},
+        {"data.labels_dataset", data->labels_dataset()}}) {
+    if (name.size() > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " must be at most 1024 bytes"));
+    }
+  }
+  if (data->features_dataset() == data->labels_dataset()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.features_dataset and data.labels_dataset are both '",
+        data->features_dataset(), "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NormalizeData(v1::DataSpec* data) {
-  if (data->train_images().empty() || data->train_labels().empty()) {
+  const bool files = !data->train_files().empty();
+  if (files) {
+    MPILEARN_RETURN_IF_ERROR(NormalizeDataFiles(data));
+  } else if (!data->validation_files().empty() || !data->test_files().empty()) {
+    return absl::InvalidArgumentError(
+        "data.validation_files and data.test_files need data.train_files");
+  }
+  if (!files && (data->train_images().empty() || data->train_labels().empty())) {
     return absl::InvalidArgumentError(
         "data.train_images and data.train_labels are required (gzip'd IDX "
         "files, e.g. /usr/share/datasets/fashion-mnist/"
-        "train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz)");
+        "train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz), or "
+        "data.train_files (HDF5 or NumPy files)");
   }
   if (data->validation_images().empty() != data->validation_labels().empty()) {
     return absl::InvalidArgumentError(
@@ -145,7 +206,9 @@ absl::Status NormalizeData(v1::DataSpec* data) {
   MPILEARN_RETURN_IF_ERROR(
       CheckIntRange("data.train_limit", data->train_limit(), 0, int64_t{1} << 40));
   if (!data->has_validation_count()) {
-    data->set_validation_count(data->validation_images().empty() ? 5000 : 0);
+    const bool separate = !data->validation_images().empty() ||
+                          !data->validation_files().empty();
+    data->set_validation_count(separate ? 0 : 5000);
   }
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("data.validation_count",
                                          data->validation_count(), 0,

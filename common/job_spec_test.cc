@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,41 @@ TEST(JobSpecTest, FullSpecKeepsValuesAndAcceptsCamelCase) {
 
 // Each optimizer's PyTorch defaults are written into the spec; fields the
 // optimizer does not use are left out.
+// HDF5/NumPy file lists instead of IDX files.
+TEST(JobSpecTest, DataFileListsGetDefaultsAndExcludeIdx) {
+  auto spec = ParseJobSpecJson(R"({"data": {"train_files": ["/d/a.h5", "/d/b.h5"],
+                                            "test_files": ["/d/test.txt"]}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().features_dataset(), "features");
+  EXPECT_EQ(spec->data().labels_dataset(), "labels");
+  EXPECT_EQ(spec->data().validation_count(), 5000);
+  auto separate = ParseJobSpecJson(R"({"data": {"train_files": ["a.npz"],
+      "validation_files": ["v.npz"], "features_dataset": "x", "labels_dataset": "y"}})");
+  ASSERT_TRUE(separate.ok()) << separate.status();
+  EXPECT_EQ(separate->data().validation_count(), 0);
+  EXPECT_EQ(separate->data().features_dataset(), "x");
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"data": {"train_files": ["a.h5"], "train_images": "x.gz"}})",
+       "not both"},
+      {R"({"data": {"train_images": "x.gz", "train_labels": "y.gz",
+                    "test_files": ["t.h5"]}})",
+       "need data.train_files"},
+      {R"({"data": {"train_files": [""]}})", "data.train_files[0]"},
+      {R"({"data": {"train_files": ["a.h5"], "features_dataset": "z",
+                    "labels_dataset": "z"}})",
+       "both 'z'"},
+      {R"({"data": {}})", "data.train_files"},
+  };
+  for (const auto& [json, message] : bad) {
+    auto refused = ParseJobSpecJson(json);
+    ASSERT_FALSE(refused.ok()) << json;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(message), std::string::npos)
+        << refused.status().message();
+  }
+}
+
 TEST(JobSpecTest, EveryOptimizerGetsItsDefaults) {
   auto with_optimizer = [](const std::string& optimizer) {
     return ParseJobSpecJson(

@@ -16,6 +16,8 @@ PACKAGES=(
   prometheus                 # a real Prometheus server for the metrics test
   libgtest-dev googletest
   zlib1g-dev
+  libhdf5-dev                # users' data files: .h5 (worker/hdf5_file.cc, tools/convert_data)
+  python3-h5py               # to write and inspect .h5 data files from Python
   dataset-fashion-mnist      # the built-in default job's data
   python3-torch              # tools/export_torchscript.py: users' models (PyTorch 1.13)
 )

@@ -4,16 +4,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "worker/data_file.h"
 #include "worker/idx_reader.h"
 
 namespace mpilearn {
@@ -71,8 +76,11 @@ absl::Status CheckFinite(absl::string_view field, const std::string& path,
 // One split as loaded, with what the cross-split checks compare.
 struct LoadedSplit {
   Dataset data;
-  IdxType features_type = IdxType::kUnsignedByte;
-  IdxType labels_type = IdxType::kUnsignedByte;
+  // Whether the features were unsigned bytes scaled by 1/255, and the
+  // stored element types' names, for messages.
+  bool features_scaled = true;
+  std::string features_type = "unsigned byte";
+  std::string labels_type = "unsigned byte";
 };
 
 // True when features of `type` are scaled by 1/255 on loading.
@@ -166,7 +174,8 @@ absl::StatusOr<LoadedSplit> LoadSplit(absl::string_view features_field,
   LoadedSplit split;
   MPILEARN_ASSIGN_OR_RETURN(IdxArray features,
                             ReadField(features_field, features_path, limit));
-  split.features_type = features.type;
+  split.features_scaled = IsScaled(features.type);
+  split.features_type = std::string(IdxTypeName(features.type));
   MPILEARN_ASSIGN_OR_RETURN(
       split.data.features,
       FeaturesOf(features_field, features_path, std::move(features)));
@@ -181,9 +190,135 @@ absl::StatusOr<LoadedSplit> LoadSplit(absl::string_view features_field,
         "' holds ", labels.dims[0], " labels",
         limit > 0 ? absl::StrCat(" (reading at most ", limit, ")") : ""));
   }
-  split.labels_type = labels.type;
+  split.labels_type = std::string(IdxTypeName(labels.type));
   MPILEARN_ASSIGN_OR_RETURN(
       split.data.labels, LabelsOf(labels_field, labels_path, std::move(labels)));
+  return split;
+}
+
+// True when `path` names a data file OpenDataFile reads (by extension).
+bool IsDataFile(const std::string& path) {
+  for (const char* ext : {".h5", ".hdf5", ".npz", ".npy"}) {
+    if (absl::EndsWith(path, ext)) return true;
+  }
+  return false;
+}
+
+// The paths a file list names: its entries, or, for a single entry that is
+// not a data file, the lines of that text file (blank lines and lines
+// starting with '#' skipped; relative paths are relative to the list's
+// directory).
+absl::StatusOr<std::vector<std::string>> ExpandFileList(
+    absl::string_view field,
+    const google::protobuf::RepeatedPtrField<std::string>& entries) {
+  std::vector<std::string> paths(entries.begin(), entries.end());
+  if (paths.size() != 1 || IsDataFile(paths[0])) return paths;
+  const std::string list = paths[0];
+  constexpr std::uintmax_t kMaxListBytes = 64 << 20;
+  std::error_code error;
+  const std::uintmax_t size = std::filesystem::file_size(list, error);
+  if (error) {
+    return absl::NotFoundError(absl::StrCat(
+        "data.", field, ": cannot read the file list '", list, "': ",
+        error.message(),
+        " (entries must be .h5, .hdf5, .npz or .npy files, or one text file "
+        "listing them)"));
+  }
+  if (size > kMaxListBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": the file list '", list, "' is ", size,
+        " bytes; at most ", kMaxListBytes));
+  }
+  std::ifstream in(list);
+  const std::filesystem::path dir = std::filesystem::path(list).parent_path();
+  paths.clear();
+  std::string line;
+  while (std::getline(in, line)) {
+    const absl::string_view entry = absl::StripAsciiWhitespace(line);
+    if (entry.empty() || entry[0] == '#') continue;
+    std::filesystem::path path{std::string(entry)};
+    if (path.is_relative()) path = dir / path;
+    paths.push_back(path.string());
+  }
+  if (paths.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": the file list '", list, "' names no files"));
+  }
+  return paths;
+}
+
+// Loads one split from the data files `field` lists, rows concatenated in
+// list order, at most `limit` rows (0: all).
+absl::StatusOr<LoadedSplit> LoadFilesSplit(
+    absl::string_view field,
+    const google::protobuf::RepeatedPtrField<std::string>& entries,
+    const DataFileNames& names, int64_t limit) {
+  MPILEARN_ASSIGN_OR_RETURN(const std::vector<std::string> paths,
+                            ExpandFileList(field, entries));
+  LoadedSplit split;
+  std::vector<torch::Tensor> features, labels;
+  int64_t rows = 0;
+  for (const std::string& path : paths) {
+    if (limit > 0 && rows >= limit) break;
+    absl::StatusOr<std::unique_ptr<DataFile>> file = OpenDataFile(path, names);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("data.", field, ": ", file.status().message()));
+    }
+    const int64_t take =
+        limit > 0 ? std::min((*file)->rows(), limit - rows) : (*file)->rows();
+    absl::StatusOr<DataRows> read = (*file)->Read(0, take);
+    if (!read.ok()) {
+      return absl::Status(read.status().code(),
+                          absl::StrCat("data.", field, ": ", read.status().message()));
+    }
+    if (!features.empty() && read->features.sizes().slice(1) !=
+                                 features.front().sizes().slice(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.", field, ": '", path, "' holds samples of shape ",
+          Shape(read->features.sizes().slice(1).vec()), " but '", paths[0],
+          "' holds ", Shape(features.front().sizes().slice(1).vec())));
+    }
+    if (!labels.empty() && (read->labels.dim() != labels.front().dim() ||
+                            read->labels.sizes().slice(1) !=
+                                labels.front().sizes().slice(1))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.", field, ": '", path, "' holds labels of shape ",
+          Shape(read->labels.sizes().vec()), " but '", paths[0],
+          "' holds labels of shape ", Shape(labels.front().sizes().vec())));
+    }
+    if (features.empty()) {
+      split.features_scaled = (*file)->feature_type() == ElementType::kUint8;
+      split.features_type = ElementTypeName((*file)->feature_type());
+      split.labels_type = ElementTypeName((*file)->label_type());
+    }
+    rows += take;
+    features.push_back(std::move(read->features));
+    labels.push_back(std::move(read->labels));
+  }
+  if (rows == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.", field, ": the files hold no samples"));
+  }
+  split.data.features = features.size() == 1 ? features[0] : torch::cat(features);
+  split.data.labels = labels.size() == 1 ? labels[0] : torch::cat(labels);
+  if (!torch::isfinite(split.data.features).all().item<bool>()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": the features hold NaN or infinite values; every "
+        "value must be finite"));
+  }
+  if (split.data.labels.dim() == 1) {
+    const int64_t low = split.data.labels.min().item<int64_t>();
+    const int64_t high = split.data.labels.max().item<int64_t>();
+    if (low < 0 || high >= kMaxClasses) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.", field, ": class indices must be in [0, ", kMaxClasses,
+          "), the labels hold ", low < 0 ? low : high));
+    }
+  } else if (!torch::isfinite(split.data.labels).all().item<bool>()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": the labels hold NaN or infinite values"));
+  }
   return split;
 }
 
@@ -227,11 +362,10 @@ absl::Status CheckMatchesTrain(absl::string_view features_field,
         "data.", features_field, ": samples have shape ", Shape(shape),
         " but the training samples have shape ", Shape(train_shape)));
   }
-  if (IsScaled(split.features_type) != IsScaled(train.features_type)) {
+  if (split.features_scaled != train.features_scaled) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.", features_field, ": features are ",
-        IdxTypeName(split.features_type), " but the training features are ",
-        IdxTypeName(train.features_type),
+        "data.", features_field, ": features are ", split.features_type,
+        " but the training features are ", train.features_type,
         "; unsigned bytes are scaled by 1/255 and other types are not, so "
         "give every split the same element type"));
   }
@@ -240,9 +374,9 @@ absl::Status CheckMatchesTrain(absl::string_view features_field,
   if (kind != train_kind) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.", labels_field, ": labels are ", kind, " (",
-        IdxTypeName(split.labels_type), " ", Shape(split.data.labels.sizes().vec()),
+        split.labels_type, " ", Shape(split.data.labels.sizes().vec()),
         ") but the training labels are ", train_kind, " (",
-        IdxTypeName(train.labels_type), " ",
+        train.labels_type, " ",
         Shape(train.data.labels.sizes().vec()), ")"));
   }
   return absl::OkStatus();
@@ -255,12 +389,13 @@ int64_t Dataset::size() const {
 }
 
 absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
-  if (spec.train_images().empty()) {
+  if (spec.train_images().empty() && spec.train_files().empty()) {
     return absl::InvalidArgumentError(
         "data.train_images is required: a gzip'd IDX file of training images "
-        "such as /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+        "such as /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, "
+        "or data.train_files (HDF5 or NumPy files)");
   }
-  if (spec.train_labels().empty()) {
+  if (spec.train_labels().empty() && spec.train_files().empty()) {
     return absl::InvalidArgumentError(
         "data.train_labels is required: a gzip'd IDX file of training labels "
         "such as /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
@@ -279,20 +414,30 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
   MPILEARN_RETURN_IF_ERROR(
       CheckNonNegative("validation_count", validation_count));
 
+  // IDX files, or the file lists (HDF5, NumPy).
+  const bool files = !spec.train_files().empty();
+  DataFileNames names;
+  if (!spec.features_dataset().empty()) names.features = spec.features_dataset();
+  if (!spec.labels_dataset().empty()) names.labels = spec.labels_dataset();
   DatasetSplits splits;
   MPILEARN_ASSIGN_OR_RETURN(
       LoadedSplit train,
-      LoadSplit("train_images", spec.train_images(), "train_labels",
-                spec.train_labels(), spec.train_limit()));
+      files ? LoadFilesSplit("train_files", spec.train_files(), names,
+                             spec.train_limit())
+            : LoadSplit("train_images", spec.train_images(), "train_labels",
+                        spec.train_labels(), spec.train_limit()));
 
-  if (!spec.validation_images().empty()) {
+  if (!spec.validation_images().empty() || !spec.validation_files().empty()) {
     MPILEARN_ASSIGN_OR_RETURN(
         LoadedSplit validation,
-        LoadSplit("validation_images", spec.validation_images(),
-                  "validation_labels", spec.validation_labels(),
-                  /*limit=*/0));
+        files ? LoadFilesSplit("validation_files", spec.validation_files(),
+                               names, /*limit=*/0)
+              : LoadSplit("validation_images", spec.validation_images(),
+                          "validation_labels", spec.validation_labels(),
+                          /*limit=*/0));
     MPILEARN_RETURN_IF_ERROR(CheckMatchesTrain(
-        "validation_images", "validation_labels", validation, train));
+        files ? "validation_files" : "validation_images",
+        files ? "validation_files" : "validation_labels", validation, train));
     splits.validation = std::move(validation.data);
     splits.train = train.data;
   } else {
@@ -319,13 +464,16 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
     }
   }
 
-  if (!spec.test_images().empty()) {
+  if (!spec.test_images().empty() || !spec.test_files().empty()) {
     MPILEARN_ASSIGN_OR_RETURN(
         LoadedSplit test,
-        LoadSplit("test_images", spec.test_images(), "test_labels",
-                  spec.test_labels(), spec.test_limit()));
-    MPILEARN_RETURN_IF_ERROR(
-        CheckMatchesTrain("test_images", "test_labels", test, train));
+        files ? LoadFilesSplit("test_files", spec.test_files(), names,
+                               spec.test_limit())
+              : LoadSplit("test_images", spec.test_images(), "test_labels",
+                          spec.test_labels(), spec.test_limit()));
+    MPILEARN_RETURN_IF_ERROR(CheckMatchesTrain(
+        files ? "test_files" : "test_images", files ? "test_files" : "test_labels",
+        test, train));
     splits.test = std::move(test.data);
   }
 

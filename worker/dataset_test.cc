@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -723,6 +724,104 @@ TEST(ShardTest, SharesStorageWithTheDataset) {
   EXPECT_EQ(shard.features.data_ptr<float>(),
             d.features.data_ptr<float>() + 5);
   EXPECT_EQ(shard.labels.data_ptr<int64_t>(), d.labels.data_ptr<int64_t>() + 5);
+}
+
+// ---------------------------------------------------------------------------
+// File lists (HDF5, NumPy): written here as NumPy .npy pairs by hand.
+
+// Writes a version-1 .npy file of float32 values with `shape`.
+void WriteNpyFloat(const std::string& path, const std::vector<int64_t>& shape,
+                   const std::vector<float>& values) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ", ";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       dims + "), }";
+  // Pad with spaces to a multiple of 64 bytes with the 10-byte preamble, then
+  // a newline, as numpy writes it.
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(length & 0xff));
+  out.put(static_cast<char>(length >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(values.data()),
+            static_cast<std::streamsize>(values.size() * sizeof(float)));
+}
+
+// A pair x_features.npy / x_labels.npy of `n` samples of 2 values each,
+// sample i holding (first + i, -(first + i)) and target 2 * (first + i).
+std::string WriteNpyPair(const std::string& name, int first, int n) {
+  std::vector<float> features, labels;
+  for (int i = 0; i < n; ++i) {
+    features.push_back(static_cast<float>(first + i));
+    features.push_back(-static_cast<float>(first + i));
+    labels.push_back(2.0f * static_cast<float>(first + i));
+  }
+  const std::string path = TempPath(name + "_features.npy");
+  WriteNpyFloat(path, {n, 2}, features);
+  WriteNpyFloat(TempPath(name + "_labels.npy"), {n}, labels);
+  return path;
+}
+
+TEST(LoadDatasetsTest, FileListsConcatenateInOrderThroughAListFile) {
+  WriteNpyPair("part0", 0, 6);
+  WriteNpyPair("part1", 6, 4);
+  // Relative paths in the list are relative to the list's directory.
+  std::ofstream(TempPath("parts.txt"))
+      << "# two parts\npart0_features.npy\n\n  part1_features.npy  \n";
+  DataSpec spec;
+  spec.add_train_files(TempPath("parts.txt"));
+  spec.set_validation_count(3);
+  spec.add_test_files(WriteNpyPair("test", 100, 2));
+  absl::StatusOr<DatasetSplits> splits = LoadDatasets(spec);
+  ASSERT_TRUE(splits.ok()) << splits.status();
+  ASSERT_EQ(splits->train.size(), 7);
+  ASSERT_EQ(splits->validation.size(), 3);
+  ASSERT_EQ(splits->test.size(), 2);
+  EXPECT_EQ(splits->input_shape, (std::vector<int64_t>{2}));
+  EXPECT_TRUE(splits->float_labels);
+  EXPECT_EQ(splits->num_classes, 1);
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(splits->train.features[i][0].item<float>(), i);
+    EXPECT_EQ(splits->train.features[i][1].item<float>(), -i);
+    EXPECT_EQ(splits->train.labels[i][0].item<float>(), 2 * i);
+  }
+  // The held-out samples are the last of the concatenation (7, 8, 9).
+  EXPECT_EQ(splits->validation.features[0][0].item<float>(), 7);
+  EXPECT_EQ(splits->test.labels[1][0].item<float>(), 202);
+
+  // train_limit cuts the concatenated rows.
+  spec.set_train_limit(8);
+  splits = LoadDatasets(spec);
+  ASSERT_TRUE(splits.ok()) << splits.status();
+  EXPECT_EQ(splits->train.size() + splits->validation.size(), 8);
+}
+
+TEST(LoadDatasetsTest, FileListErrorsNameTheFileAndField) {
+  DataSpec spec;
+  spec.add_train_files(TempPath("nowhere_features.npy"));
+  absl::StatusOr<DatasetSplits> missing = LoadDatasets(spec);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(Message(missing), HasSubstr("data.train_files"));
+  EXPECT_THAT(Message(missing), HasSubstr("nowhere_features.npy"));
+
+  DataSpec list;
+  list.add_train_files(TempPath("no-such-list.txt"));
+  EXPECT_THAT(Message(LoadDatasets(list)), HasSubstr("cannot read the file list"));
+
+  // Files whose samples differ in shape.
+  WriteNpyPair("shape0", 0, 3);
+  WriteNpyFloat(TempPath("shape1_features.npy"), {3, 3}, std::vector<float>(9, 1.0f));
+  WriteNpyFloat(TempPath("shape1_labels.npy"), {3}, {1, 2, 3});
+  DataSpec shapes;
+  shapes.add_train_files(TempPath("shape0_features.npy"));
+  shapes.add_train_files(TempPath("shape1_features.npy"));
+  shapes.set_validation_count(1);
+  const absl::StatusOr<DatasetSplits> mixed = LoadDatasets(shapes);
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(mixed), HasSubstr("shape1_features.npy"));
 }
 
 }  // namespace

@@ -1,0 +1,129 @@
+// One data file of a job's file lists (HDF5 or NumPy): its row count and
+// shapes from the file's metadata, and any range of rows read straight into
+// tensors, so a rank can read only the rows it trains (a data unit is a range
+// of rows inside one file) and never needs the whole file in memory.
+//
+//   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
+//                             OpenDataFile("/data/jets_0.h5", names));
+//   file->rows();                        // e.g. 100000
+//   MPILEARN_ASSIGN_OR_RETURN(DataRows batch, file->Read(2048, 4096));
+//   // batch.features float32 [2048, ...], batch.labels int64 [2048] or
+//   // float32 [2048, K]
+//
+// What element types become (as for IDX, worker/dataset.h): features are
+// float32, unsigned bytes scaled by 1/255, every other type as stored;
+// labels: integer [N] -> int64 class indices; integer [N, C] -> float32
+// rows (one-hot, multi-label); float [N] or [N, K] -> float32 [N, 1] or
+// [N, K] targets.
+//
+// Formats, by the file name's extension:
+//   .h5, .hdf5   HDF5: datasets `features` and `labels` (DataFileNames);
+//                any shape [N, ...] and numeric type; read by hyperslab.
+//   .npz         an archive of .npy members named `features`.npy and
+//                `labels`.npy (numpy.savez or savez_compressed).
+//   .npy         the features; the labels are the .npy file whose name is
+//                this one's with the last `features` replaced by `labels`
+//                (x_features.npy -> x_labels.npy).
+//
+// Errors name the file and the dataset or member, and say what exists:
+// NotFound (missing file), InvalidArgument (not that format, dataset absent
+// with the names that exist, features and labels with different row
+// counts, an unsupported type or byte order, Fortran order), DataLoss (a
+// read fails or the file changed size under the reader).
+//
+// Thread safety: a DataFile is used by one thread at a time (a rank's
+// prefetch thread, or its training thread); different DataFiles may be read
+// concurrently (the HDF5 library serializes its own calls).
+#ifndef MPILEARN_WORKER_DATA_FILE_H_
+#define MPILEARN_WORKER_DATA_FILE_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mpilearn::worker {
+
+// The element types a data file may hold.
+enum class ElementType {
+  kUint8,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kFloat32,
+  kFloat64,
+};
+
+// "uint8", "float32", ...
+const char* ElementTypeName(ElementType type);
+bool IsIntegerElementType(ElementType type);
+
+// The dataset (HDF5) or member (NumPy) names of the features and labels.
+struct DataFileNames {
+  std::string features = "features";
+  std::string labels = "labels";
+};
+
+// Rows read from a data file, converted as the file comment says.
+struct DataRows {
+  torch::Tensor features;  // float32 [n, ...]
+  torch::Tensor labels;    // int64 [n], or float32 [n, K]
+};
+
+class DataFile {
+ public:
+  virtual ~DataFile() = default;
+
+  const std::string& path() const { return path_; }
+  // Rows (samples) in the file: the first dimension of both arrays.
+  int64_t rows() const { return rows_; }
+  // One row's shape (without the first dimension) and the stored type.
+  const std::vector<int64_t>& feature_shape() const { return feature_shape_; }
+  const std::vector<int64_t>& label_shape() const { return label_shape_; }
+  ElementType feature_type() const { return feature_type_; }
+  ElementType label_type() const { return label_type_; }
+
+  // Reads rows [begin, end), 0 <= begin <= end <= rows(). InvalidArgument
+  // for a range outside the file; DataLoss when the read fails (the file
+  // shrank or is corrupt), naming the file, dataset and rows.
+  virtual absl::StatusOr<DataRows> Read(int64_t begin, int64_t end) = 0;
+
+ protected:
+  DataFile() = default;
+
+  std::string path_;
+  int64_t rows_ = 0;
+  std::vector<int64_t> feature_shape_;
+  std::vector<int64_t> label_shape_;
+  ElementType feature_type_ = ElementType::kFloat32;
+  ElementType label_type_ = ElementType::kInt64;
+};
+
+// Opens `path` by its extension (see the file comment). InvalidArgument for
+// an extension that is none of those.
+absl::StatusOr<std::unique_ptr<DataFile>> OpenDataFile(
+    const std::string& path, const DataFileNames& names = {});
+
+// The format-specific openers OpenDataFile dispatches to.
+absl::StatusOr<std::unique_ptr<DataFile>> OpenHdf5File(
+    const std::string& path, const DataFileNames& names);
+absl::StatusOr<std::unique_ptr<DataFile>> OpenNumpyFile(
+    const std::string& path, const DataFileNames& names);
+
+// Converts `count` raw elements of `type` at `data` (native byte order) to
+// features (float32; unsigned bytes scaled by 1/255) or labels (see the file
+// comment) of shape [rows, row_shape...]: the one conversion every format
+// shares. Labels: integer [N] -> int64; anything else -> float32.
+torch::Tensor FeaturesFromRaw(const void* data, ElementType type,
+                              const std::vector<int64_t>& shape);
+torch::Tensor LabelsFromRaw(const void* data, ElementType type,
+                            const std::vector<int64_t>& shape);
+
+}  // namespace mpilearn::worker
+
+#endif  // MPILEARN_WORKER_DATA_FILE_H_
