@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <iterator>
+#include <vector>
 
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -37,6 +43,48 @@ std::string FindUndefinedFlag(int argc, char** argv) {
     if (!has_value && !flag->IsOfType<bool>()) ++i;
   }
   return "";
+}
+
+int RunToolMain(int argc, char** argv, const ToolMain& tool) {
+  constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2;
+  absl::SetProgramUsageMessage(tool.usage);
+  absl::FlagsUsageConfig usage_config;
+  const std::string source = tool.flags_source;
+  usage_config.contains_help_flags = [source](absl::string_view path) {
+    return absl::EndsWith(path, source);
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-help" || arg == "-h" ||
+        arg == "--helpfull" || arg == "--helpshort") {
+      absl::PrintF("%s\n", tool.usage);
+      return kExitOk;
+    }
+  }
+  auto usage_error = [&](absl::string_view message) {
+    absl::FPrintF(stderr, "%s: %s\nTry '%s --help'.\n", tool.name, message,
+                  tool.name);
+    return kExitUsage;
+  };
+  const std::string undefined = FindUndefinedFlag(argc, argv);
+  if (!undefined.empty()) {
+    return usage_error(absl::StrCat("unknown flag '", undefined, "'"));
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    return usage_error(absl::StrCat("unexpected argument '", positional[1], "'"));
+  }
+  const absl::Status flags = tool.read_flags();
+  if (!flags.ok()) return usage_error(flags.message());
+  const absl::Status status = tool.run();
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "%s: %s\n", tool.name, status.message());
+    return kExitError;
+  }
+  return kExitOk;
 }
 
 }  // namespace mpilearn

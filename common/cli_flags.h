@@ -2,7 +2,11 @@
 #ifndef MPILEARN_COMMON_CLI_FLAGS_H_
 #define MPILEARN_COMMON_CLI_FLAGS_H_
 
+#include <functional>
 #include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace mpilearn {
 
@@ -10,6 +14,26 @@ namespace mpilearn {
 // none), so a tool can answer it as a usage error (exit 2) before absl's
 // parser would exit 1 on it.
 std::string FindUndefinedFlag(int argc, char** argv);
+
+// A command-line tool whose flags are absl flags and that takes no
+// positional arguments, as RunToolMain runs it.
+struct ToolMain {
+  std::string name;   // "convert_data": messages start "convert_data: "
+  std::string usage;  // printed by --help, -h, -help, --helpfull, --helpshort
+  // The source file defining the tool's own flags ("tools/convert_data.cc"),
+  // so absl's flag listings show only them.
+  std::string flags_source;
+  // Reads and checks the flags: an error is a usage error.
+  std::function<absl::Status()> read_flags;
+  // The work: an error is printed as "NAME: message".
+  std::function<absl::Status()> run;
+};
+
+// The whole of such a tool's main(): prints the usage for a help flag
+// (exit 0); for an unknown flag, a positional argument or a read_flags
+// error prints "NAME: message" and "Try 'NAME --help'." (exit 2); else runs
+// it (exit 0, or 1 with the error printed).
+int RunToolMain(int argc, char** argv, const ToolMain& tool);
 
 }  // namespace mpilearn
 

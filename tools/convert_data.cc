@@ -80,9 +80,7 @@ using ::mpilearn::worker::ElementTypeName;
 using ::mpilearn::worker::IdxArray;
 using ::mpilearn::worker::IdxType;
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
+// Exit codes (common/cli_flags.h RunToolMain): 0 ok, 1 error, 2 usage.
 
 // Rows converted per read and write, so a .npy source is streamed.
 constexpr int64_t kRowsPerBlock = 4096;
@@ -503,24 +501,7 @@ absl::Status Convert(const Options& options) {
   return absl::OkStatus();
 }
 
-int UsageError(absl::string_view message) {
-  absl::FPrintF(stderr, "convert_data: %s\nTry 'convert_data --help'.\n",
-                message);
-  return kExitUsage;
-}
 
-// True when the command line asks for --help (or -h).
-bool WantsHelp(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "--help" || arg == "-help" || arg == "-h" ||
-        arg == "--helpfull" || arg == "--helpshort") {
-      return true;
-    }
-  }
-  return false;
-}
 
 }  // namespace
 }  // namespace convert_data
@@ -528,32 +509,15 @@ bool WantsHelp(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   namespace cd = mpilearn::convert_data;
-  absl::SetProgramUsageMessage(cd::kUsage);
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "tools/convert_data.cc");
+  absl::StatusOr<cd::Options> options;
+  mpilearn::ToolMain tool;
+  tool.name = "convert_data";
+  tool.usage = cd::kUsage;
+  tool.flags_source = "tools/convert_data.cc";
+  tool.read_flags = [&] {
+    options = cd::OptionsFromFlags();
+    return options.status();
   };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
-  if (cd::WantsHelp(argc, argv)) {
-    absl::PrintF("%s\n", cd::kUsage);
-    return cd::kExitOk;
-  }
-  const std::string undefined = mpilearn::FindUndefinedFlag(argc, argv);
-  if (!undefined.empty()) {
-    return cd::UsageError(absl::StrCat("unknown flag '", undefined, "'"));
-  }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    return cd::UsageError(
-        absl::StrCat("unexpected argument '", positional[1], "'"));
-  }
-  absl::StatusOr<cd::Options> options = cd::OptionsFromFlags();
-  if (!options.ok()) return cd::UsageError(options.status().message());
-  const absl::Status status = cd::Convert(*options);
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "convert_data: %s\n", status.message());
-    return cd::kExitError;
-  }
-  return cd::kExitOk;
+  tool.run = [&] { return cd::Convert(*options); };
+  return mpilearn::RunToolMain(argc, argv, tool);
 }

@@ -97,9 +97,7 @@ ABSL_FLAG(std::string, model_file, "",
 namespace mpilearn::export_model {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;  // I/O error or weights that do not fit
-constexpr int kExitUsage = 2;  // bad arguments
+// Exit codes (common/cli_flags.h RunToolMain): 0 ok, 1 error, 2 usage.
 
 constexpr char kUsage[] =
     "MPI Learn export: write a job's trained model as a TorchScript file.\n"
@@ -172,11 +170,6 @@ struct Options {
   std::string model_file;
 };
 
-int UsageError(absl::string_view message) {
-  absl::FPrintF(stderr, "mpilearn-export: %s\nTry 'mpilearn-export --help'.\n",
-                message);
-  return kExitUsage;
-}
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -544,16 +537,6 @@ absl::Status Export(Options options) {
   return absl::OkStatus();
 }
 
-// True when the command line asks for --help (or -h): main prints kUsage,
-// which lists every flag, and exits 0.
-bool WantsHelp(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "-h" || arg == "-help" || arg == "--help") return true;
-  }
-  return false;
-}
 
 // Reads the flags into Options; an error is a usage error.
 absl::StatusOr<Options> OptionsFromFlags() {
@@ -625,32 +608,15 @@ absl::StatusOr<Options> OptionsFromFlags() {
 
 int main(int argc, char** argv) {
   namespace ex = mpilearn::export_model;
-  absl::SetProgramUsageMessage(ex::kUsage);
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "tools/export_model.cc");
+  absl::StatusOr<ex::Options> options;
+  mpilearn::ToolMain tool;
+  tool.name = "mpilearn-export";
+  tool.usage = ex::kUsage;
+  tool.flags_source = "tools/export_model.cc";
+  tool.read_flags = [&] {
+    options = ex::OptionsFromFlags();
+    return options.status();
   };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
-  if (ex::WantsHelp(argc, argv)) {
-    absl::PrintF("%s\n", ex::kUsage);
-    return ex::kExitOk;
-  }
-  const std::string undefined = mpilearn::FindUndefinedFlag(argc, argv);
-  if (!undefined.empty()) {
-    return ex::UsageError(absl::StrCat("unknown flag '", undefined, "'"));
-  }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    return ex::UsageError(
-        absl::StrCat("unexpected argument '", positional[1], "'"));
-  }
-  absl::StatusOr<ex::Options> options = ex::OptionsFromFlags();
-  if (!options.ok()) return ex::UsageError(options.status().message());
-  const absl::Status status = ex::Export(*std::move(options));
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "mpilearn-export: %s\n", status.message());
-    return ex::kExitError;
-  }
-  return ex::kExitOk;
+  tool.run = [&] { return ex::Export(*std::move(options)); };
+  return mpilearn::RunToolMain(argc, argv, tool);
 }

@@ -120,9 +120,7 @@ namespace {
 using ::mpilearn::worker::IdxType;
 using ::mpilearn::worker::IdxTypeName;
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
+// Exit codes (common/cli_flags.h RunToolMain): 0 ok, 1 error, 2 usage.
 
 // Samples per split at most: images32 at this size is about 6 GiB.
 constexpr int64_t kMaxSamples = 2'000'000;
@@ -547,25 +545,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   return options;
 }
 
-int UsageError(absl::string_view message) {
-  absl::FPrintF(stderr,
-                "make_synthetic_data: %s\nTry 'make_synthetic_data --help'.\n",
-                message);
-  return kExitUsage;
-}
 
-// True when the command line asks for --help (or -h).
-bool WantsHelp(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "--help" || arg == "-help" || arg == "-h" ||
-        arg == "--helpfull" || arg == "--helpshort") {
-      return true;
-    }
-  }
-  return false;
-}
 
 }  // namespace
 }  // namespace synthetic_data
@@ -573,32 +553,15 @@ bool WantsHelp(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   namespace sd = mpilearn::synthetic_data;
-  absl::SetProgramUsageMessage(sd::kUsage);
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "tools/make_synthetic_data.cc");
+  absl::StatusOr<sd::Options> options;
+  mpilearn::ToolMain tool;
+  tool.name = "make_synthetic_data";
+  tool.usage = sd::kUsage;
+  tool.flags_source = "tools/make_synthetic_data.cc";
+  tool.read_flags = [&] {
+    options = sd::OptionsFromFlags();
+    return options.status();
   };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
-  if (sd::WantsHelp(argc, argv)) {
-    absl::PrintF("%s\n", sd::kUsage);
-    return sd::kExitOk;
-  }
-  const std::string undefined = mpilearn::FindUndefinedFlag(argc, argv);
-  if (!undefined.empty()) {
-    return sd::UsageError(absl::StrCat("unknown flag '", undefined, "'"));
-  }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    return sd::UsageError(
-        absl::StrCat("unexpected argument '", positional[1], "'"));
-  }
-  absl::StatusOr<sd::Options> options = sd::OptionsFromFlags();
-  if (!options.ok()) return sd::UsageError(options.status().message());
-  const absl::Status status = sd::Generate(*options);
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "make_synthetic_data: %s\n", status.message());
-    return sd::kExitError;
-  }
-  return sd::kExitOk;
+  tool.run = [&] { return sd::Generate(*options); };
+  return mpilearn::RunToolMain(argc, argv, tool);
 }

@@ -103,13 +103,13 @@ class Hid {
 
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
-
- private:
+  // Closes the handle now (the destructor then does nothing).
   void Reset() {
     if (id_ >= 0) close_(id_);
     id_ = H5I_INVALID_HID;
   }
 
+ private:
   hid_t id_ = H5I_INVALID_HID;
   Closer close_ = nullptr;
 };
@@ -365,12 +365,15 @@ absl::StatusOr<Hdf5Array> OpenArray(hid_t file, const std::string& path,
     if (i > 0) array.row_elements *= static_cast<int64_t>(dim);
   }
 
+  const size_t cache_bytes =
+      ChunkCacheBytes(probe.get(), array.dims, BytesOf(array.type));
+  // Closed before the dataset is opened again: while it is open, HDF5 hands
+  // back the same dataset with its default 1 MiB cache and ignores the
+  // access list, and gzip'd chunks are re-inflated batch after batch.
+  probe.Reset();
   Hid access(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
   if (!access.valid() ||
-      H5Pset_chunk_cache(
-          access.get(), kChunkCacheSlots,
-          ChunkCacheBytes(probe.get(), array.dims, BytesOf(array.type)),
-          1.0) < 0) {
+      H5Pset_chunk_cache(access.get(), kChunkCacheSlots, cache_bytes, 1.0) < 0) {
     return absl::InternalError(absl::StrCat("cannot set up a chunk cache for ",
                                             array.what, Hdf5ErrorDetail()));
   }
