@@ -52,22 +52,12 @@ class DataFilesTest : public ::testing::Test {
         << ReadFileOrDie(dir_ + "/convert.log");
   }
 
-  // Submits `spec`, runs `ranks` workers to the end; the job's status.
-  v1::JobStatus Train(const v1::JobSpec& spec, int ranks, std::string* log) {
-    auto job_id = client_->SubmitJob(spec);
-    EXPECT_TRUE(job_id.ok()) << job_id.status();
-    if (!job_id.ok()) return v1::JobStatus();
-    auto workers = StartWorkers(ranks, master_->address(),
-                                {"--job_id=" + *job_id, "--threads=1"},
-                                absl::StrCat(dir_, "/workers-", *job_id, ".log"));
-    EXPECT_TRUE(workers.ok()) << workers.status();
-    if (!workers.ok()) return v1::JobStatus();
-    const std::optional<int> exited = (*workers)->Wait(absl::Seconds(300));
-    *log = (*workers)->Log();
-    EXPECT_TRUE(exited.has_value()) << "workers did not finish in 300 s:\n" << *log;
-    auto status = client_->GetJobStatus(*job_id);
-    EXPECT_TRUE(status.ok()) << status.status();
-    return status.ok() ? *status : v1::JobStatus();
+  // Runs `spec` on `ranks` workers to the end (RunJobToEnd).
+  JobRun Train(const v1::JobSpec& spec, int ranks) {
+    absl::StatusOr<JobRun> run =
+        RunJobToEnd(*client_, master_->address(), spec, ranks, dir_);
+    EXPECT_TRUE(run.ok()) << run.status();
+    return run.ok() ? *std::move(run) : JobRun();
   }
 
   std::string dir_;
@@ -102,11 +92,11 @@ TEST_F(DataFilesTest, FashionMnistFromHdf5TrainsAsFromIdx) {
   double accuracy[2];
   int i = 0;
   for (const v1::JobSpec& spec : {idx, hdf5}) {
-    std::string log;
-    const v1::JobStatus status = Train(spec, 2, &log);
-    ASSERT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message() << log;
-    ASSERT_TRUE(status.has_test_accuracy()) << log;
-    accuracy[i++] = status.test_accuracy();
+    const JobRun run = Train(spec, 2);
+    ASSERT_EQ(run.status.state(), v1::JOB_STATE_COMPLETED)
+        << run.status.message() << run.log;
+    ASSERT_TRUE(run.status.has_test_accuracy()) << run.log;
+    accuracy[i++] = run.status.test_accuracy();
   }
   EXPECT_GE(accuracy[0], 0.75);
   EXPECT_NEAR(accuracy[1], accuracy[0], 0.005)
@@ -140,11 +130,10 @@ TEST_F(DataFilesTest, BadFilesFailTheirJobWithTheCause) {
     for (const std::string& f : c.files) data->add_train_files(f);
     data->set_validation_count(500);
     if (!c.features_dataset.empty()) data->set_features_dataset(c.features_dataset);
-    std::string log;
-    const v1::JobStatus status = Train(spec, 1, &log);
-    EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED) << log;
-    EXPECT_THAT(status.message(), HasSubstr(c.cause)) << log;
-    EXPECT_THAT(status.message(), HasSubstr("data.train_files")) << log;
+    const JobRun run = Train(spec, 1);
+    EXPECT_EQ(run.status.state(), v1::JOB_STATE_FAILED) << run.log;
+    EXPECT_THAT(run.status.message(), HasSubstr(c.cause)) << run.log;
+    EXPECT_THAT(run.status.message(), HasSubstr("data.train_files")) << run.log;
   }
   EXPECT_TRUE(client_->ListJobs().ok());
 }

@@ -236,6 +236,29 @@ bool HaveFashionMnist() {
                                  "train-images-idx3-ubyte.gz");
 }
 
+absl::StatusOr<JobRun> RunJobToEnd(MasterClient& client, const std::string& master,
+                                   const v1::JobSpec& spec, int ranks,
+                                   const std::string& dir) {
+  absl::StatusOr<std::string> job_id = client.SubmitJob(spec);
+  if (!job_id.ok()) return job_id.status();
+  absl::StatusOr<std::unique_ptr<ChildProcess>> workers =
+      StartWorkers(ranks, master, {"--job_id=" + *job_id, "--threads=1"},
+                   absl::StrCat(dir, "/workers-", *job_id, ".log"));
+  if (!workers.ok()) return workers.status();
+  const std::optional<int> exited = (*workers)->Wait(absl::Seconds(300));
+  JobRun run;
+  run.log = (*workers)->Log();
+  if (!exited.has_value()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("workers did not finish in 300 s:\n", run.log));
+  }
+  run.exit_code = *exited;
+  absl::StatusOr<v1::JobStatus> status = client.GetJobStatus(*job_id);
+  if (!status.ok()) return status.status();
+  run.status = *std::move(status);
+  return run;
+}
+
 v1::JobSpec FashionMnistSubset(const std::string& algorithm, int64_t train,
                                int epochs) {
   v1::JobSpec spec;

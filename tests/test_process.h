@@ -87,6 +87,23 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
     int ranks, const std::string& master, const std::vector<std::string>& worker_flags,
     const std::string& log_path);
 
+// What RunJobToEnd saw: the job's status after the workers ended, their
+// exit code and their output.
+struct JobRun {
+  v1::JobStatus status;
+  int exit_code = 0;
+  std::string log;
+};
+
+// Submits `spec` through `client`, runs `mpirun -np ranks mpilearn-worker
+// --job_id=ID --threads=1` against `master` until the workers end (log in
+// `dir`/workers-ID.log) and reads the job's status. Errors: the submit,
+// start or status call's, or DEADLINE_EXCEEDED (with the workers' output)
+// when they run longer than 300 s (they are stopped).
+absl::StatusOr<JobRun> RunJobToEnd(MasterClient& client, const std::string& master,
+                                   const v1::JobSpec& spec, int ranks,
+                                   const std::string& dir);
+
 // Polls the job's status (every 50 ms) until `done` holds or `timeout`
 // passes; DEADLINE_EXCEEDED (with the last status) in the latter case.
 absl::StatusOr<v1::JobStatus> WaitForStatus(

@@ -81,25 +81,20 @@ class UserModelTest : public ::testing::Test {
     client_ = *std::move(client);
   }
 
-  // Submits `spec`, runs `ranks` workers on it to the end and returns the
-  // job's final status; the workers' output is in *log.
+  // Runs `spec` on `ranks` workers to the end (RunJobToEnd); the workers'
+  // output in *log and exit code in *exit_code.
   v1::JobStatus Run(const v1::JobSpec& spec, int ranks, std::string* log,
                     int* exit_code) {
-    auto job_id = client_->SubmitJob(spec);
-    EXPECT_TRUE(job_id.ok()) << job_id.status();
-    if (!job_id.ok()) return v1::JobStatus();
-    auto workers = StartWorkers(ranks, master_->address(),
-                                {"--job_id=" + *job_id, "--threads=1"},
-                                absl::StrCat(dir_, "/workers-", *job_id, ".log"));
-    EXPECT_TRUE(workers.ok()) << workers.status();
-    if (!workers.ok()) return v1::JobStatus();
-    const std::optional<int> exited = (*workers)->Wait(absl::Seconds(300));
-    *log = (*workers)->Log();
-    EXPECT_TRUE(exited.has_value()) << "workers did not finish in 300 s:\n" << *log;
-    *exit_code = exited.value_or(-1);
-    auto status = client_->GetJobStatus(*job_id);
-    EXPECT_TRUE(status.ok()) << status.status();
-    return status.ok() ? *status : v1::JobStatus();
+    absl::StatusOr<JobRun> run =
+        RunJobToEnd(*client_, master_->address(), spec, ranks, dir_);
+    EXPECT_TRUE(run.ok()) << run.status();
+    if (!run.ok()) {
+      *exit_code = -1;
+      return v1::JobStatus();
+    }
+    *log = run->log;
+    *exit_code = run->exit_code;
+    return run->status;
   }
 
   std::string dir_;

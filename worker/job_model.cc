@@ -11,18 +11,6 @@
 
 namespace mpilearn::worker {
 
-std::string ShortExceptionMessage(const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  std::string message =
-      torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
-  const size_t start = message.find_first_not_of("\n ");
-  if (start != std::string::npos) message.erase(0, start);
-  const size_t newline = message.find('\n');
-  if (newline != std::string::npos) message.resize(newline);
-  if (message.size() > 300) message = message.substr(0, 300) + "...";
-  return message;
-}
-
 absl::StatusOr<JobModel> BuildJobModel(const v1::JobSpec& spec,
                                        const DatasetSplits& data) {
   MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromSpec(spec));

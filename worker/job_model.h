@@ -48,10 +48,6 @@ absl::StatusOr<JobModel> BuildJobModel(const v1::JobSpec& spec,
 // gradients as they were. OK for an empty `train`.
 absl::Status Preflight(JobModel& job, const Dataset& train, int64_t batch);
 
-// The first line of a LibTorch (or other) exception's message, at most
-// 300 characters: what error messages pass on.
-std::string ShortExceptionMessage(const std::exception& e);
-
 }  // namespace mpilearn::worker
 
 #endif  // MPILEARN_WORKER_JOB_MODEL_H_

@@ -32,14 +32,6 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// The first line of a LibTorch error, without its C++ backtrace.
-std::string ShortTorchMessage(const c10::Error& e) {
-  std::string message = e.what_without_backtrace();
-  const size_t newline = message.find('\n');
-  if (newline != std::string::npos) message.resize(newline);
-  if (message.size() > 300) message = message.substr(0, 300) + "...";
-  return message;
-}
 
 // Builds a built-in model as a TorchScript module: one submodule per layer
 // with parameters (its own class, its forward written in TorchScript), and
@@ -416,6 +408,19 @@ bool HasBakedMode(const torch::jit::Block* block) {
 
 void UseSimpleGraphExecutor() { torch::jit::setGraphExecutorOptimize(false); }
 
+std::string ShortExceptionMessage(const std::exception& e) {
+  // LibTorch's own errors carry a C++ backtrace after the message.
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message =
+      torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+  const size_t start = message.find_first_not_of("\n ");
+  if (start != std::string::npos) message.erase(0, start);
+  const size_t newline = message.find('\n');
+  if (newline != std::string::npos) message.resize(newline);
+  if (message.size() > 300) message = message.substr(0, 300) + "...";
+  return message;
+}
+
 Model::Model(torch::jit::Module module) : module_(std::move(module)) {
   CollectState();
 }
@@ -496,7 +501,7 @@ absl::StatusOr<Model> Model::Build(const ModelSpec& spec,
     } catch (const c10::Error& e) {
       // Allocation failures.
       return absl::ResourceExhaustedError(absl::StrCat(
-          "could not build the ", name, " model: ", ShortTorchMessage(e)));
+          "could not build the ", name, " model: ", ShortExceptionMessage(e)));
     } catch (const std::exception& e) {
       // TorchScript compile errors: a bug here.
       return absl::InternalError(
@@ -527,7 +532,7 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.torchscript: '", path,
         "' is not a TorchScript file LibTorch 1.13 can load (",
-        ShortTorchMessage(e), "); ", kHowTo));
+        ShortExceptionMessage(e), "); ", kHowTo));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.torchscript: '", path, "' could not be loaded (", e.what(),
@@ -646,7 +651,7 @@ absl::Status Model::Save(const std::string& path) {
     module_.save(path);
   } catch (const c10::Error& e) {
     return absl::InternalError(
-        absl::StrCat("cannot write '", path, "': ", ShortTorchMessage(e)));
+        absl::StrCat("cannot write '", path, "': ", ShortExceptionMessage(e)));
   }
   return absl::OkStatus();
 }

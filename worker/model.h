@@ -131,6 +131,10 @@ class Model {
 // epoch's figures). Call once per process before the first Forward.
 void UseSimpleGraphExecutor();
 
+// The first line of a LibTorch (or other) exception's message, without
+// LibTorch's backtrace, at most 300 characters: what error messages pass on.
+std::string ShortExceptionMessage(const std::exception& e);
+
 }  // namespace mpilearn::worker
 
 #endif  // MPILEARN_WORKER_MODEL_H_
