@@ -216,6 +216,16 @@ absl::Status NormalizeData(v1::DataSpec* data) {
   if (!data->has_test_limit()) data->set_test_limit(0);
   MPILEARN_RETURN_IF_ERROR(
       CheckIntRange("data.test_limit", data->test_limit(), 0, int64_t{1} << 40));
+  if (!data->has_shuffle_within_unit()) data->set_shuffle_within_unit(true);
+  if (data->bad_values().empty()) data->set_bad_values("fail");
+  if (data->bad_values() != "fail" && data->bad_values() != "skip") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.bad_values: unknown policy '", data->bad_values(),
+        "'; available: 'fail', 'skip'"));
+  }
+  if (!data->has_max_unit_failures()) data->set_max_unit_failures(3);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("data.max_unit_failures",
+                                         data->max_unit_failures(), 1, 1000));
   return absl::OkStatus();
 }
 

@@ -16,6 +16,18 @@ constexpr char kMinimal[] = R"({
   "data": {"train_images": "train-images.gz", "train_labels": "train-labels.gz"}
 })";
 
+// Every (spec JSON, message part) pair is refused as InvalidArgument with a
+// message containing the part.
+void ExpectRefused(const std::vector<std::pair<std::string, std::string>>& bad) {
+  for (const auto& [json, message] : bad) {
+    auto refused = ParseJobSpecJson(json);
+    ASSERT_FALSE(refused.ok()) << json;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(message), std::string::npos)
+        << refused.status().message();
+  }
+}
+
 TEST(JobSpecTest, MinimalSpecGetsDefaults) {
   auto spec = ParseJobSpecJson(kMinimal);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -82,13 +94,40 @@ TEST(JobSpecTest, DataFileListsGetDefaultsAndExcludeIdx) {
        "both 'z'"},
       {R"({"data": {}})", "data.train_files"},
   };
-  for (const auto& [json, message] : bad) {
-    auto refused = ParseJobSpecJson(json);
-    ASSERT_FALSE(refused.ok()) << json;
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(refused.status().message().find(message), std::string::npos)
-        << refused.status().message();
-  }
+  ExpectRefused(bad);
+}
+
+// What a bad value or a failed read of a training unit does.
+TEST(JobSpecTest, BadValuesAndUnitFailuresGetDefaultsAndRanges) {
+  auto defaults = ParseJobSpecJson(R"({"data": {"train_files": ["a.h5"]}})");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->data().bad_values(), "fail");
+  ASSERT_TRUE(defaults->data().has_max_unit_failures());
+  EXPECT_EQ(defaults->data().max_unit_failures(), 3);
+
+  auto kept = ParseJobSpecJson(R"({"data": {"train_files": ["a.h5"],
+      "bad_values": "skip", "max_unit_failures": 1}})");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->data().bad_values(), "skip");
+  EXPECT_EQ(kept->data().max_unit_failures(), 1);
+  auto most = ParseJobSpecJson(R"({"data": {"train_files": ["a.h5"],
+      "bad_values": "fail", "max_unit_failures": 1000}})");
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->data().max_unit_failures(), 1000);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"data": {"train_files": ["a.h5"], "bad_values": "drop"}})",
+       "data.bad_values: unknown policy 'drop'; available: 'fail', 'skip'"},
+      {R"({"data": {"train_files": ["a.h5"], "bad_values": "SKIP"}})",
+       "data.bad_values"},
+      {R"({"data": {"train_files": ["a.h5"], "max_unit_failures": 0}})",
+       "data.max_unit_failures must be in [1, 1000], got 0"},
+      {R"({"data": {"train_files": ["a.h5"], "max_unit_failures": 1001}})",
+       "data.max_unit_failures must be in [1, 1000], got 1001"},
+      {R"({"data": {"train_files": ["a.h5"], "max_unit_failures": -2}})",
+       "data.max_unit_failures"},
+  };
+  ExpectRefused(bad);
 }
 
 TEST(JobSpecTest, EveryOptimizerGetsItsDefaults) {

@@ -5,6 +5,15 @@
 
 namespace mpilearn::server {
 
+std::vector<int64_t> GroupTable::Group::ReleaseUnits() {
+  std::vector<int64_t> units;
+  for (int64_t* unit : {&held_unit, &reserved_unit}) {
+    if (*unit != kNoUnit) units.push_back(*unit);
+    *unit = kNoUnit;
+  }
+  return units;
+}
+
 void GroupTable::Add(const std::string& group_id, int ranks,
                      const std::string& host, absl::Time now) {
   Group& group = groups_[group_id];

@@ -44,11 +44,19 @@ class GroupTable {
     // The data unit this group trains now, or kNoUnit. Invariant: kNoUnit
     // once the group is not alive (the job gave its unit back first).
     int64_t held_unit = kNoUnit;
+    // The unit reserved for it to train next (read-ahead), or kNoUnit; it
+    // becomes held_unit at the group's next request. Invariant: kNoUnit
+    // once the group is not alive, as held_unit.
+    int64_t reserved_unit = kNoUnit;
     uint64_t units_completed = 0;
     uint64_t samples_trained = 0;
     uint64_t updates_applied = 0;
     // As the group last reported it (NextDataUnit, Heartbeat).
     std::optional<v1::GroupTelemetry> telemetry;
+
+    // The units the group holds, held then reserved (the order they were
+    // handed out), which it no longer does: both become kNoUnit.
+    std::vector<int64_t> ReleaseUnits();
   };
 
   // The groups of job `job_id` (named in messages).
@@ -80,8 +88,8 @@ class GroupTable {
   int Live() const;
 
   // Declares the groups silent for longer than `timeout` at `now` lost (not
-  // alive) and returns their ids in id order. Their held units are left for
-  // the caller to give back (then set held_unit to kNoUnit).
+  // alive) and returns their ids in id order. Their units are left for the
+  // caller to give back (Group::ReleaseUnits).
   std::vector<std::string> ReapLost(absl::Time now, absl::Duration timeout);
 
   // Adds one GroupInfo per group, in id order, to `status`.

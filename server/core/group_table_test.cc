@@ -79,6 +79,7 @@ TEST(GroupTableTest, CountersAppearInStatus) {
   groups.Add("g-1", 2, "h", kStart);
   GroupTable::Group* group = groups.Active("g-1").value();
   EXPECT_EQ(group->held_unit, GroupTable::kNoUnit);
+  EXPECT_EQ(group->reserved_unit, GroupTable::kNoUnit);
   group->units_completed = 3;
   group->samples_trained = 300;
   group->updates_applied = 12;
@@ -88,6 +89,23 @@ TEST(GroupTableTest, CountersAppearInStatus) {
   EXPECT_EQ(status.groups(0).samples_trained(), 300u);
   EXPECT_EQ(status.groups(0).updates_applied(), 12u);
   EXPECT_FALSE(status.groups(0).has_telemetry());
+}
+
+// A group gives back what it holds, the unit it trains before the one
+// reserved for it, and then holds nothing.
+TEST(GroupTableTest, ReleaseUnitsReturnsHeldThenReserved) {
+  GroupTable groups("job-1");
+  groups.Add("g-1", 1, "h", kStart);
+  GroupTable::Group* group = groups.Active("g-1").value();
+  EXPECT_TRUE(group->ReleaseUnits().empty());
+  group->held_unit = 7;
+  group->reserved_unit = 3;
+  EXPECT_EQ(group->ReleaseUnits(), (std::vector<int64_t>{7, 3}));
+  EXPECT_EQ(group->held_unit, GroupTable::kNoUnit);
+  EXPECT_EQ(group->reserved_unit, GroupTable::kNoUnit);
+  group->reserved_unit = 4;  // a reservation alone is still given back
+  EXPECT_EQ(group->ReleaseUnits(), (std::vector<int64_t>{4}));
+  EXPECT_TRUE(group->ReleaseUnits().empty());
 }
 
 }  // namespace

@@ -1,3 +1,7 @@
+// Job (job.h). Over ~500 lines: the job's state machine (groups, data
+// queue, updates, checkpoints, stop rules) is one lock's worth of code; the
+// parts with state of their own are in GroupTable, DataQueue, UpdateRule and
+// StopRules.
 #include "server/core/job.h"
 
 #include <utility>
@@ -311,6 +315,8 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
   MPILEARN_ASSIGN_OR_RETURN(GroupTable::Group * group,
                             groups_.Registered(request.group_id()));
   const bool was_alive = group->alive;
+  // The unit a data error is charged to: the one the group trains.
+  const int64_t held_unit = group->held_unit;
   group->alive = false;
   ReleaseGroupLocked(request.group_id(), *group);
   checkpoints_.Changed();
@@ -333,6 +339,11 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
       message_ = absl::StrCat("group ", request.group_id(),
                               " (no longer active) reported: ", request.error());
     }
+  } else if (!request.error().empty() && request.data_error() &&
+             held_unit != GroupTable::kNoUnit) {
+    // Its units are back in the queue; another group may read them.
+    done.ended =
+        DataErrorLocked(request.group_id(), held_unit, request.error());
   } else if (!request.error().empty()) {
     state_ = v1::JOB_STATE_FAILED;
     message_ = absl::StrCat("group ", request.group_id(),
@@ -349,6 +360,31 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
   }
   if (effect != nullptr) *effect = done;
   return state_;
+}
+
+bool Job::DataErrorLocked(const std::string& group_id, int64_t unit_id,
+                          const std::string& error) {
+  const DataQueue::Failure failure = queue_.UnitFailed(unit_id, error);
+  const std::string bounded = DataQueue::BoundDataError(error);
+  if (failure.exhausted) {
+    state_ = v1::JOB_STATE_FAILED;
+    message_ = absl::StrCat(queue_.Describe(unit_id), " failed ",
+                            failure.unit_failures, " times: ", bounded);
+    return true;
+  }
+  if (groups_.Live() == 0) {
+    state_ = v1::JOB_STATE_FAILED;
+    message_ = absl::StrCat("group ", group_id, " failed: ", bounded,
+                            " (no other group serves the job to retry unit ",
+                            unit_id, ")");
+    return true;
+  }
+  message_ = absl::StrCat("group ", group_id, " could not train ",
+                          queue_.Describe(unit_id), " (failure ",
+                          failure.unit_failures, " of ",
+                          queue_.max_unit_failures(),
+                          " allowed); another group retries it");
+  return false;
 }
 
 int Job::ReapLostGroups(absl::Time now, absl::Duration timeout) {
@@ -399,14 +435,30 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
     if (finisher_.empty()) finisher_ = group_id;
     response.set_action(v1::NextDataUnitResponse::DONE);
     response.set_finish(finisher_ == group_id);
-  } else if (const int64_t unit = queue_.HandOut(now);
-             unit != DataQueue::kNoUnit) {
-    group->held_unit = unit;
-    response.set_action(v1::NextDataUnitResponse::TRAIN);
-    *response.mutable_unit() = queue_.Unit(unit);
   } else {
-    // Every unit that may be handed out now is held by another group.
-    response.set_action(v1::NextDataUnitResponse::WAIT);
+    // A group holding a reservation is never here with the data done: the
+    // reserved unit is not completed. That unit is trained next, read ahead
+    // or not; otherwise the queue hands one out.
+    int64_t unit = group->reserved_unit;
+    group->reserved_unit = GroupTable::kNoUnit;
+    if (unit == GroupTable::kNoUnit) unit = queue_.HandOut(now);
+    if (unit != DataQueue::kNoUnit) {
+      group->held_unit = unit;
+      response.set_action(v1::NextDataUnitResponse::TRAIN);
+      *response.mutable_unit() = queue_.Unit(unit);
+      if (request.read_ahead()) {
+        // The unit after it, for the group to read while it trains this
+        // one; none when every other unit that may go out now is held.
+        const int64_t next = queue_.HandOut(now);
+        if (next != DataQueue::kNoUnit) {
+          group->reserved_unit = next;
+          *response.mutable_next_unit() = queue_.Unit(next);
+        }
+      }
+    } else {
+      // Every unit that may be handed out now is held by another group.
+      response.set_action(v1::NextDataUnitResponse::WAIT);
+    }
   }
   *response.mutable_progress() = ProgressLocked();
   return response;
@@ -417,9 +469,10 @@ v1::NextDataUnitResponse Job::DoneLocked(const std::string& group_id,
   v1::NextDataUnitResponse response;
   response.set_action(v1::NextDataUnitResponse::DONE);
   if (StoppedLocked()) {
-    // A stop rule ended the job: the unit the group trained is dropped,
-    // and one group finishes the job (test set, Leave(completed)).
-    group.held_unit = GroupTable::kNoUnit;
+    // A stop rule ended the job: the units the group held (trained and
+    // reserved) are dropped, and one group finishes the job (test set,
+    // Leave(completed)).
+    group.ReleaseUnits();
     if (!stop_finished_) {
       if (finisher_.empty()) finisher_ = group_id;
       response.set_finish(finisher_ == group_id);
@@ -431,10 +484,10 @@ v1::NextDataUnitResponse Job::DoneLocked(const std::string& group_id,
 
 void Job::ReleaseGroupLocked(const std::string& group_id,
                              GroupTable::Group& group) {
-  if (group.held_unit != GroupTable::kNoUnit && !EndedLocked()) {
-    queue_.GiveBack(group.held_unit);
+  // Held first, then reserved: the order they were handed out.
+  for (const int64_t unit : group.ReleaseUnits()) {
+    if (!EndedLocked()) queue_.GiveBack(unit);
   }
-  group.held_unit = GroupTable::kNoUnit;
   if (finisher_ == group_id) finisher_.clear();
 }
 

@@ -31,6 +31,12 @@
 //
 // Lifecycle: QUEUED -> RUNNING (a group registered) -> COMPLETED (a group
 // left having trained every epoch) or FAILED (a group reported an error).
+// A data error (LeaveRequest.data_error: the group could not read the unit
+// it trains, or it held bad values) fails the job only when that unit has
+// failed data.max_unit_failures times or no other group is left to retry
+// it; otherwise the group's units go back to the queue, the failed one is
+// handed out again before any fresh unit, and the job stays RUNNING
+// (JobStatus.unit_failures, last_data_error; DataQueue::UnitFailed).
 // A RUNNING job whose groups are all lost or gone goes back to QUEUED, keeping
 // its weights and progress, so the next group continues it.
 //
@@ -70,12 +76,16 @@
 // is handed out once every unit of epoch e has been, but never while epoch
 // e - 1 is unfinished: at most one epoch runs ahead of the oldest unfinished
 // one. A unit held by a group that leaves or is declared lost goes back to
-// the front of the queue. The master writes an epoch's record (train loss,
-// samples, time) when its last unit completes; the group whose request
-// completed it validates and merges its metrics with ReportEpoch
-// (RecordEpoch). The group that completes the job's last unit finishes the
-// job (test set, Leave(completed)); if it leaves or is lost first, the next
-// group to ask does.
+// the front of the queue. With read_ahead a group also holds the unit it is
+// to train next (reserved_unit, answered as next_unit), which becomes its
+// `unit` at its next request (with or without read_ahead); a group that
+// leaves or is lost gives both back. With file_rows the units are row
+// ranges inside one training file (DataQueue, file_units.h). The master
+// writes an epoch's record (train loss, samples, time) when its last unit
+// completes; the group whose request completed it validates and merges its
+// metrics with ReportEpoch (RecordEpoch). The group that completes the job's
+// last unit finishes the job (test set, Leave(completed)); if it leaves or
+// is lost first, the next group to ask does.
 #ifndef MPILEARN_SERVER_CORE_JOB_H_
 #define MPILEARN_SERVER_CORE_JOB_H_
 
@@ -156,16 +166,20 @@ class Job {
 
   // The data queue (see the class comment and NextDataUnitRequest in the
   // proto): records the units the group completed and hands it the next
-  // one, or tells it to wait or that the data is done. Errors, each leaving
-  // the job unchanged: INVALID_ARGUMENT for train_samples <= 0 before the
-  // job's count is fixed, a completed unit the group does not hold (or with
-  // a wrong sample count), or asking while holding an unlisted unit;
-  // FAILED_PRECONDITION for another train_samples than the job's, an
-  // inactive group or a FAILED job. A COMPLETED job answers DONE; one a stop
-  // rule ended also gives finish = true to the first group that asks until
-  // the test result is in (a unit the group held is dropped). Every answer
-  // carries the job's progress after the request; an accepted request's
-  // telemetry, when present, becomes the group's latest.
+  // one (the one reserved for it by its last answer, if any), plus with
+  // read_ahead the one after it (next_unit), or tells it to wait or that
+  // the data is done. Errors, each leaving the job unchanged:
+  // INVALID_ARGUMENT for train_samples <= 0 before the job's count is
+  // fixed, a bad file_rows list (too long, negative, not summing to
+  // train_samples), a completed unit the group does not hold (or whose
+  // samples + skipped is not its size, or with skipped rows when
+  // data.bad_values is not "skip"), or asking while holding an unlisted unit;
+  // FAILED_PRECONDITION for another train_samples or file list than the
+  // job's, an inactive group or a FAILED job. A COMPLETED job answers
+  // DONE; one a stop rule ended also gives finish = true to the first group
+  // that asks until the test result is in (the units the group held are
+  // dropped). Every answer carries the job's progress after the request; an
+  // accepted request's telemetry, when present, becomes the group's latest.
   absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
       const v1::NextDataUnitRequest& request, absl::Time now);
 
@@ -230,9 +244,11 @@ class Job {
 
   // A group leaves: completed => COMPLETED, error => FAILED, else the group
   // is removed and the job re-queued if no group is left. The group's data
-  // unit, if any, goes back to the queue. On a job a stop rule ended,
-  // completed stores the test result if none is stored yet. `effect`, when
-  // given, receives what it did.
+  // units (held and reserved), if any, go back to the queue. An error with
+  // data_error from a group that holds a unit fails the job only as the
+  // class comment says (a group holding none fails it). On a job a
+  // stop rule ended, completed stores the test result if none is stored
+  // yet. `effect`, when given, receives what it did.
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request,
                                      LeaveEffect* effect = nullptr);
 
@@ -267,10 +283,17 @@ class Job {
   v1::JobProgress ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queue_.Progress();
   }
+  // A group left with a data error while training `unit_id` (its units
+  // are given back already): counts the failure in the queue and fails the
+  // job when the unit has failed max_unit_failures times or no live group
+  // is left to retry it; else the job goes on. True when the job failed.
+  bool DataErrorLocked(const std::string& group_id, int64_t unit_id,
+                       const std::string& error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RUNNING -> QUEUED when no live group is left.
   void RequeueIfOrphanedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives the group's held unit back to the queue (unless the job ended);
-  // the group stops being the job's finisher.
+  // Gives the group's held and reserved units back to the queue (unless
+  // the job ended); the group stops being the job's finisher.
   void ReleaseGroupLocked(const std::string& group_id, GroupTable::Group& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The answer to a NextDataUnit request of a COMPLETED job.
