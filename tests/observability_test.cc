@@ -51,23 +51,6 @@ using google::protobuf::ListValue;
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
-absl::StatusOr<Value> ParseJson(const std::string& json) {
-  Value value;
-  auto status = google::protobuf::util::JsonStringToMessage(json, &value);
-  if (!status.ok()) {
-    return absl::DataLossError(absl::StrCat("not JSON (", status.ToString(),
-                                            "): ", json.substr(0, 300)));
-  }
-  return value;
-}
-
-const Value& Field(const Value& object, const std::string& key) {
-  static const Value* const kNull = new Value();
-  const auto& fields = object.struct_value().fields();
-  auto it = fields.find(key);
-  return it == fields.end() ? *kNull : it->second;
-}
-
 // A real Prometheus server on a free loopback port scraping one target
 // every second. Its ChildProcess ends it when the test ends.
 class PrometheusServer {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace mpilearn::testing {
 namespace {
@@ -278,6 +279,24 @@ v1::JobSpec FashionMnistSubset(const std::string& algorithm, int64_t train,
   spec.set_batch_size(32);
   spec.set_seed(3);
   return spec;
+}
+
+absl::StatusOr<google::protobuf::Value> ParseJson(const std::string& json) {
+  google::protobuf::Value value;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &value);
+  if (!status.ok()) {
+    return absl::DataLossError(absl::StrCat("not JSON (", status.ToString(),
+                                            "): ", json.substr(0, 300)));
+  }
+  return value;
+}
+
+const google::protobuf::Value& Field(const google::protobuf::Value& object,
+                                     const std::string& key) {
+  static const google::protobuf::Value* const kNull = new google::protobuf::Value();
+  const auto& fields = object.struct_value().fields();
+  auto it = fields.find(key);
+  return it == fields.end() ? *kNull : it->second;
 }
 
 }  // namespace mpilearn::testing

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/master_client.h"
+#include "google/protobuf/struct.pb.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::testing {
@@ -116,6 +117,14 @@ std::string CommandLine(pid_t pid);
 // A job spec on a Fashion-MNIST subset (Debian's dataset-fashion-mnist).
 v1::JobSpec FashionMnistSubset(const std::string& algorithm, int64_t train,
                                int epochs);
+
+// Parses JSON text (a Prometheus answer, a Chrome trace); DataLoss with the
+// start of the text when it is not JSON.
+absl::StatusOr<google::protobuf::Value> ParseJson(const std::string& json);
+
+// An object's member `key`, or a null value when absent.
+const google::protobuf::Value& Field(const google::protobuf::Value& object,
+                                     const std::string& key);
 
 // True when Debian's Fashion-MNIST files are installed.
 bool HaveFashionMnist();

@@ -19,10 +19,22 @@
 // least). Page cache warm: each is read once first (and checked against the
 // generated values), then timed over 3 passes; the median pass counts.
 // Prints MB/s (1e6 bytes of float32 features delivered per second),
-// samples/s and each reader's ratio to the plain read; --json prints one
-// JSON object with the same figures. A benchmark, never a test.
+// samples/s and each reader's ratio to the plain read.
+//
+// Then the data's share of training step time: the worker's own local
+// baseline (`mpilearn-worker --local`, the master's core in its process,
+// 1 compute thread, the default MLP, batch 64, 1 epoch, 5000 rows held out)
+// trains on the same set three times: from IDX files loaded whole into
+// memory (the baseline), and streamed from the contiguous and the gzip'd
+// HDF5 file (units of 2048 rows read ahead on the prefetch thread). The
+// figures are the run summary's (--summary_json): share.data (the time a
+// rank spends getting batches: waiting for a unit's read, and in memory
+// gathering each batch from the epoch's order) and samples/s, with each HDF5 run's ratio to the IDX run.
+// --json prints one JSON object with all the figures. A benchmark, never a
+// test.
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,11 +43,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -48,11 +62,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "hdf5/serial/hdf5.h"
+#include "proto/worker_summary.pb.h"
 #include "worker/data_file.h"
 
 ABSL_FLAG(bool, json, false, "Print one JSON object of the figures.");
 ABSL_FLAG(int64_t, rows, 60000, "Rows (samples) in the generated set.");
+ABSL_FLAG(bool, training, true,
+          "Also measure the data share of training step time with "
+          "mpilearn-worker --local (IDX vs streamed HDF5).");
+ABSL_FLAG(std::string, worker, "",
+          "The mpilearn-worker binary (default: from the Bazel runfiles).");
 
 namespace mpilearn {
 namespace bench_data {
@@ -267,7 +288,91 @@ int64_t FileBytes(const std::string& path) {
   return size;
 }
 
-absl::Status Run(int64_t rows, bool json) {
+// Writes `set` as plain (not gzip'd) IDX files: float32 features [N, 784]
+// and unsigned byte labels [N] (IDX stores values big-endian).
+absl::Status WriteIdx(const std::string& features_path,
+                      const std::string& labels_path, const DataSet& set) {
+  auto be32 = [](uint32_t v, std::string* out) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      out->push_back(static_cast<char>((v >> shift) & 0xff));
+    }
+  };
+  std::string features;
+  features.reserve(16 + set.features.size() * 4);
+  be32(0x00000D02, &features);  // float, 2 dimensions
+  be32(static_cast<uint32_t>(set.rows), &features);
+  be32(static_cast<uint32_t>(kFeatures), &features);
+  for (float value : set.features) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    be32(bits, &features);
+  }
+  MPILEARN_RETURN_IF_ERROR(
+      WriteRaw(features_path, features.data(), features.size()));
+  std::string labels;
+  be32(0x00000801, &labels);  // unsigned byte, 1 dimension
+  be32(static_cast<uint32_t>(set.rows), &labels);
+  labels.append(set.labels.begin(), set.labels.end());
+  return WriteRaw(labels_path, labels.data(), labels.size());
+}
+
+// The worker binary: --worker, else next to this one in the runfiles.
+std::string WorkerBinary(const char* argv0) {
+  if (!absl::GetFlag(FLAGS_worker).empty()) return absl::GetFlag(FLAGS_worker);
+  const char* runfiles = std::getenv("RUNFILES_DIR");
+  const std::string dir = runfiles != nullptr
+                              ? std::string(runfiles)
+                              : absl::StrCat(argv0, ".runfiles");
+  return dir + "/mpilearn/worker/mpilearn-worker";
+}
+
+// One local training run's figures.
+struct TrainingRun {
+  std::string name;
+  double data_share = 0.0;
+  double samples_per_s = 0.0;
+};
+
+// Trains `data_json` (the spec's "data" object) with the local baseline
+// and reads its run summary.
+absl::StatusOr<TrainingRun> TrainLocally(const std::string& worker,
+                                         const std::string& dir,
+                                         const std::string& name,
+                                         const std::string& data_json) {
+  const std::string spec_path = absl::StrCat(dir, "/", name, ".json");
+  const std::string spec = absl::StrCat(
+      "{\"name\": \"bench-data-", name, "\", \"model\": {\"name\": \"mlp\"}, ",
+      "\"data\": ", data_json, ", \"epochs\": 1, \"batch_size\": 64, ",
+      "\"seed\": 1}");
+  MPILEARN_RETURN_IF_ERROR(WriteRaw(spec_path, spec.data(), spec.size()));
+  const std::string summary = absl::StrCat(dir, "/", name, ".summary.json");
+  const std::string log = absl::StrCat(dir, "/", name, ".log");
+  const std::string command = absl::StrCat(
+      worker, " --local --job ", spec_path, " --threads 1 --progress off",
+      " --local_state_dir ", dir, "/state-", name, " --summary_json ", summary,
+      " >", log, " 2>&1");
+  const int status = std::system(command.c_str());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    FILE* file = std::fopen(log.c_str(), "rb");
+    std::string text(4096, '\0');
+    text.resize(file != nullptr ? std::fread(text.data(), 1, text.size(), file) : 0);
+    if (file != nullptr) std::fclose(file);
+    return absl::InternalError(
+        absl::StrCat("training ", name, " failed (", command, "): ", text));
+  }
+  FILE* file = std::fopen(summary.c_str(), "rb");
+  if (file == nullptr) return absl::InternalError("no summary " + summary);
+  std::string text(1 << 16, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), file));
+  std::fclose(file);
+  v1::RunSummary parsed;
+  if (!google::protobuf::util::JsonStringToMessage(text, &parsed).ok()) {
+    return absl::InternalError("cannot parse " + summary);
+  }
+  return TrainingRun{name, parsed.share().data(), parsed.samples_per_s()};
+}
+
+absl::Status Run(int64_t rows, bool json, const std::string& worker) {
   if (rows < 1) return absl::InvalidArgumentError("--rows must be >= 1");
   const char* tmp = std::getenv("TMPDIR");
   std::string dir_template = absl::StrCat(
@@ -281,8 +386,11 @@ absl::Status Run(int64_t rows, bool json) {
   const std::string contiguous = dir + "/contiguous.h5";
   const std::string gzip = dir + "/gzip.h5";
   const std::string npz = dir + "/stored.npz";
+  const std::string idx_features = dir + "/features.idx";
+  const std::string idx_labels = dir + "/labels.idx";
 
   const DataSet set = Generate(rows);
+  std::vector<TrainingRun> training;
   std::vector<Result> results = {{"hdf5_contiguous", {}, 0},
                                  {"hdf5_gzip", {}, 0},
                                  {"npz", {}, 0},
@@ -308,12 +416,24 @@ absl::Status Run(int64_t rows, bool json) {
       }
       results[i].seconds = *seconds;
     }
+    if (worker.empty()) return absl::OkStatus();
+    MPILEARN_RETURN_IF_ERROR(WriteIdx(idx_features, idx_labels, set));
+    const std::string held_out = "\"validation_count\": 5000";
+    for (const auto& [name, data] : std::vector<std::pair<std::string, std::string>>{
+             {"idx", absl::StrCat("{\"train_images\": \"", idx_features,
+                                  "\", \"train_labels\": \"", idx_labels, "\", ",
+                                  held_out, "}")},
+             {"hdf5", absl::StrCat("{\"train_files\": [\"", contiguous, "\"], ",
+                                   held_out, "}")},
+             {"hdf5_gzip", absl::StrCat("{\"train_files\": [\"", gzip, "\"], ",
+                                        held_out, "}")}}) {
+      MPILEARN_ASSIGN_OR_RETURN(TrainingRun run,
+                                TrainLocally(worker, dir, name, data));
+      training.push_back(run);
+    }
     return absl::OkStatus();
   }();
-  for (const std::string& path : {raw, raw_labels, contiguous, gzip, npz}) {
-    unlink(path.c_str());
-  }
-  rmdir(dir.c_str());
+  std::filesystem::remove_all(dir);
   MPILEARN_RETURN_IF_ERROR(status);
 
   const double mb = static_cast<double>(rows * kFeatures) * sizeof(float) / 1e6;
@@ -341,6 +461,16 @@ absl::Status Run(int64_t rows, bool json) {
                                          plain / *r.seconds));
       }
     }
+    for (const TrainingRun& run : training) {
+      fields.push_back(absl::StrFormat("\"train_%s_data_share\": %.4f", run.name,
+                                       run.data_share));
+      fields.push_back(absl::StrFormat("\"train_%s_samples_s\": %.0f", run.name,
+                                       run.samples_per_s));
+      if (run.name != "idx") {
+        fields.push_back(absl::StrFormat("\"train_%s_vs_idx\": %.3f", run.name,
+                                         run.samples_per_s / training[0].samples_per_s));
+      }
+    }
     std::printf("{%s}\n", absl::StrJoin(fields, ", ").c_str());
     return absl::OkStatus();
   }
@@ -360,6 +490,17 @@ absl::Status Run(int64_t rows, bool json) {
                 r.file_bytes / 1e6, mb_s(r), rows / *r.seconds,
                 plain / *r.seconds);
   }
+  if (!training.empty()) {
+    std::printf(
+        "\ntraining (mpilearn-worker --local, default MLP, batch 64, 1 thread, "
+        "1 epoch)\n%-16s %12s %10s %10s\n",
+        "data", "data share", "samples/s", "vs idx");
+    for (const TrainingRun& run : training) {
+      std::printf("%-16s %11.2f%% %10.0f %10.3f\n", run.name.c_str(),
+                  100.0 * run.data_share, run.samples_per_s,
+                  run.samples_per_s / training[0].samples_per_s);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -371,7 +512,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // Errors become statuses.
   const absl::Status status = mpilearn::bench_data::Run(
-      absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_json));
+      absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_json),
+      absl::GetFlag(FLAGS_training) ? mpilearn::bench_data::WorkerBinary(argv[0])
+                                    : std::string());
   if (!status.ok()) {
     std::fprintf(stderr, "bench_data: %s\n", status.ToString().c_str());
     return 1;

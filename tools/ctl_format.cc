@@ -204,6 +204,17 @@ std::string SummaryBlock(const v1::JobStatus& job) {
       {"updates", absl::StrFormat("%d applied, %d units requeued",
                                   job.updates_applied(),
                                   job.units_requeued())});
+  if (job.samples_skipped() > 0 || job.unit_failures() > 0) {
+    // Streamed data: rows left out for bad values, and units whose read
+    // failed in a group and went to another.
+    summary.AddRow(
+        {"data", absl::StrFormat("%d rows skipped (NaN or infinite), %d unit "
+                                 "reads failed",
+                                 job.samples_skipped(), job.unit_failures())});
+  }
+  if (!job.last_data_error().empty()) {
+    summary.AddRow({"last_data_error", job.last_data_error()});
+  }
   summary.AddRow({"parameters", absl::StrCat(job.parameters())});
   std::string staleness = absl::StrFormat(
       "mean %.2f, max %d, rejected %d", job.mean_staleness(),

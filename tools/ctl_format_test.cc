@@ -209,6 +209,22 @@ v1::JobStatus FullStatus() {
   return job;
 }
 
+// Streamed data's counters appear only when there is something to say.
+TEST(FormatJobStatusTest, DataProblemsWhenThereAreAny) {
+  v1::JobStatus job = FullStatus();
+  EXPECT_EQ(FormatJobStatus(job).find("rows skipped"), std::string::npos);
+  job.set_samples_skipped(6);
+  job.set_unit_failures(1);
+  job.set_last_data_error("data.train_files: 'a.h5' is gone");
+  const std::string text = FormatJobStatus(job);
+  EXPECT_NE(text.find(" 6 rows skipped (NaN or infinite), 1 unit reads failed\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nlast_data_error  data.train_files: 'a.h5' is gone\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(FormatJobStatusTest, SummaryAndEverySection) {
   EXPECT_EQ(
       FormatJobStatus(FullStatus()),

@@ -4,13 +4,21 @@
 #include "worker/data_file.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <new>
 #include <numeric>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -51,10 +59,51 @@ torch::Tensor ConvertedCopy(const void* data, ElementType type,
   // from_blob wants a mutable pointer; the view is only read, by the copy.
   const torch::Tensor raw = torch::from_blob(const_cast<void*>(data), shape,
                                              torch::dtype(TorchDtypeOf(type)));
-  return raw.to(dtype, /*non_blocking=*/false, /*copy=*/true).reshape(sizes);
+  torch::Tensor converted = NewHostTensor(sizes, dtype);
+  converted.copy_(raw.reshape(sizes));
+  return converted;
+}
+
+// True when `path` names a data file OpenDataFile reads (by extension).
+bool IsDataFile(const std::string& path) {
+  const std::string lower = absl::AsciiStrToLower(path);
+  for (const char* ext : {".h5", ".hdf5", ".npz", ".npy"}) {
+    if (absl::EndsWith(lower, ext)) return true;
+  }
+  return false;
 }
 
 }  // namespace
+
+torch::Tensor NewHostTensor(const std::vector<int64_t>& sizes,
+                            torch::Dtype dtype) {
+  const int64_t count = std::accumulate(sizes.begin(), sizes.end(), int64_t{1},
+                                        std::multiplies<int64_t>());
+  const size_t bytes =
+      static_cast<size_t>(std::max<int64_t>(count, 1)) *
+      c10::elementSize(dtype);
+  void* memory = std::malloc(bytes);
+  if (memory == nullptr) throw std::bad_alloc();
+  return torch::from_blob(memory, sizes, [](void* p) { std::free(p); },
+                          torch::dtype(dtype));
+}
+
+absl::Status DataFile::CheckRange(int64_t begin, int64_t end) const {
+  if (begin < 0 || end < begin || end > rows_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", begin, ", ", end, ") are outside '", path_,
+                     "', which holds ", rows_, " rows"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DataRows> DataFile::Read(int64_t begin, int64_t end) {
+  MPILEARN_RETURN_IF_ERROR(CheckRange(begin, end));
+  DataRows rows;
+  MPILEARN_ASSIGN_OR_RETURN(rows.features, ReadFeatures(begin, end));
+  MPILEARN_ASSIGN_OR_RETURN(rows.labels, ReadLabels(begin, end));
+  return rows;
+}
 
 const char* ElementTypeName(ElementType type) {
   switch (type) {
@@ -130,6 +179,44 @@ absl::StatusOr<std::unique_ptr<DataFile>> OpenDataFile(
       "' is not a data file this worker reads: the name must end in .h5 or "
       ".hdf5 (HDF5), .npz (a NumPy archive) or .npy (NumPy features, with "
       "the labels in a second .npy file)"));
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandFileList(
+    absl::string_view field, const std::vector<std::string>& entries) {
+  std::vector<std::string> paths = entries;
+  if (paths.size() != 1 || IsDataFile(paths[0])) return paths;
+  const std::string list = paths[0];
+  constexpr std::uintmax_t kMaxListBytes = 64 << 20;
+  std::error_code error;
+  const std::uintmax_t size = std::filesystem::file_size(list, error);
+  if (error) {
+    return absl::NotFoundError(absl::StrCat(
+        "data.", field, ": cannot read the file list '", list, "': ",
+        error.message(),
+        " (entries must be .h5, .hdf5, .npz or .npy files, or one text file "
+        "listing them)"));
+  }
+  if (size > kMaxListBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": the file list '", list, "' is ", size,
+        " bytes; at most ", kMaxListBytes));
+  }
+  std::ifstream in(list);
+  const std::filesystem::path dir = std::filesystem::path(list).parent_path();
+  paths.clear();
+  std::string line;
+  while (std::getline(in, line)) {
+    const absl::string_view entry = absl::StripAsciiWhitespace(line);
+    if (entry.empty() || entry[0] == '#') continue;
+    std::filesystem::path path{std::string(entry)};
+    if (path.is_relative()) path = dir / path;
+    paths.push_back(path.string());
+  }
+  if (paths.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": the file list '", list, "' names no files"));
+  }
+  return paths;
 }
 
 }  // namespace mpilearn::worker

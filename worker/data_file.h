@@ -44,7 +44,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace mpilearn::worker {
 
@@ -73,6 +75,9 @@ struct DataFileNames {
 struct DataRows {
   torch::Tensor features;  // float32 [n, ...]
   torch::Tensor labels;    // int64 [n], or float32 [n, K]
+  // Rows left out for a NaN or infinite value (FileReader with
+  // skip_bad_rows; data.bad_values "skip"); always 0 from a DataFile.
+  int64_t skipped = 0;
 };
 
 class DataFile {
@@ -90,11 +95,24 @@ class DataFile {
 
   // Reads rows [begin, end), 0 <= begin <= end <= rows(). InvalidArgument
   // for a range outside the file; DataLoss when the read fails (the file
-  // shrank or is corrupt), naming the file, dataset and rows.
-  virtual absl::StatusOr<DataRows> Read(int64_t begin, int64_t end) = 0;
+  // shrank or is corrupt), naming the file, dataset and rows. An empty
+  // range gives tensors of 0 rows with the row shapes a read would give.
+  absl::StatusOr<DataRows> Read(int64_t begin, int64_t end);
+
+  // The features or the labels alone of rows [begin, end), as Read gives
+  // them, with the same errors (so the labels can be scanned without
+  // reading the features).
+  virtual absl::StatusOr<torch::Tensor> ReadFeatures(int64_t begin,
+                                                     int64_t end) = 0;
+  virtual absl::StatusOr<torch::Tensor> ReadLabels(int64_t begin,
+                                                   int64_t end) = 0;
 
  protected:
   DataFile() = default;
+
+  // InvalidArgument unless 0 <= begin <= end <= rows(): every read checks
+  // its range with this first.
+  absl::Status CheckRange(int64_t begin, int64_t end) const;
 
   std::string path_;
   int64_t rows_ = 0;
@@ -109,11 +127,30 @@ class DataFile {
 absl::StatusOr<std::unique_ptr<DataFile>> OpenDataFile(
     const std::string& path, const DataFileNames& names = {});
 
+// The paths a job's file list (DataSpec.train_files, ...) names: its
+// entries, or, for a single entry that is not a data file (by the
+// extensions OpenDataFile knows), the lines of that text file (blank lines
+// and lines starting with '#' skipped; relative paths are relative to the
+// list's directory). `field` ("train_files") prefixes errors: NotFound for
+// a list that cannot be read, InvalidArgument for one over 64 MiB or one
+// that names no files. An empty `entries` gives no paths.
+absl::StatusOr<std::vector<std::string>> ExpandFileList(
+    absl::string_view field, const std::vector<std::string>& entries);
+
 // The format-specific openers OpenDataFile dispatches to.
 absl::StatusOr<std::unique_ptr<DataFile>> OpenHdf5File(
     const std::string& path, const DataFileNames& names);
 absl::StatusOr<std::unique_ptr<DataFile>> OpenNumpyFile(
     const std::string& path, const DataFileNames& names);
+
+// A new, uninitialized CPU tensor whose memory comes from malloc, not
+// LibTorch's allocator: a rank streaming data allocates and frees tensors of
+// a unit's size all the time, and glibc does not reuse memory from the
+// aligned allocations LibTorch makes (posix_memalign), so the process would
+// grow by about every unit it reads (measured: 512 MiB read in 16 MiB units
+// took RSS to 520 MiB with LibTorch's allocator, 34 MiB with malloc).
+torch::Tensor NewHostTensor(const std::vector<int64_t>& sizes,
+                            torch::Dtype dtype);
 
 // Converts `count` raw elements of `type` at `data` (native byte order) to
 // features (float32; unsigned bytes scaled by 1/255) or labels (see the file

@@ -4,16 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -196,65 +192,15 @@ absl::StatusOr<LoadedSplit> LoadSplit(absl::string_view features_field,
   return split;
 }
 
-// True when `path` names a data file OpenDataFile reads (by extension).
-bool IsDataFile(const std::string& path) {
-  for (const char* ext : {".h5", ".hdf5", ".npz", ".npy"}) {
-    if (absl::EndsWith(path, ext)) return true;
-  }
-  return false;
-}
-
-// The paths a file list names: its entries, or, for a single entry that is
-// not a data file, the lines of that text file (blank lines and lines
-// starting with '#' skipped; relative paths are relative to the list's
-// directory).
-absl::StatusOr<std::vector<std::string>> ExpandFileList(
-    absl::string_view field,
-    const google::protobuf::RepeatedPtrField<std::string>& entries) {
-  std::vector<std::string> paths(entries.begin(), entries.end());
-  if (paths.size() != 1 || IsDataFile(paths[0])) return paths;
-  const std::string list = paths[0];
-  constexpr std::uintmax_t kMaxListBytes = 64 << 20;
-  std::error_code error;
-  const std::uintmax_t size = std::filesystem::file_size(list, error);
-  if (error) {
-    return absl::NotFoundError(absl::StrCat(
-        "data.", field, ": cannot read the file list '", list, "': ",
-        error.message(),
-        " (entries must be .h5, .hdf5, .npz or .npy files, or one text file "
-        "listing them)"));
-  }
-  if (size > kMaxListBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.", field, ": the file list '", list, "' is ", size,
-        " bytes; at most ", kMaxListBytes));
-  }
-  std::ifstream in(list);
-  const std::filesystem::path dir = std::filesystem::path(list).parent_path();
-  paths.clear();
-  std::string line;
-  while (std::getline(in, line)) {
-    const absl::string_view entry = absl::StripAsciiWhitespace(line);
-    if (entry.empty() || entry[0] == '#') continue;
-    std::filesystem::path path{std::string(entry)};
-    if (path.is_relative()) path = dir / path;
-    paths.push_back(path.string());
-  }
-  if (paths.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.", field, ": the file list '", list, "' names no files"));
-  }
-  return paths;
-}
-
 // Loads one split from the data files `field` lists, rows concatenated in
 // list order, at most `limit` rows (0: all).
 absl::StatusOr<LoadedSplit> LoadFilesSplit(
     absl::string_view field,
     const google::protobuf::RepeatedPtrField<std::string>& entries,
     const DataFileNames& names, int64_t limit) {
-  MPILEARN_ASSIGN_OR_RETURN(const std::vector<std::string> paths,
-                            ExpandFileList(field, entries));
+  MPILEARN_ASSIGN_OR_RETURN(
+      const std::vector<std::string> paths,
+      ExpandFileList(field, {entries.begin(), entries.end()}));
   LoadedSplit split;
   std::vector<torch::Tensor> features, labels;
   int64_t rows = 0;
@@ -384,6 +330,32 @@ absl::Status CheckMatchesTrain(absl::string_view features_field,
 
 }  // namespace
 
+absl::StatusOr<int64_t> CheckedValidationCount(const DataSpec& spec) {
+  MPILEARN_RETURN_IF_ERROR(CheckNonNegative("train_limit", spec.train_limit()));
+  MPILEARN_RETURN_IF_ERROR(CheckNonNegative("test_limit", spec.test_limit()));
+  const int64_t validation_count = spec.has_validation_count()
+                                       ? spec.validation_count()
+                                       : kDefaultValidationCount;
+  MPILEARN_RETURN_IF_ERROR(
+      CheckNonNegative("validation_count", validation_count));
+  return validation_count;
+}
+
+absl::Status CheckHoldOut(const DataSpec& spec, int64_t validation_count,
+                          int64_t rows, absl::string_view what,
+                          absl::string_view alternative) {
+  if (validation_count < rows) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data.validation_count is ", validation_count,
+      (spec.has_validation_count() ? "" : " (the default)"), " but ", what,
+      " only ", rows, " samples",
+      (spec.train_limit() > 0 ? " after data.train_limit" : ""),
+      "; the held-out validation samples must leave some to train on, so "
+      "lower data.validation_count",
+      (spec.train_limit() > 0 ? " or raise data.train_limit" : ""),
+      ", or give ", alternative));
+}
+
 int64_t Dataset::size() const {
   return labels.defined() ? labels.size(0) : 0;
 }
@@ -406,13 +378,8 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
                                      spec.validation_labels()));
   MPILEARN_RETURN_IF_ERROR(CheckPair("test_images", spec.test_images(),
                                      "test_labels", spec.test_labels()));
-  MPILEARN_RETURN_IF_ERROR(CheckNonNegative("train_limit", spec.train_limit()));
-  MPILEARN_RETURN_IF_ERROR(CheckNonNegative("test_limit", spec.test_limit()));
-  const int64_t validation_count = spec.has_validation_count()
-                                       ? spec.validation_count()
-                                       : kDefaultValidationCount;
-  MPILEARN_RETURN_IF_ERROR(
-      CheckNonNegative("validation_count", validation_count));
+  MPILEARN_ASSIGN_OR_RETURN(const int64_t validation_count,
+                            CheckedValidationCount(spec));
 
   // IDX files, or the file lists (HDF5, NumPy).
   const bool files = !spec.train_files().empty();
@@ -442,17 +409,9 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
     splits.train = train.data;
   } else {
     const int64_t n = train.data.size();
-    if (validation_count >= n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data.validation_count is ", validation_count,
-          (spec.has_validation_count() ? "" : " (the default)"),
-          " but the training set has only ", n, " samples",
-          (spec.train_limit() > 0 ? " after data.train_limit" : ""),
-          "; the held-out validation samples must leave some to train on, so "
-          "lower data.validation_count",
-          (spec.train_limit() > 0 ? " or raise data.train_limit" : ""),
-          ", or give data.validation_images and data.validation_labels"));
-    }
+    MPILEARN_RETURN_IF_ERROR(CheckHoldOut(
+        spec, validation_count, n, "the training set has",
+        "data.validation_images and data.validation_labels"));
     const int64_t train_n = n - validation_count;
     splits.train.features = train.data.features.narrow(0, 0, train_n);
     splits.train.labels = train.data.labels.narrow(0, 0, train_n);
@@ -494,20 +453,25 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
   return splits;
 }
 
+ShareRange ShareOf(int64_t rows, int rank, int world) {
+  CHECK_GT(world, 0) << "ShareOf: world size must be positive";
+  CHECK_GE(rank, 0) << "ShareOf: rank must be in [0, " << world << ")";
+  CHECK_LT(rank, world) << "ShareOf: rank must be in [0, " << world << ")";
+  const int64_t base = rows / world;
+  const int64_t extra = rows % world;
+  // The first `extra` ranks take one row more than the rest.
+  ShareRange share;
+  share.begin = rank * base + std::min<int64_t>(rank, extra);
+  share.end = share.begin + base + (rank < extra ? 1 : 0);
+  return share;
+}
+
 Dataset Shard(const Dataset& data, int rank, int world) {
-  CHECK_GT(world, 0) << "Shard: world size must be positive";
-  CHECK_GE(rank, 0) << "Shard: rank must be in [0, " << world << ")";
-  CHECK_LT(rank, world) << "Shard: rank must be in [0, " << world << ")";
-  const int64_t n = data.size();
-  if (n == 0) return data;
-  const int64_t base = n / world;
-  const int64_t extra = n % world;
-  // The first `extra` ranks take one sample more than the rest.
-  const int64_t start = rank * base + std::min<int64_t>(rank, extra);
-  const int64_t count = base + (rank < extra ? 1 : 0);
+  const ShareRange share = ShareOf(data.size(), rank, world);
+  if (data.size() == 0) return data;
   Dataset shard;
-  shard.features = data.features.narrow(0, start, count);
-  shard.labels = data.labels.narrow(0, start, count);
+  shard.features = data.features.narrow(0, share.begin, share.end - share.begin);
+  shard.labels = data.labels.narrow(0, share.begin, share.end - share.begin);
   return shard;
 }
 

@@ -27,7 +27,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn {
@@ -83,6 +85,29 @@ inline constexpr int64_t kMaxClasses = int64_t{1} << 20;
 //                     a NaN or infinite value), or the splits disagree;
 //   DataLoss          a file is truncated or corrupt.
 absl::StatusOr<DatasetSplits> LoadDatasets(const mpilearn::v1::DataSpec& spec);
+
+// Checks that train_limit, test_limit and validation_count are not
+// negative (InvalidArgument naming the field) and returns validation_count
+// (its default when unset).
+absl::StatusOr<int64_t> CheckedValidationCount(const mpilearn::v1::DataSpec& spec);
+
+// InvalidArgument when holding out `validation_count` of the `rows`
+// training samples (described as `what`, e.g. "the training set has")
+// leaves none to train on; the message names `alternative`, the fields
+// that give separate validation data.
+absl::Status CheckHoldOut(const mpilearn::v1::DataSpec& spec,
+                          int64_t validation_count, int64_t rows,
+                          absl::string_view what,
+                          absl::string_view alternative);
+
+// Rank `rank`'s share among `world` of `rows` rows, rows [begin, end): the
+// shares' sizes differ by at most one, the first ones larger, and ranks in
+// order cover every row. Requires 0 <= rank < world (checked).
+struct ShareRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+ShareRange ShareOf(int64_t rows, int rank, int world);
 
 // Rank `rank`'s share of `data` among `world` ranks: a contiguous slice, the
 // sizes of any two shards differing by at most one, ranks in order covering

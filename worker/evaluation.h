@@ -5,9 +5,11 @@
 #define MPILEARN_WORKER_EVALUATION_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "worker/dataset.h"
 #include "worker/loss.h"
 #include "worker/model.h"
@@ -35,6 +37,21 @@ struct Evaluation {
 // included.
 Evaluation EvaluateShard(Collectives& group, Model& model, const Loss& loss,
                          const Dataset& shard, int64_t batch_size);
+
+// Reads rows [begin, end) of a rank's share (0 <= begin < end <= the
+// share's rows) as a Dataset: from memory, or from files (data_stream.h).
+using ShareReader =
+    std::function<absl::StatusOr<Dataset>(int64_t begin, int64_t end)>;
+
+// As EvaluateShard, for a share of `rows` rows that `read` fetches batch by
+// batch, so only one batch is in memory at a time. A rank whose read fails
+// stops reading; the failure travels with the reduction, so every rank
+// returns an error (the failing rank its own, the others Aborted naming
+// the first failing rank) and the group stays together.
+absl::StatusOr<Evaluation> EvaluateShare(Collectives& group, Model& model,
+                                         const Loss& loss, int64_t rows,
+                                         const ShareReader& read,
+                                         int64_t batch_size);
 
 // The metrics as printed: "val_loss=0.4123  val_acc=0.8512" for
 // classification, "val_loss=0.0102  val_mae=0.0801  val_mse=0.0102" for

@@ -2,7 +2,7 @@
 // thread-safe build serializes its own calls; its C++ wrapper is not
 // thread-safe, so it is not used).
 //
-// Each Read selects rows [begin, end) of both datasets as a hyperslab and
+// Each read selects rows [begin, end) of a dataset as a hyperslab and
 // has H5Dread convert them to the native form of the stored type (so
 // big-endian files read the same), then hands the elements to the shared
 // FeaturesFromRaw / LabelsFromRaw. Chunked (e.g. gzip'd) datasets get a
@@ -401,23 +401,20 @@ class Hdf5File final : public DataFile {
     opened_ = StatOpenFile(&stat_at_open_);
   }
 
-  absl::StatusOr<DataRows> Read(int64_t begin, int64_t end) override {
-    if (begin < 0 || end < begin || end > rows_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rows [", begin, ", ", end, ") are outside '", path_,
-                       "', which holds ", rows_, " rows"));
-    }
-    SilenceHdf5Errors();
-    MPILEARN_RETURN_IF_ERROR(CheckUnchanged(begin, end));
-    DataRows rows;
+  absl::StatusOr<torch::Tensor> ReadFeatures(int64_t begin,
+                                             int64_t end) override {
     MPILEARN_ASSIGN_OR_RETURN(torch::Tensor raw,
-                              ReadRows(features_, begin, end));
-    rows.features = FeaturesFromRaw(raw.data_ptr(), features_.type,
-                                    ShapeOf(features_, end - begin));
-    MPILEARN_ASSIGN_OR_RETURN(raw, ReadRows(labels_, begin, end));
-    rows.labels = LabelsFromRaw(raw.data_ptr(), labels_.type,
-                                ShapeOf(labels_, end - begin));
-    return rows;
+                              ReadChecked(features_, begin, end));
+    return FeaturesFromRaw(raw.data_ptr(), features_.type,
+                           ShapeOf(features_, end - begin));
+  }
+
+  absl::StatusOr<torch::Tensor> ReadLabels(int64_t begin,
+                                           int64_t end) override {
+    MPILEARN_ASSIGN_OR_RETURN(torch::Tensor raw,
+                              ReadChecked(labels_, begin, end));
+    return LabelsFromRaw(raw.data_ptr(), labels_.type,
+                         ShapeOf(labels_, end - begin));
   }
 
  private:
@@ -467,6 +464,15 @@ class Hdf5File final : public DataFile {
     return absl::OkStatus();
   }
 
+  // ReadRows after checking the range and that the file is unchanged.
+  absl::StatusOr<torch::Tensor> ReadChecked(const Hdf5Array& array,
+                                            int64_t begin, int64_t end) const {
+    MPILEARN_RETURN_IF_ERROR(CheckRange(begin, end));
+    SilenceHdf5Errors();
+    MPILEARN_RETURN_IF_ERROR(CheckUnchanged(begin, end));
+    return ReadRows(array, begin, end);
+  }
+
   // Rows [begin, end) of `array` in its native element type, in a uint8
   // tensor (aligned for every element type).
   absl::StatusOr<torch::Tensor> ReadRows(const Hdf5Array& array, int64_t begin,
@@ -480,7 +486,7 @@ class Hdf5File final : public DataFile {
     }
     const int64_t elements = n * array.row_elements;
     torch::Tensor raw =
-        torch::empty({elements * BytesOf(array.type)}, torch::kUInt8);
+        NewHostTensor({elements * BytesOf(array.type)}, torch::kUInt8);
     if (elements == 0) return raw;
 
     const std::vector<hsize_t> now = CurrentDims(array.dataset.get());

@@ -108,6 +108,40 @@ std::string WriteFloatFile(const std::string& name, int rows = 10) {
   return path;
 }
 
+TEST(Hdf5FileTest, FeaturesAndLabelsReadAlone) {
+  const std::string path = WriteFloatFile("alone.h5");
+  absl::StatusOr<std::unique_ptr<DataFile>> file = OpenHdf5File(path, {});
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<torch::Tensor> labels = (*file)->ReadLabels(2, 9);
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  absl::StatusOr<torch::Tensor> features = (*file)->ReadFeatures(4, 6);
+  ASSERT_TRUE(features.ok()) << features.status();
+  std::vector<double> expected_labels, expected_features;
+  for (int i = 2; i < 9; ++i) expected_labels.push_back(ClassLabel(i));
+  for (int i = 4; i < 6; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 4; ++k) {
+        expected_features.push_back(FloatFeature(i, j, k));
+      }
+    }
+  }
+  EXPECT_EQ(labels->scalar_type(), torch::kInt64);
+  ExpectValues(*labels, {7}, expected_labels);
+  ExpectValues(*features, {2, 3, 4}, expected_features);
+  for (const auto& [begin, end] :
+       std::vector<std::pair<int, int>>{{-1, 2}, {3, 2}, {8, 11}}) {
+    for (const absl::Status& status :
+         {(*file)->ReadLabels(begin, end).status(),
+          (*file)->ReadFeatures(begin, end).status()}) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(status.message(),
+                  AllOf(HasSubstr(absl::StrCat("rows [", begin, ", ", end,
+                                               ") are outside '")),
+                        HasSubstr(path), HasSubstr("holds 10 rows")));
+    }
+  }
+}
+
 TEST(Hdf5FileTest, Float32FeaturesAndClassLabels) {
   const std::string path = WriteFloatFile("float.h5");
   absl::StatusOr<std::unique_ptr<DataFile>> file = OpenHdf5File(path, {});

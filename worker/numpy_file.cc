@@ -564,21 +564,21 @@ class NumpyFile final : public DataFile {
     label_type_ = labels_.type;
   }
 
-  absl::StatusOr<DataRows> Read(int64_t begin, int64_t end) override {
-    if (begin < 0 || end < begin || end > rows_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rows [", begin, ", ", end, ") are outside '", path_,
-                       "', which holds ", rows_, " rows"));
-    }
-    DataRows rows;
+  absl::StatusOr<torch::Tensor> ReadFeatures(int64_t begin,
+                                             int64_t end) override {
+    MPILEARN_RETURN_IF_ERROR(CheckRange(begin, end));
     MPILEARN_ASSIGN_OR_RETURN(torch::Tensor raw,
                               ReadRows(features_, begin, end));
-    rows.features = FeaturesFromRaw(raw.data_ptr(), features_.type,
-                                    ShapeOf(features_, end - begin));
-    MPILEARN_ASSIGN_OR_RETURN(raw, ReadRows(labels_, begin, end));
-    rows.labels = LabelsFromRaw(raw.data_ptr(), labels_.type,
-                                ShapeOf(labels_, end - begin));
-    return rows;
+    return FeaturesFromRaw(raw.data_ptr(), features_.type,
+                           ShapeOf(features_, end - begin));
+  }
+
+  absl::StatusOr<torch::Tensor> ReadLabels(int64_t begin,
+                                           int64_t end) override {
+    MPILEARN_RETURN_IF_ERROR(CheckRange(begin, end));
+    MPILEARN_ASSIGN_OR_RETURN(torch::Tensor raw, ReadRows(labels_, begin, end));
+    return LabelsFromRaw(raw.data_ptr(), labels_.type,
+                         ShapeOf(labels_, end - begin));
   }
 
  private:
@@ -593,7 +593,7 @@ class NumpyFile final : public DataFile {
   static absl::StatusOr<torch::Tensor> ReadRows(NpyArray& array, int64_t begin,
                                                 int64_t end) {
     const int64_t n = (end - begin) * array.row_bytes;
-    torch::Tensor raw = torch::empty({n}, torch::kUInt8);
+    torch::Tensor raw = NewHostTensor({n}, torch::kUInt8);
     if (n == 0) return raw;
     const absl::Status read = array.bytes->ReadAt(
         array.data_offset + begin * array.row_bytes, n, raw.data_ptr());

@@ -130,6 +130,33 @@ TEST(NpyTest, Float32FeaturesInt64Labels) {
   }
 }
 
+TEST(NpyTest, FeaturesAndLabelsReadAlone) {
+  const std::string path = TempPath("alone_features.npy");
+  WriteFloatPair(path, TempPath("alone_labels.npy"), 12, 2);
+  auto file = OpenDataFile(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<torch::Tensor> labels = (*file)->ReadLabels(3, 11);
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  ASSERT_EQ(labels->scalar_type(), torch::kInt64);
+  ExpectNear(*labels, {3, 4, 5, 6, 7, 8, 9, 0}, 0);
+  absl::StatusOr<torch::Tensor> features = (*file)->ReadFeatures(10, 12);
+  ASSERT_TRUE(features.ok()) << features.status();
+  ASSERT_EQ(features->sizes().vec(), (std::vector<int64_t>{2, 2}));
+  ExpectNear(*features, {2.5, 1.5, 2.75, 1.75}, 0);
+  for (auto [begin, end] :
+       {std::pair<int64_t, int64_t>{4, 13}, {-1, 2}, {3, 2}}) {
+    for (const absl::Status& status :
+         {(*file)->ReadLabels(begin, end).status(),
+          (*file)->ReadFeatures(begin, end).status()}) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(status.message()),
+                  HasSubstr(absl::StrCat("rows [", begin, ", ", end,
+                                         ") are outside '", path,
+                                         "', which holds 12 rows")));
+    }
+  }
+}
+
 TEST(NpyTest, Uint8ImagesVersion2And3Headers) {
   for (int version : {2, 3}) {
     SCOPED_TRACE(version);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -22,6 +23,7 @@
 #include "worker/model.h"
 #include "worker/local_master.h"
 #include "worker/run_summary.h"
+#include "worker/training_data.h"
 #include "worker/trainer.h"
 #include "worker/validation_pool.h"
 
@@ -46,9 +48,10 @@ std::string HostName() {
 
 // Loads data on every rank; if any rank fails, every rank returns an error
 // (the first failing rank's message on rank 0).
-absl::StatusOr<DatasetSplits> LoadOnAllRanks(Collectives& group,
-                                             const v1::DataSpec& spec) {
-  absl::StatusOr<DatasetSplits> data = LoadDatasets(spec);
+absl::StatusOr<TrainingData> LoadOnAllRanks(Collectives& group,
+                                            const v1::JobSpec& spec) {
+  absl::StatusOr<TrainingData> data =
+      LoadTrainingData(spec.data(), spec.batch_size());
   std::vector<double> failed = {data.ok() ? 0.0 : 1.0};
   group.AllreduceSum(absl::MakeSpan(failed));
   if (failed[0] == 0) return data;
@@ -335,12 +338,13 @@ int GroupSession::RunTraining() {
       leave.set_job_id(job_id);
       leave.set_group_id(registration->group_id());
       leave.set_error(std::string(error.message()));
+      leave.set_data_error(ReasonOf(error) == v1::ERROR_REASON_DATA);
       (void)master->Leave(leave);
     }
   };
 
-  absl::StatusOr<DatasetSplits> data =
-      LoadOnAllRanks(group, registration->spec().data());
+  absl::StatusOr<TrainingData> data =
+      LoadOnAllRanks(group, registration->spec());
   if (!data.ok()) {
     leave_with_error(data.status());
     if (data.status().code() != absl::StatusCode::kAborted) {
@@ -353,6 +357,7 @@ int GroupSession::RunTraining() {
 
   TrainerOptions trainer_options;
   trainer_options.slowdown_ms_per_batch = options_.slowdown_ms_per_batch;
+  trainer_options.fail_unit_reads = options_.fail_unit_reads;
   trainer_options.progress = options_.progress;
   trainer_options.device = device_;
   trainer_options.trace = trace.get();
@@ -360,7 +365,7 @@ int GroupSession::RunTraining() {
   // declared the group lost during a long outage) registers again and goes
   // on from the master's weights; every rank sees the same status, so the
   // whole group does this together.
-  const DatasetSplits splits = std::move(data).value();
+  const TrainingData splits = std::move(data).value();
   absl::StatusOr<TrainResult> result;
   // Whether a failure left every rank together (see Trainer::failed_together).
   bool together = true;

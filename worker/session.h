@@ -78,6 +78,8 @@ class GroupSession {
     std::string summary_json;
     // Test aid: sleep this long after every batch (a slow group).
     int slowdown_ms_per_batch = 0;
+    // Test aid: the first N streamed unit reads fail (fault injection).
+    int fail_unit_reads = 0;
     // The leader's progress line (training).
     ProgressOptions progress;
     // Non-empty: the Chrome trace file rank 0 writes (its directory is

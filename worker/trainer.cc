@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/error_reason.h"
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -15,7 +16,7 @@
 namespace mpilearn::worker {
 
 Trainer::Trainer(Collectives& group, MasterConnection& master,
-                 v1::RegisterGroupResponse registration, DatasetSplits data,
+                 v1::RegisterGroupResponse registration, TrainingData data,
                  TrainerOptions options)
     : group_(group),
       master_(master),
@@ -28,6 +29,14 @@ Trainer::Trainer(Collectives& group, MasterConnection& master,
       trace_(options.trace) {
   if (leader() && options_.progress.mode != ProgressMode::kOff) {
     progress_ = std::make_unique<ProgressReporter>(options_.progress);
+  }
+  if (data_.streamed()) {
+    const FileSplits& files = *data_.files;
+    prefetch_ = std::make_unique<UnitPrefetcher>(
+        files.train, files.names, spec_.data().bad_values() == "skip");
+    validation_reader_ =
+        std::make_unique<FileReader>(files.validation, files.names);
+    test_reader_ = std::make_unique<FileReader>(files.test, files.names);
   }
 }
 
@@ -50,13 +59,13 @@ absl::Status Trainer::BuildModelAndInitWeights() {
   // Same seed on every rank and every group: the initial weights are a
   // function of the job alone.
   torch::manual_seed(spec_.seed());
-  absl::StatusOr<JobModel> built = BuildJobModel(spec_, data_);
+  absl::StatusOr<JobModel> built = BuildJobModel(spec_, data_.splits);
   absl::Status ready = built.status();
   if (built.ok()) {
     job_.emplace(*std::move(built));
     try {
       job_->model.To(options_.device);
-      ready = Preflight(*job_, data_.train, spec_.batch_size());
+      ready = Preflight(*job_, data_.splits.train, spec_.batch_size());
     } catch (const std::exception& e) {
       ready = absl::ResourceExhaustedError(
           absl::StrCat("cannot move the model to ", options_.device.str(), ": ",
@@ -149,7 +158,7 @@ const torch::Tensor& Trainer::EpochOrder(int epoch) {
     while (orders_.size() > 2) orders_.erase(orders_.begin());
     it = orders_
              .emplace(epoch, torch::randperm(
-                                 data_.train.size(),
+                                 data_.splits.train.size(),
                                  torch::make_generator<at::CPUGeneratorImpl>(
                                      spec_.seed() * 1000003 +
                                      static_cast<uint64_t>(epoch))))
@@ -158,7 +167,26 @@ const torch::Tensor& Trainer::EpochOrder(int epoch) {
   return it->second;
 }
 
-absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
+RowRange Trainer::RankRows(const v1::DataUnit& unit) const {
+  const int64_t n = unit.end() - unit.begin();
+  const int rank = group_.rank();
+  const int world = group_.size();
+  RowRange range{unit.file(), unit.begin() + n * rank / world,
+                 unit.begin() + n * (rank + 1) / world};
+  if (!spec_.data().has_shuffle_within_unit() ||
+      spec_.data().shuffle_within_unit()) {
+    // Drawn from the job's seed, the unit and the rank: the same rows train
+    // in the same order whichever group takes the unit (never 0: no shuffle).
+    range.shuffle_seed = (spec_.seed() * 1000003 +
+                          static_cast<uint64_t>(unit.unit_id()) * 7919 +
+                          static_cast<uint64_t>(rank)) |
+                         1;
+  }
+  return range;
+}
+
+absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit,
+                                                     const v1::DataUnit* next) {
   const int rank = group_.rank();
   const int world = group_.size();
   const int64_t n = unit.end() - unit.begin();
@@ -167,22 +195,71 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
   // the largest shard needs, so the sync collectives always pair up.
   const int64_t largest_shard = (n + world - 1) / world;
   const int64_t steps = (largest_shard + batch - 1) / batch;
-  torch::Tensor mine = EpochOrder(unit.epoch())
-                           .slice(0, unit.begin() + n * rank / world,
-                                  unit.begin() + n * (rank + 1) / world);
+  // This rank's rows: in memory, the whole set's `features`/`labels`
+  // indexed by `order`, the share of the epoch's permutation; streamed, the
+  // rows read (and shuffled) for this share, in batch order (`order`
+  // undefined).
+  torch::Tensor features, labels, order;
+  int64_t skipped = 0;  // rows of this share left out (bad values)
+  if (!data_.streamed()) {
+    features = data_.splits.train.features;
+    labels = data_.splits.train.labels;
+    order = EpochOrder(unit.epoch())
+                .slice(0, unit.begin() + n * rank / world,
+                       unit.begin() + n * (rank + 1) / world);
+  } else {
+    const RowRange mine = RankRows(unit);
+    prefetch_->Prefetch(mine);
+    if (next != nullptr) prefetch_->Prefetch(RankRows(*next));
+    const absl::Time t = absl::Now();
+    absl::StatusOr<DataRows> rows;
+    {
+      TraceSpan span(trace_, "data_load", "data");
+      // Which rows this rank trained, for the trace (and the tests that
+      // check every row is trained once per epoch).
+      span.Arg("epoch", unit.epoch());
+      span.Arg("file", mine.file);
+      span.Arg("begin", mine.begin);
+      span.Arg("end", mine.end);
+      rows = prefetch_->Take(mine);
+      if (unit_reads_failed_ < options_.fail_unit_reads) {
+        ++unit_reads_failed_;
+        rows = absl::DataLossError(absl::StrCat(
+            "data.train_files: injected failure (--fail_unit_reads) reading "
+            "rows [", mine.begin, ", ", mine.end, ") of file ", mine.file));
+      }
+    }
+    context_.times.data += SecondsSince(t);
+    absl::Status read = AgreeOnAllRanks(context_, rows.status());
+    if (!read.ok()) {
+      // The data's fault, not the group's: the master hands the unit to
+      // another group (LeaveRequest.data_error).
+      return WithReason(std::move(read), v1::ERROR_REASON_DATA);
+    }
+    // Read (and shuffled) on the prefetch thread: batches are slices.
+    features = std::move(rows->features);
+    labels = std::move(rows->labels);
+    skipped = rows->skipped;
+  }
+  const int64_t share = order.defined() ? order.size(0) : features.size(0);
   double loss_sum = 0.0;
   double window_samples = 0.0;
   for (int64_t step = 0; step < steps; ++step) {
     absl::Time t = absl::Now();
-    const int64_t begin = std::min(step * batch, mine.size(0));
-    const int64_t end = std::min(begin + batch, mine.size(0));
+    const int64_t begin = std::min(step * batch, share);
+    const int64_t end = std::min(begin + batch, share);
     if (end > begin) {
       torch::Tensor x, y;
       {
         TraceSpan span(trace_, "data_load", "data");
-        torch::Tensor index = mine.slice(0, begin, end);
-        x = data_.train.features.index_select(0, index).to(options_.device);
-        y = data_.train.labels.index_select(0, index).to(options_.device);
+        if (order.defined()) {
+          torch::Tensor index = order.slice(0, begin, end);
+          x = features.index_select(0, index).to(options_.device);
+          y = labels.index_select(0, index).to(options_.device);
+        } else {
+          x = features.slice(0, begin, end).to(options_.device);
+          y = labels.slice(0, begin, end).to(options_.device);
+        }
       }
       context_.times.data += SecondsSince(t);
       t = absl::Now();
@@ -214,21 +291,23 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit) {
   }
   // The unit's loss and samples, and (riding along, for the leader's
   // telemetry) every rank's cumulative figures.
-  double totals[8] = {loss_sum, static_cast<double>(mine.size(0))};
+  double totals[9] = {loss_sum, static_cast<double>(share),
+                      static_cast<double>(skipped)};
   const std::array<double, 6> own = OwnTelemetry();
-  std::copy(own.begin(), own.end(), totals + 2);
+  std::copy(own.begin(), own.end(), totals + 3);
   const absl::Time t = absl::Now();
   {
     TraceSpan span(trace_, "allreduce", "mpi");
-    group_.AllreduceSum(absl::MakeSpan(totals, 8));
+    group_.AllreduceSum(absl::MakeSpan(totals, 9));
   }
   context_.times.mpi += SecondsSince(t);
-  SetTelemetry(totals + 2);
+  SetTelemetry(totals + 3);
   have_group_telemetry_ = true;
   v1::CompletedUnit completed;
   completed.set_unit_id(unit.unit_id());
   completed.set_loss_sum(totals[0]);
   completed.set_samples(static_cast<uint64_t>(totals[1]));
+  completed.set_skipped(static_cast<uint64_t>(totals[2]));
   return completed;
 }
 
@@ -240,7 +319,11 @@ absl::StatusOr<v1::NextDataUnitResponse> Trainer::NextUnit(
     v1::NextDataUnitRequest request;
     request.set_job_id(registration_.job_id());
     request.set_group_id(registration_.group_id());
-    request.set_train_samples(data_.train.size());
+    request.set_train_samples(data_.train_samples());
+    if (data_.streamed()) {
+      for (int64_t rows : data_.files->train.rows) request.add_file_rows(rows);
+      request.set_read_ahead(true);
+    }
     for (const v1::CompletedUnit& unit : completed) *request.add_completed() = unit;
     if (!have_group_telemetry_) {
       // No unit trained yet: the leader's own figures.
@@ -274,13 +357,36 @@ absl::StatusOr<v1::NextDataUnitResponse> Trainer::NextUnit(
   return response;
 }
 
-Evaluation Trainer::Evaluate(const Dataset& data) {
+absl::StatusOr<Evaluation> Trainer::Evaluate(Split split) {
   job_->model.SetTraining(false);
-  const Evaluation result = EvaluateShard(
-      group_, job_->model, job_->loss,
-      data.size() > 0 ? Shard(data, group_.rank(), group_.size()) : Dataset(),
-      options_.eval_batch_size);
+  absl::StatusOr<Evaluation> result;
+  if (!data_.streamed()) {
+    const Dataset& data = split == Split::kValidation ? data_.splits.validation
+                                                      : data_.splits.test;
+    result = EvaluateShard(
+        group_, job_->model, job_->loss,
+        data.size() > 0 ? Shard(data, group_.rank(), group_.size()) : Dataset(),
+        options_.eval_batch_size);
+  } else {
+    FileReader& reader =
+        split == Split::kValidation ? *validation_reader_ : *test_reader_;
+    const ShareRange share =
+        ShareOf(reader.list().total_rows(), group_.rank(), group_.size());
+    result = EvaluateShare(
+        group_, job_->model, job_->loss, share.end - share.begin,
+        [&](int64_t begin, int64_t end) -> absl::StatusOr<Dataset> {
+          MPILEARN_ASSIGN_OR_RETURN(
+              DataRows rows,
+              reader.ReadRange(share.begin + begin, share.begin + end));
+          Dataset batch;
+          batch.features = std::move(rows.features);
+          batch.labels = std::move(rows.labels);
+          return batch;
+        },
+        options_.eval_batch_size);
+  }
   job_->model.SetTraining(true);
+  if (!result.ok()) context_.failed_together = true;  // every rank failed
   return result;
 }
 
@@ -304,7 +410,7 @@ absl::Status Trainer::ValidateEpoch(int epoch) {
       }
     }
     MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
-    validation = Evaluate(data_.validation);
+    MPILEARN_ASSIGN_OR_RETURN(validation, Evaluate(Split::kValidation));
     if (!own.empty()) {
       size_t offset = 0;
       for (auto& view : context_.weights) {
@@ -387,7 +493,7 @@ absl::StatusOr<TrainResult> Trainer::RunLoop() {
         TraceSpan span(trace_, "test", "eval");
         MPILEARN_RETURN_IF_ERROR(SyncToMasterWeights());
         result.finished_job = true;
-        result.test = Evaluate(data_.test);
+        MPILEARN_ASSIGN_OR_RETURN(result.test, Evaluate(Split::kTest));
       }
       break;
     }
@@ -402,7 +508,9 @@ absl::StatusOr<TrainResult> Trainer::RunLoop() {
                                               " from the master's data queue"));
     }
     const absl::Time unit_start = absl::Now();
-    MPILEARN_ASSIGN_OR_RETURN(v1::CompletedUnit done, TrainUnit(next.unit()));
+    MPILEARN_ASSIGN_OR_RETURN(
+        v1::CompletedUnit done,
+        TrainUnit(next.unit(), next.has_next_unit() ? &next.next_unit() : nullptr));
     result.train_seconds += SecondsSince(unit_start);
     result.units += 1;
     result.samples += static_cast<int64_t>(done.samples());

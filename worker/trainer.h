@@ -6,9 +6,17 @@
 //
 // Data comes from the master's queue in units (NextDataUnit): the leader
 // asks for the next unit, broadcasts it, and every rank trains on its
-// contiguous share of the unit's range of the epoch's shuffled order (a
-// permutation every worker draws identically from the job's seed and the
-// epoch). A faster group simply asks more often, so it trains more units.
+// contiguous share of the unit. A faster group simply asks more often, so
+// it trains more units. In memory (IDX), a unit is a range of the epoch's
+// shuffled order (a permutation every worker draws identically from the
+// job's seed and the epoch). Streamed (file lists, training_data.h), a
+// unit is a range of rows in one file: the group asks the master to reserve
+// the next unit too (read_ahead), and each rank's UnitPrefetcher reads its
+// share of that unit while it trains the current one, and shuffles the
+// rows within the share there too (data.shuffle_within_unit), so each batch
+// is a slice. A read that fails
+// on any rank fails the group together, with that rank's message (the
+// file, dataset and rows).
 //
 // How updates reach the master depends on the job's algorithm: every
 // `sync_every` batches the rank's Exchange (worker/exchange.h: downpour,
@@ -29,7 +37,8 @@
 //   progress: the leader feeds the master's JobProgress from every answer
 //             to a ProgressReporter (progress.h), per TrainerOptions.
 //   trace:    with TrainerOptions::trace set, every rank records spans:
-//             data_load, forward_backward, local_step (easgd), push, pull,
+//             data_load (for streamed data: waiting for the unit's read),
+//             forward_backward, local_step (easgd), push, pull,
 //             next_unit (leader), wait (WAIT answers; non-leaders waiting for
 //             the leader's unit), allreduce, broadcast, validation, test.
 //             Without it a span costs one null-pointer branch.
@@ -64,6 +73,7 @@
 #include "worker/master_errors.h"
 #include "worker/mpi_group.h"
 #include "worker/progress.h"
+#include "worker/training_data.h"
 
 namespace mpilearn::worker {
 
@@ -74,6 +84,9 @@ struct TrainerOptions {
   bool print_epochs = true;
   // Test aid: sleep this long after every batch, to make a slow group.
   int64_t slowdown_ms_per_batch = 0;
+  // Test aid: the first N reads of streamed units fail with DataLoss, as a
+  // file that cannot be read would (counted over the rank's life).
+  int fail_unit_reads = 0;
   // The leader's progress line (stdout); off unless asked for.
   ProgressOptions progress{ProgressMode::kOff};
   // Where the rank trains (worker/device.h). Off the CPU the exchange works
@@ -103,7 +116,7 @@ struct TrainResult {
 class Trainer {
  public:
   Trainer(Collectives& group, MasterConnection& master,
-          v1::RegisterGroupResponse registration, DatasetSplits data,
+          v1::RegisterGroupResponse registration, TrainingData data,
           TrainerOptions options);
 
   absl::StatusOr<TrainResult> Run();
@@ -134,14 +147,21 @@ class Trainer {
   // rank receives the answer or the leader's error.
   absl::StatusOr<v1::NextDataUnitResponse> NextUnit(
       const std::vector<v1::CompletedUnit>& completed);
-  // Trains this rank's share of `unit`; returns {loss sum, samples} summed
-  // over the group.
-  absl::StatusOr<v1::CompletedUnit> TrainUnit(const v1::DataUnit& unit);
+  // Trains this rank's share of `unit` (streamed data: `next`, when set, is
+  // read ahead meanwhile); returns {loss sum, samples} summed over the
+  // group.
+  absl::StatusOr<v1::CompletedUnit> TrainUnit(const v1::DataUnit& unit,
+                                              const v1::DataUnit* next);
+  // Streamed data: this rank's rows of `unit` in its file.
+  RowRange RankRows(const v1::DataUnit& unit) const;
   // Leader pulls the master's newest weights; all ranks receive them.
   absl::Status SyncToMasterWeights();
   // Validates after `epoch` (0-based) finished and the leader reports it.
   absl::Status ValidateEpoch(int epoch);
-  Evaluation Evaluate(const Dataset& data);
+  enum class Split { kValidation, kTest };
+  // The group's evaluation of a split (a collective); for streamed data
+  // every rank reads its share batch by batch.
+  absl::StatusOr<Evaluation> Evaluate(Split split);
   const torch::Tensor& EpochOrder(int epoch);
 
   bool leader() const { return group_.rank() == 0; }
@@ -150,8 +170,14 @@ class Trainer {
   MasterConnection& master_;
   const v1::RegisterGroupResponse registration_;
   const v1::JobSpec& spec_;  // registration_.spec()
-  DatasetSplits data_;
+  TrainingData data_;
   const TrainerOptions options_;
+  // Streamed data only: the training rows read ahead, and the readers of
+  // this rank's validation and test shares.
+  std::unique_ptr<UnitPrefetcher> prefetch_;
+  std::unique_ptr<FileReader> validation_reader_;
+  std::unique_ptr<FileReader> test_reader_;
+  int unit_reads_failed_ = 0;  // by fail_unit_reads
 
   // The job's model and loss; set by BuildModelAndInitWeights.
   std::optional<JobModel> job_;

@@ -12,6 +12,7 @@
 #include "common/tensor_codec.h"
 #include "glog/logging.h"
 #include "worker/job_model.h"
+#include "worker/training_data.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -93,24 +94,43 @@ std::string ValidationPool::NextMessage(std::vector<std::vector<float>>* weights
 
 ValidationPool::JobState ValidationPool::LoadJob(const v1::JobSpec& spec) {
   JobState job;
-  absl::StatusOr<DatasetSplits> splits = LoadDatasets(spec.data());
-  if (!splits.ok()) {
-    job.error = splits.status();
+  absl::StatusOr<TrainingData> data =
+      LoadTrainingData(spec.data(), /*sample_rows=*/1);
+  if (!data.ok()) {
+    job.error = data.status();
     return job;
   }
-  if (splits->validation.size() == 0) {
+  if (data->validation_samples() == 0) {
     job.error = absl::FailedPreconditionError(
         "the job has no validation set (data.validation_count is 0 and no "
         "validation files)");
     return job;
   }
-  // Keep only this rank's shard, copied so the training data goes.
-  const Dataset shard = Shard(splits->validation, group_.rank(), group_.size());
-  if (shard.size() > 0) {
-    job.shard.features = shard.features.clone();
-    job.shard.labels = shard.labels.clone();
+  // Keep only this rank's shard, in memory: a pool validates it again and
+  // again. In-memory data is copied so the training data goes; streamed
+  // data reads just the shard's rows.
+  if (!data->streamed()) {
+    const Dataset shard =
+        Shard(data->splits.validation, group_.rank(), group_.size());
+    if (shard.size() > 0) {
+      job.shard.features = shard.features.clone();
+      job.shard.labels = shard.labels.clone();
+    }
+  } else {
+    const ShareRange share = ShareOf(data->validation_samples(), group_.rank(),
+                                     group_.size());
+    if (share.end > share.begin) {
+      FileReader reader(data->files->validation, data->files->names);
+      absl::StatusOr<DataRows> rows = reader.ReadRange(share.begin, share.end);
+      if (!rows.ok()) {
+        job.error = rows.status();
+        return job;
+      }
+      job.shard.features = std::move(rows->features);
+      job.shard.labels = std::move(rows->labels);
+    }
   }
-  absl::StatusOr<JobModel> model = BuildJobModel(spec, *splits);
+  absl::StatusOr<JobModel> model = BuildJobModel(spec, data->splits);
   if (!model.ok()) {
     job.error = model.status();
     return job;

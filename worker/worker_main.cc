@@ -58,6 +58,9 @@ ABSL_FLAG(int, optimizer_threads, 1,
 ABSL_FLAG(std::string, summary_json, "",
           "Write this group's figures (samples/s, time shares, accuracy) as "
           "one JSON object to this file when done (leader only).");
+ABSL_FLAG(int, fail_unit_reads, 0,
+          "Test aid: the first N reads of streamed training units fail as a "
+          "bad file would (fault injection for the unit retry).");
 ABSL_FLAG(int, slowdown_ms_per_batch, 0,
           "Testing aid: sleep this long after every batch (a slow group).");
 ABSL_FLAG(double, rpc_timeout_s, 120, "Deadline of each call to the master.");
@@ -227,6 +230,7 @@ int Main(int argc, char** argv) {
   options.device = absl::GetFlag(FLAGS_device);
   options.summary_json = absl::GetFlag(FLAGS_summary_json);
   options.slowdown_ms_per_batch = absl::GetFlag(FLAGS_slowdown_ms_per_batch);
+  options.fail_unit_reads = absl::GetFlag(FLAGS_fail_unit_reads);
   options.progress.mode = *progress_mode;
   options.progress.interval = absl::Seconds(progress_interval_s);
   options.trace_path = trace_path;
