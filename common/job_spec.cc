@@ -226,6 +226,32 @@ absl::Status NormalizeData(v1::DataSpec* data) {
   if (!data->has_max_unit_failures()) data->set_max_unit_failures(3);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("data.max_unit_failures",
                                          data->max_unit_failures(), 1, 1000));
+  v1::Normalization* norm = data->mutable_normalization();
+  if (norm->mode().empty()) norm->set_mode("none");
+  if (norm->mode() != "none" && norm->mode() != "scale" &&
+      norm->mode() != "standardize") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.normalization.mode: unknown mode '", norm->mode(),
+        "'; available: 'none', 'scale' (x * scale + offset), 'standardize' "
+        "(per feature, from the training rows)"));
+  }
+  if (norm->mode() == "scale") {
+    if (!norm->has_scale()) norm->set_scale(1.0);
+    if (!norm->has_offset()) norm->set_offset(0.0);
+    if (!std::isfinite(norm->scale()) || norm->scale() == 0.0) {
+      return RangeError("data.normalization.scale", "finite and not 0",
+                        norm->scale());
+    }
+    if (!std::isfinite(norm->offset())) {
+      return RangeError("data.normalization.offset", "finite", norm->offset());
+    }
+  }
+  if (norm->mode() == "standardize") {
+    if (!norm->has_sample_rows()) norm->set_sample_rows(100000);
+    MPILEARN_RETURN_IF_ERROR(CheckIntRange("data.normalization.sample_rows",
+                                           norm->sample_rows(), 1,
+                                           int64_t{100000000}));
+  }
   return absl::OkStatus();
 }
 

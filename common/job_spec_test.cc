@@ -130,6 +130,31 @@ TEST(JobSpecTest, BadValuesAndUnitFailuresGetDefaultsAndRanges) {
   ExpectRefused(bad);
 }
 
+TEST(JobSpecTest, NormalizationGetsDefaultsAndChecks) {
+  auto none = ParseJobSpecJson(R"({"data": {"train_files": ["a.h5"]}})");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->data().normalization().mode(), "none");
+  auto scale = ParseJobSpecJson(
+      R"({"data": {"train_files": ["a.h5"], "normalization": {"mode": "scale"}}})");
+  ASSERT_TRUE(scale.ok()) << scale.status();
+  EXPECT_EQ(scale->data().normalization().scale(), 1.0);
+  EXPECT_EQ(scale->data().normalization().offset(), 0.0);
+  auto standardize = ParseJobSpecJson(R"({"data": {"train_images": "x.gz",
+      "train_labels": "y.gz", "normalization": {"mode": "standardize"}}})");
+  ASSERT_TRUE(standardize.ok()) << standardize.status();
+  EXPECT_EQ(standardize->data().normalization().sample_rows(), 100000);
+  ExpectRefused({
+      {R"({"data": {"train_files": ["a.h5"], "normalization": {"mode": "minmax"}}})",
+       "data.normalization.mode: unknown mode 'minmax'"},
+      {R"({"data": {"train_files": ["a.h5"],
+          "normalization": {"mode": "scale", "scale": 0}}})",
+       "data.normalization.scale must be finite and not 0, got 0"},
+      {R"({"data": {"train_files": ["a.h5"],
+          "normalization": {"mode": "standardize", "sample_rows": 0}}})",
+       "data.normalization.sample_rows must be in [1, 100000000], got 0"},
+  });
+}
+
 TEST(JobSpecTest, EveryOptimizerGetsItsDefaults) {
   auto with_optimizer = [](const std::string& optimizer) {
     return ParseJobSpecJson(

@@ -240,6 +240,7 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit,
     features = std::move(rows->features);
     labels = std::move(rows->labels);
     skipped = rows->skipped;
+    data_.transform.Apply(&features);
   }
   const int64_t share = order.defined() ? order.size(0) : features.size(0);
   double loss_sum = 0.0;
@@ -381,6 +382,7 @@ absl::StatusOr<Evaluation> Trainer::Evaluate(Split split) {
           Dataset batch;
           batch.features = std::move(rows.features);
           batch.labels = std::move(rows.labels);
+          data_.transform.Apply(&batch.features);
           return batch;
         },
         options_.eval_batch_size);

@@ -128,6 +128,7 @@ ValidationPool::JobState ValidationPool::LoadJob(const v1::JobSpec& spec) {
       }
       job.shard.features = std::move(rows->features);
       job.shard.labels = std::move(rows->labels);
+      data->transform.Apply(&job.shard.features);
     }
   }
   absl::StatusOr<JobModel> model = BuildJobModel(spec, data->splits);
