@@ -398,6 +398,9 @@ v1::CheckpointQueue DataQueue::Save() const {
     queue.mutable_file_rows()->Add(files_->file_rows().begin(),
                                    files_->file_rows().end());
   }
+  for (const auto& [unit_id, failures] : failures_by_unit_) {
+    (*queue.mutable_unit_failures())[unit_id] = failures;
+  }
   for (const auto& [epoch, progress] : open_epochs_) {
     v1::CheckpointEpochProgress* out = queue.add_open_epochs();
     out->set_epoch(epoch);
@@ -510,6 +513,13 @@ absl::Status DataQueue::Resume(const v1::CheckpointQueue& queue,
       progress.completed_at = FromUnixSecondsDouble(in.completed_unix_seconds());
       progress.updates_at_completion = in.updates_at_completion();
     }
+  }
+  for (const auto& [unit_id, failures] : queue.unit_failures()) {
+    if (unit_id < 0 || unit_id / units_per_epoch_ >= epochs_ || failures < 1) {
+      return BadQueueError(
+          absl::StrCat(failures, " failures of unit ", unit_id));
+    }
+    failures_by_unit_[unit_id] = failures;
   }
   // What was handed out and not completed was in flight: hand it out again,
   // oldest first.

@@ -22,8 +22,8 @@
 // other and counted: per unit (the job gives up on a unit that failed
 // data.max_unit_failures times) and in JobStatus.unit_failures, with the
 // latest error (bounded to kMaxDataErrorBytes) in last_data_error. The
-// per-unit counts are not in CheckpointQueue: a resumed queue starts them
-// at 0 (the job-wide count and error come back with the status).
+// per-unit counts are saved in CheckpointQueue.unit_failures; the job-wide
+// count and error come back with the status.
 //
 // File-list data: when the first request also carries file_rows (the
 // training rows of each file, summing to train_samples), every later one
@@ -159,8 +159,8 @@ class DataQueue {
   v1::JobProgress Progress() const;
   void FillStatus(bool with_history, v1::JobStatus* status) const;
 
-  // Where the queue stands, for a checkpoint (the per-unit failure counts
-  // are not saved).
+  // Where the queue stands, for a checkpoint (per-unit failure counts
+  // included).
   v1::CheckpointQueue Save() const;
 
   // Makes a fresh queue the one `queue` was saved of, with the history and

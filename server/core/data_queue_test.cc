@@ -478,8 +478,8 @@ TEST(DataQueueBadDataTest, SkippedRowsAreRefusedUnlessTheSpecSkips) {
 
 // Each unit's failures are counted apart; the one reaching
 // max_unit_failures is exhausted. A checkpoint keeps the job-wide count,
-// the last error and the skipped rows (through the status) but not the
-// per-unit counts.
+// the last error and the skipped rows (through the status) and the
+// per-unit counts (CheckpointQueue.unit_failures).
 TEST(DataQueueBadDataTest, UnitFailuresAreCountedPerUnitAndInAll) {
   v1::JobSpec spec = Spec(1, 4);
   spec.mutable_data()->set_bad_values("skip");
@@ -511,8 +511,15 @@ TEST(DataQueueBadDataTest, UnitFailuresAreCountedPerUnitAndInAll) {
   EXPECT_EQ(after.unit_failures(), 2u);
   EXPECT_EQ(after.last_data_error(), "bad row 5");
   EXPECT_EQ(after.samples_skipped(), 6u);
-  // A restart starts each unit's count again.
-  EXPECT_EQ(resumed.UnitFailed(a, "again").unit_failures, 1);
+  // A restart goes on counting: unit a's second failure exhausts it.
+  failure = resumed.UnitFailed(a, "again");
+  EXPECT_EQ(failure.unit_failures, 2);
+  EXPECT_TRUE(failure.exhausted);
+  // A saved count for a unit past the job's units is refused.
+  v1::CheckpointQueue broken = saved;
+  (*broken.mutable_unit_failures())[1000] = 1;
+  DataQueue refused("job-1", spec);
+  EXPECT_EQ(refused.Resume(broken, status).code(), absl::StatusCode::kDataLoss);
 
   failure = queue.UnitFailed(a, "bad row 3 again");
   EXPECT_EQ(failure.unit_failures, 2);
