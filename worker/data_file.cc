@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace mpilearn::worker {
@@ -74,6 +75,10 @@ bool IsDataFile(const std::string& path) {
 }
 
 }  // namespace
+
+std::string ShapeText(const std::vector<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
 
 torch::Tensor NewHostTensor(const std::vector<int64_t>& sizes,
                             torch::Dtype dtype) {

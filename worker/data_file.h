@@ -143,6 +143,9 @@ absl::StatusOr<std::unique_ptr<DataFile>> OpenHdf5File(
 absl::StatusOr<std::unique_ptr<DataFile>> OpenNumpyFile(
     const std::string& path, const DataFileNames& names);
 
+// "[2048, 1, 28, 28]": a shape as messages about data show it.
+std::string ShapeText(const std::vector<int64_t>& dims);
+
 // A new, uninitialized CPU tensor whose memory comes from malloc, not
 // LibTorch's allocator: a rank streaming data allocates and frees tensors of
 // a unit's size all the time, and glibc does not reuse memory from the

@@ -36,10 +36,6 @@ using ::mpilearn::v1::DataSpec;
 // Rows of class indices scanned at a time.
 constexpr int64_t kScanRows = int64_t{1} << 20;
 
-std::string Shape(const std::vector<int64_t>& dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
-}
-
 // `status` with "data.<field>: " before its message.
 absl::Status InField(absl::string_view field, const absl::Status& status) {
   return absl::Status(status.code(),
@@ -104,8 +100,8 @@ absl::Status CheckAgrees(absl::string_view field, const FileInfo& info,
   if (info.feature_sizes != reference.feature_sizes) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.", field, ": '", info.path,
-                     "' holds samples of shape ", Shape(info.feature_sizes),
-                     " but ", ref, " holds ", Shape(reference.feature_sizes)));
+                     "' holds samples of shape ", ShapeText(info.feature_sizes),
+                     " but ", ref, " holds ", ShapeText(reference.feature_sizes)));
   }
   const bool scaled = info.feature_type == ElementType::kUint8;
   if (scaled != (reference.feature_type == ElementType::kUint8)) {

@@ -11,7 +11,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "worker/data_file.h"
@@ -24,10 +23,6 @@ namespace {
 using ::mpilearn::v1::DataSpec;
 
 constexpr int64_t kDefaultValidationCount = 5000;
-
-std::string Shape(const std::vector<int64_t>& dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
-}
 
 // Reads the IDX file that spec field `field` names, prefixing any error with
 // the field.
@@ -96,7 +91,7 @@ absl::StatusOr<torch::Tensor> FeaturesOf(absl::string_view field,
   if (array.dims.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.", field, ": '", path, "' holds an IDX array of shape ",
-        Shape(array.dims),
+        ShapeText(array.dims),
         ", but features must have at least 2 dimensions [N, ...], such as "
         "[N, height, width] like train-images-idx3-ubyte.gz or [N, D]"));
   }
@@ -108,7 +103,7 @@ absl::StatusOr<torch::Tensor> FeaturesOf(absl::string_view field,
   if (std::find(sample.begin(), sample.end(), 0) != sample.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.", field, ": '", path, "' holds samples of shape ",
-        Shape(sample), ", which have no values"));
+        ShapeText(sample), ", which have no values"));
   }
   MPILEARN_RETURN_IF_ERROR(CheckFinite(field, path, array));
   std::vector<int64_t> sizes = array.dims;
@@ -130,7 +125,7 @@ absl::StatusOr<torch::Tensor> LabelsOf(absl::string_view field,
   if (array.dims.size() > 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.", field, ": '", path, "' holds an IDX array of shape ",
-        Shape(array.dims),
+        ShapeText(array.dims),
         ", but labels must be 1-dimensional [N] like "
         "train-labels-idx1-ubyte.gz, or 2-dimensional [N, K] rows"));
   }
@@ -222,16 +217,16 @@ absl::StatusOr<LoadedSplit> LoadFilesSplit(
                                  features.front().sizes().slice(1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data.", field, ": '", path, "' holds samples of shape ",
-          Shape(read->features.sizes().slice(1).vec()), " but '", paths[0],
-          "' holds ", Shape(features.front().sizes().slice(1).vec())));
+          ShapeText(read->features.sizes().slice(1).vec()), " but '", paths[0],
+          "' holds ", ShapeText(features.front().sizes().slice(1).vec())));
     }
     if (!labels.empty() && (read->labels.dim() != labels.front().dim() ||
                             read->labels.sizes().slice(1) !=
                                 labels.front().sizes().slice(1))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data.", field, ": '", path, "' holds labels of shape ",
-          Shape(read->labels.sizes().vec()), " but '", paths[0],
-          "' holds labels of shape ", Shape(labels.front().sizes().vec())));
+          ShapeText(read->labels.sizes().vec()), " but '", paths[0],
+          "' holds labels of shape ", ShapeText(labels.front().sizes().vec())));
     }
     if (features.empty()) {
       split.features_scaled = (*file)->feature_type() == ElementType::kUint8;
@@ -305,8 +300,8 @@ absl::Status CheckMatchesTrain(absl::string_view features_field,
       train.data.features.sizes().slice(1).vec();
   if (shape != train_shape) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.", features_field, ": samples have shape ", Shape(shape),
-        " but the training samples have shape ", Shape(train_shape)));
+        "data.", features_field, ": samples have shape ", ShapeText(shape),
+        " but the training samples have shape ", ShapeText(train_shape)));
   }
   if (split.features_scaled != train.features_scaled) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -320,10 +315,10 @@ absl::Status CheckMatchesTrain(absl::string_view features_field,
   if (kind != train_kind) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.", labels_field, ": labels are ", kind, " (",
-        split.labels_type, " ", Shape(split.data.labels.sizes().vec()),
+        split.labels_type, " ", ShapeText(split.data.labels.sizes().vec()),
         ") but the training labels are ", train_kind, " (",
         train.labels_type, " ",
-        Shape(train.data.labels.sizes().vec()), ")"));
+        ShapeText(train.data.labels.sizes().vec()), ")"));
   }
   return absl::OkStatus();
 }

@@ -27,8 +27,8 @@ absl::StatusOr<Evaluation> EvaluateShare(Collectives& group, Model& model,
     const torch::Tensor output = model.Forward(batch->features);
     loss.Accumulate(output, batch->labels.to(output.device()), &sums);
   }
-  // The sums, then for every rank 1 + its rank if its read failed (the
-  // first failing rank is the smallest nonzero entry).
+  // The sums, then one slot per rank, 1 where that rank's read failed (the
+  // first failing rank is the first nonzero slot).
   std::vector<double> values(MetricSums::kSize + group.size(), 0.0);
   const std::array<double, MetricSums::kSize> own = sums.ToArray();
   std::copy(own.begin(), own.end(), values.begin());

@@ -187,7 +187,6 @@ RowRange Trainer::RankRows(const v1::DataUnit& unit) const {
 
 absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit,
                                                      const v1::DataUnit* next) {
-  const int rank = group_.rank();
   const int world = group_.size();
   const int64_t n = unit.end() - unit.begin();
   const int64_t batch = spec_.batch_size();
@@ -204,9 +203,8 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit,
   if (!data_.streamed()) {
     features = data_.splits.train.features;
     labels = data_.splits.train.labels;
-    order = EpochOrder(unit.epoch())
-                .slice(0, unit.begin() + n * rank / world,
-                       unit.begin() + n * (rank + 1) / world);
+    const RowRange mine = RankRows(unit);
+    order = EpochOrder(unit.epoch()).slice(0, mine.begin, mine.end);
   } else {
     const RowRange mine = RankRows(unit);
     prefetch_->Prefetch(mine);

@@ -152,7 +152,8 @@ class Trainer {
   // group.
   absl::StatusOr<v1::CompletedUnit> TrainUnit(const v1::DataUnit& unit,
                                               const v1::DataUnit* next);
-  // Streamed data: this rank's rows of `unit` in its file.
+  // This rank's part of `unit`: rows [begin, end) of its file (streamed) or
+  // of the epoch's order (in memory), and the shuffle seed of its rows.
   RowRange RankRows(const v1::DataUnit& unit) const;
   // Leader pulls the master's newest weights; all ranks receive them.
   absl::Status SyncToMasterWeights();

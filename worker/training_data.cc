@@ -16,10 +16,6 @@ int64_t TrainingData::validation_samples() const {
   return streamed() ? files->validation.total_rows() : splits.validation.size();
 }
 
-int64_t TrainingData::test_samples() const {
-  return streamed() ? files->test.total_rows() : splits.test.size();
-}
-
 FeatureTransform FeatureTransform::Scale(double scale, double offset) {
   FeatureTransform transform;
   transform.kind_ = Kind::kScale;

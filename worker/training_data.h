@@ -89,7 +89,6 @@ struct TrainingData {
   // Training rows of one epoch over every group.
   int64_t train_samples() const;
   int64_t validation_samples() const;
-  int64_t test_samples() const;
 };
 
 // Loads `spec`'s data: IDX whole (LoadDatasets); file lists by their
