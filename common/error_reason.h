@@ -43,6 +43,9 @@ inline absl::Status GroupUnknownError(absl::string_view message) {
 inline absl::Status JobUnknownError(absl::string_view message) {
   return WithReason(absl::NotFoundError(message), v1::ERROR_REASON_JOB_UNKNOWN);
 }
+inline absl::Status NoQueuedJobError(absl::string_view message) {
+  return WithReason(absl::NotFoundError(message), v1::ERROR_REASON_NO_QUEUED_JOB);
+}
 inline absl::Status InvalidRequestError(absl::string_view message) {
   return WithReason(absl::InvalidArgumentError(message),
                     v1::ERROR_REASON_INVALID_REQUEST);

@@ -32,6 +32,14 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   MPILEARN_ASSIGN_OR_RETURN(server->core_, MasterCore::Create(core_options));
   server->service_ = std::make_unique<MasterServiceImpl>(
       *server->core_, server->metrics_.get(), server->trace_.get());
+  server->trial_jobs_ = std::make_unique<CoreTrialJobs>(*server->core_);
+  opt::StudyTable::Options study_options;
+  study_options.state_dir = options.state_dir;
+  MPILEARN_ASSIGN_OR_RETURN(
+      server->studies_,
+      opt::StudyTable::Create(study_options, *server->trial_jobs_));
+  server->study_service_ =
+      std::make_unique<StudyServiceImpl>(*server->studies_, server->metrics_.get());
 
   // Metrics before gRPC: a bad --metrics_listen fails the start before any
   // client could have been served.
@@ -63,6 +71,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->study_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -97,11 +106,15 @@ void MasterServer::Shutdown(absl::Duration grace) {
   // Snapshot streams never end on their own; closing the hub ends them now
   // rather than at the end of the grace period.
   if (core_ != nullptr) core_->CloseSnapshots();
+  // Study watches end too, and the table's thread stops: no study starts
+  // or stops a job any more.
+  if (studies_ != nullptr) studies_->CloseWatches();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoSeconds(grace));
   }
   if (reaper_.joinable()) reaper_.join();
+  studies_.reset();  // joins its thread; no RPC uses it any more
   // No call runs any more: the checkpoints hold everything the jobs did.
   if (core_ != nullptr) core_->CheckpointAll();
   if (trace_ != nullptr) {

@@ -1,7 +1,9 @@
 // mpilearn-master's top-level object: owns the master's core (MasterCore:
 // jobs, snapshots, state directory), the gRPC service and server, the metrics
 // (MasterMetrics, served by a prometheus::Exposer on Options::metrics_listen
-// at /metrics), the trace recorder (Options::trace_file), and the thread
+// at /metrics), the trace recorder (Options::trace_file), MPI Opt's study
+// table and its Studies service (studies under <state_dir>/studies), and
+// the thread
 // that declares silent groups lost, writes time-based checkpoints
 // (MasterCore::Tick) and flushes the trace about once a second.
 //
@@ -27,6 +29,8 @@
 #include "server/core/master_core.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"
+#include "server/opt/study_table.h"
+#include "server/study_service.h"
 #include "server/core/optimizer.h"
 
 namespace mpilearn::server {
@@ -81,6 +85,12 @@ class MasterServer {
   // outlives it.
   std::unique_ptr<MasterCore> core_;
   std::unique_ptr<MasterServiceImpl> service_;
+  // MPI Opt: the studies over the core's jobs, and their service. The
+  // table's thread calls the core, so it is declared after it (destroyed
+  // first).
+  std::unique_ptr<CoreTrialJobs> trial_jobs_;
+  std::unique_ptr<opt::StudyTable> studies_;
+  std::unique_ptr<StudyServiceImpl> study_service_;
   std::unique_ptr<grpc::Server> server_;
   // Declared last: its scrapes read the core, so it stops first.
   std::unique_ptr<prometheus::Exposer> exposer_;

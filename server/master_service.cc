@@ -9,48 +9,10 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"
+#include "server/rpc_scope.h"
 
 namespace mpilearn::server {
 namespace {
-
-// Times one RPC into mpilearn_rpc_duration_seconds{method,code} and, for a
-// streaming RPC, counts it in mpilearn_open_streams while it runs. The
-// handler returns its status through Finish; an RPC that never gets there
-// counts as UNKNOWN. A no-op without metrics.
-class RpcScope {
- public:
-  RpcScope(MasterMetrics* metrics, const char* method, bool streaming = false)
-      : metrics_(metrics),
-        method_(method),
-        streaming_(streaming),
-        start_(std::chrono::steady_clock::now()) {
-    if (metrics_ != nullptr && streaming_) metrics_->StreamOpened(method_);
-  }
-  ~RpcScope() {
-    if (metrics_ == nullptr) return;
-    const std::chrono::duration<double> elapsed =
-        std::chrono::steady_clock::now() - start_;
-    metrics_->ObserveRpc(
-        method_,
-        absl::StatusCodeToString(static_cast<absl::StatusCode>(code_)),
-        elapsed.count());
-    if (streaming_) metrics_->StreamClosed(method_);
-  }
-  RpcScope(const RpcScope&) = delete;
-  RpcScope& operator=(const RpcScope&) = delete;
-
-  grpc::Status Finish(grpc::Status status) {
-    code_ = status.error_code();
-    return status;
-  }
-
- private:
-  MasterMetrics* const metrics_;
-  const char* const method_;
-  const bool streaming_;
-  const std::chrono::steady_clock::time_point start_;
-  grpc::StatusCode code_ = grpc::StatusCode::UNKNOWN;
-};
 
 // Reads the rest of a client stream's messages into `pending`: every
 // message after the header must be a chunk.
@@ -129,14 +91,6 @@ absl::Status ExpectHeader(bool has_header, absl::string_view rpc) {
   return absl::OkStatus();
 }
 
-// A unary call's outcome: the core's response moved into `response`, or
-// its error as a gRPC status.
-template <typename Response>
-grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  *response = std::move(result).value();
-  return grpc::Status::OK;
-}
 
 }  // namespace
 

@@ -309,6 +309,21 @@ absl::Status Job::RecordValidation(const v1::ValidationRecord& record,
   return absl::OkStatus();
 }
 
+absl::Status Job::Stop(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (EndedLocked()) {
+    return FailedPrecondition(
+        v1::ERROR_REASON_JOB_ENDED,
+        absl::StrCat("job ", id_, " has already ended (",
+                     v1::JobState_Name(state_), "); nothing to stop"));
+  }
+  state_ = v1::JOB_STATE_COMPLETED;
+  stop_reason_ = reason;
+  message_ = reason;
+  checkpoints_.Changed();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
                                         LeaveEffect* effect) {
   absl::MutexLock lock(&mu_);

@@ -242,6 +242,13 @@ class Job {
                                 absl::Time now,
                                 ValidationEffect* effect = nullptr);
 
+  // Ends a QUEUED or RUNNING job the way a stop rule does (COMPLETED,
+  // stop_reason and message set to `reason`; weights frozen; a group still
+  // training gets DONE / finish and leaves normally): MPI Opt's pruning and
+  // cancelling of trials. FAILED_PRECONDITION (ERROR_REASON_JOB_ENDED) for a
+  // job that has ended.
+  absl::Status Stop(const std::string& reason);
+
   // A group leaves: completed => COMPLETED, error => FAILED, else the group
   // is removed and the job re-queued if no group is left. The group's data
   // units (held and reserved), if any, go back to the queue. An error with

@@ -175,7 +175,7 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
         }
       }
       if (job == nullptr) {
-        return JobUnknownError(
+        return NoQueuedJobError(
             "no queued job; submit one with `mpilearnctl submit SPEC.json` "
             "or start the workers with --job SPEC.json");
       }
@@ -369,6 +369,16 @@ absl::StatusOr<v1::JobState> JobRegistry::Leave(
   }
   PersistHistory(*job);
   return state;
+}
+
+absl::Status JobRegistry::Stop(const std::string& job_id,
+                               const std::string& reason) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  MPILEARN_RETURN_IF_ERROR(job->Stop(reason));
+  LOG(INFO) << "job " << job_id << " stopped: " << reason;
+  WriteJobEnd(*job, /*ended_now=*/true, /*best=*/false);
+  PersistHistory(*job);
+  return absl::OkStatus();
 }
 
 void JobRegistry::WriteJobEnd(Job& job, bool ended_now, bool best) {

@@ -143,6 +143,10 @@ class JobRegistry {
   // Ends the group's part; persists history (and weights on completion).
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request);
 
+  // Stops a QUEUED or RUNNING job (Job::Stop) and writes its end like a
+  // stop rule's: MPI Opt's pruning and cancelling.
+  absl::Status Stop(const std::string& job_id, const std::string& reason);
+
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) const;
   // Every job's status without history or validations, in submission
   // order.

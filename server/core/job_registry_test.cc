@@ -860,7 +860,7 @@ TEST_F(JobRegistryTest, ErrorsCarryReasons) {
   v1::RegisterGroupRequest request;
   request.set_ranks(1);
   EXPECT_EQ(ReasonOf(registry_->RegisterGroup(request).status()),
-            v1::ERROR_REASON_JOB_UNKNOWN);  // no queued job
+            v1::ERROR_REASON_NO_QUEUED_JOB);
   request.set_job_id("job-999999");
   EXPECT_EQ(ReasonOf(registry_->RegisterGroup(request).status()),
             v1::ERROR_REASON_JOB_UNKNOWN);

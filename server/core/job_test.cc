@@ -1072,6 +1072,44 @@ TEST_F(JobQueueTest, StopRuleEndsJobAndOneGroupFinishesIt) {
   EXPECT_EQ(status.units_requeued(), 0u);
 }
 
+// Stop (MPI Opt's pruning) ends a running job like a stop rule: frozen
+// weights, DONE to every group and finish to the first; an ended job
+// cannot be stopped again.
+TEST_F(JobQueueTest, StopEndsRunningJobLikeAStopRule) {
+  job_ = std::make_unique<Job>("job-1", QueueSpec(3, 10));
+  ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
+  ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
+                                Random(1))
+                  .value());
+  QueueClient g{"g", 1.0, std::nullopt};
+  ASSERT_EQ(g.Ask(*job_, 100, now_)->action(), v1::NextDataUnitResponse::TRAIN);
+  ASSERT_TRUE(job_->ApplyGradient(Update(5), now_).ok());
+
+  ASSERT_TRUE(job_->Stop("pruned by study s-1 at epoch 1").ok());
+  v1::JobStatus status = job_->Status(true, now_);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(status.stop_reason(), "pruned by study s-1 at epoch 1");
+  EXPECT_EQ(status.message(), "pruned by study s-1 at epoch 1");
+
+  const std::vector<std::vector<float>> frozen = CurrentWeightsOf(*job_);
+  AppliedUpdate applied;
+  auto reply = job_->ApplyGradient(Update(6), now_, &applied);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_FALSE(applied.applied);
+  EXPECT_EQ((*reply)->values, frozen);
+
+  auto finish = g.Ask(*job_, 100, now_);
+  ASSERT_TRUE(finish.ok()) << finish.status();
+  EXPECT_EQ(finish->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_TRUE(finish->finish());
+
+  const absl::Status again = job_->Stop("again");
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReasonOf(again), v1::ERROR_REASON_JOB_ENDED);
+  EXPECT_EQ(job_->Status(false, now_).stop_reason(),
+            "pruned by study s-1 at epoch 1");
+}
+
 // A regression job's test result: loss and the metrics by name, no
 // accuracy; an ended job restored from its status keeps them.
 TEST_F(JobQueueTest, RegressionTestMetricsAreKeptAndRestored) {

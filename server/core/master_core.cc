@@ -249,6 +249,11 @@ absl::StatusOr<v1::ReportValidationResponse> MasterCore::ReportValidation(
   return response;
 }
 
+absl::Status MasterCore::StopJob(const std::string& job_id,
+                               const std::string& reason) {
+  return registry_->Stop(job_id, reason);
+}
+
 absl::StatusOr<v1::JobStatus> MasterCore::GetJobStatus(
     const v1::GetJobStatusRequest& request) const {
   MPILEARN_ASSIGN_OR_RETURN(v1::JobStatus status,

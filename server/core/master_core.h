@@ -153,6 +153,10 @@ class MasterCore {
   absl::StatusOr<v1::ReportValidationResponse> ReportValidation(
       const v1::ReportValidationRequest& request);
 
+  // Stops a QUEUED or RUNNING job as a stop rule would (JobRegistry::Stop):
+  // MPI Opt prunes and cancels trials with it.
+  absl::Status StopJob(const std::string& job_id, const std::string& reason);
+
   // Status, with the snapshot counters filled in.
   absl::StatusOr<v1::JobStatus> GetJobStatus(
       const v1::GetJobStatusRequest& request) const;

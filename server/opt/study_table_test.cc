@@ -1,0 +1,455 @@
+// The study table over a fake job queue: trials become jobs with the
+// trial's values applied, validations become intermediate values, the
+// pruner stops jobs, failed jobs are retried, studies end by budget, target
+// or cancel, survive a restart, and watches see every change.
+#include "server/opt/study_table.h"
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_file.h"
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mpilearn::opt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Jobs as the registry would hold them; the test moves them along.
+class FakeJobs : public TrialJobs {
+ public:
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override {
+    if (!submit_error.ok()) return submit_error;
+    v1::JobSpec normalized = spec;
+    absl::Status valid = NormalizeJobSpec(&normalized);
+    if (!valid.ok()) return valid;
+    const std::string id = absl::StrCat("job-", ++last_);
+    v1::JobStatus& job = jobs[id];
+    job.set_job_id(id);
+    *job.mutable_spec() = normalized;
+    job.set_state(v1::JOB_STATE_QUEUED);
+    order.push_back(id);
+    return id;
+  }
+  absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) override {
+    auto it = jobs.find(job_id);
+    if (it == jobs.end()) return absl::NotFoundError("unknown job");
+    return it->second;
+  }
+  absl::Status Stop(const std::string& job_id,
+                    const std::string& reason) override {
+    auto it = jobs.find(job_id);
+    if (it == jobs.end()) return absl::NotFoundError("unknown job");
+    v1::JobStatus& job = it->second;
+    if (job.state() == v1::JOB_STATE_COMPLETED ||
+        job.state() == v1::JOB_STATE_FAILED) {
+      return absl::FailedPreconditionError("ended");
+    }
+    job.set_state(v1::JOB_STATE_COMPLETED);
+    job.set_stop_reason(reason);
+    stopped[job_id] = reason;
+    return absl::OkStatus();
+  }
+  std::optional<std::string> FindByName(const std::string& name) override {
+    for (const std::string& id : order) {
+      if (jobs[id].spec().name() == name) return id;
+    }
+    return std::nullopt;
+  }
+
+  // The test's moves: a group takes the job, an epoch's validation, the end.
+  void Validate(const std::string& id, int epoch, double accuracy) {
+    v1::JobStatus& job = jobs.at(id);
+    job.set_state(v1::JOB_STATE_RUNNING);
+    job.set_epochs_done(epoch);
+    v1::ValidationRecord* record = job.add_validations();
+    record->set_epoch(epoch);
+    record->set_val_accuracy(accuracy);
+    record->set_val_loss(1 - accuracy);
+    (*record->mutable_metrics())["val_accuracy"] = accuracy;
+    (*record->mutable_metrics())["val_loss"] = 1 - accuracy;
+  }
+  void Complete(const std::string& id) {
+    jobs.at(id).set_state(v1::JOB_STATE_COMPLETED);
+  }
+  void Fail(const std::string& id, const std::string& message) {
+    jobs.at(id).set_state(v1::JOB_STATE_FAILED);
+    jobs.at(id).set_message(message);
+  }
+
+  std::map<std::string, v1::JobStatus> jobs;
+  std::vector<std::string> order;
+  std::map<std::string, std::string> stopped;
+  absl::Status submit_error = absl::OkStatus();
+
+ private:
+  int last_ = 0;
+};
+
+v1::StudySpec BaseStudy() {
+  v1::StudySpec spec;
+  spec.set_name("test");
+  v1::JobSpec& base = *spec.mutable_base();
+  base.mutable_data()->set_train_images("train-images.gz");
+  base.mutable_data()->set_train_labels("train-labels.gz");
+  base.set_epochs(4);
+  v1::ParameterSpec* lr = spec.add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->mutable_real()->set_low(1e-4);
+  lr->mutable_real()->set_high(1e-1);
+  lr->mutable_real()->set_log(true);
+  v1::ParameterSpec* batch = spec.add_parameters();
+  batch->set_path("batch_size");
+  batch->mutable_int_()->set_low(16);
+  batch->mutable_int_()->set_high(128);
+  batch->mutable_int_()->set_step(16);
+  spec.set_sampler("random");
+  spec.set_trials(4);
+  spec.set_parallelism(2);
+  return spec;
+}
+
+class StudyTableTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<StudyTable> NewTable(const std::string& state_dir = "") {
+    StudyTable::Options options;
+    options.state_dir = state_dir;
+    options.run_thread = false;
+    auto table = StudyTable::Create(options, jobs_);
+    EXPECT_TRUE(table.ok()) << table.status();
+    return std::move(table).value();
+  }
+  std::string CreateStudy(StudyTable& table, const v1::StudySpec& spec) {
+    v1::CreateStudyRequest request;
+    *request.mutable_spec() = spec;
+    auto created = table.CreateStudy(request);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? created->study_id() : "";
+  }
+  v1::StudyStatus Get(StudyTable& table, const std::string& id) {
+    return table.GetStudy(id).value();
+  }
+
+  FakeJobs jobs_;
+};
+
+TEST_F(StudyTableTest, BadSpecsNameTheField) {
+  auto table = NewTable();
+  const std::vector<std::pair<std::function<void(v1::StudySpec&)>, std::string>>
+      cases = {
+          {[](v1::StudySpec& s) { s.mutable_objective()->set_metric("val_mae"); },
+           "objective.metric"},
+          {[](v1::StudySpec& s) {
+             s.mutable_objective()->set_direction("up");
+           },
+           "objective.direction"},
+          {[](v1::StudySpec& s) { s.set_trials(0); }, "trials"},
+          {[](v1::StudySpec& s) { s.set_trials(-3); }, "trials"},
+          {[](v1::StudySpec& s) { s.set_parallelism(0); }, "parallelism"},
+          {[](v1::StudySpec& s) { s.set_sampler("bayes"); }, "sampler"},
+          {[](v1::StudySpec& s) { s.mutable_pruner()->set_name("hyperband"); },
+           "pruner.name"},
+          {[](v1::StudySpec& s) { s.set_max_retries(-1); }, "max_retries"},
+          {[](v1::StudySpec& s) { s.set_sampler("grid"); },
+           "optimizer.learning_rate"},
+          {[](v1::StudySpec& s) { s.mutable_base()->set_epochs(0); }, "epochs"},
+          {[](v1::StudySpec& s) { s.mutable_parameters(0)->set_path("nope"); },
+           "nope"},
+          {[](v1::StudySpec& s) { s.mutable_tpe()->set_ei_candidates(0); },
+           "tpe.ei_candidates"},
+      };
+  for (const auto& [mutate, field] : cases) {
+    v1::StudySpec spec = BaseStudy();
+    mutate(spec);
+    v1::CreateStudyRequest request;
+    *request.mutable_spec() = spec;
+    auto created = table->CreateStudy(request);
+    ASSERT_FALSE(created.ok()) << field;
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument)
+        << created.status();
+    EXPECT_THAT(std::string(created.status().message()), HasSubstr(field));
+  }
+  EXPECT_TRUE(jobs_.jobs.empty());
+  EXPECT_EQ(table->ListStudies().studies_size(), 0);
+}
+
+TEST_F(StudyTableTest, TrialsAreJobsWithTheirValuesApplied) {
+  auto table = NewTable();
+  const std::string id = CreateStudy(*table, BaseStudy());
+  ASSERT_EQ(id, "s-1");
+  // Two trials at once (parallelism), each a job named after the trial.
+  ASSERT_EQ(jobs_.order.size(), 2u);
+  v1::StudyStatus status = Get(*table, id);
+  ASSERT_EQ(status.trials_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const v1::Trial& trial = status.trials(i);
+    const v1::JobStatus& job = jobs_.jobs.at(trial.job_id());
+    EXPECT_EQ(job.spec().name(), absl::StrCat("s-1/trial-", i));
+    EXPECT_DOUBLE_EQ(job.spec().optimizer().learning_rate(),
+                     trial.params().at("optimizer.learning_rate").number_value());
+    EXPECT_EQ(job.spec().batch_size(),
+              static_cast<int>(trial.params().at("batch_size").number_value()));
+    EXPECT_EQ(job.spec().batch_size() % 16, 0);
+    EXPECT_EQ(trial.state(), v1::TRIAL_STATE_QUEUED);
+  }
+  // Validations become intermediate values; the value is the best.
+  const std::string job0 = status.trials(0).job_id();
+  jobs_.Validate(job0, 1, 0.70);
+  jobs_.Validate(job0, 2, 0.80);
+  jobs_.Validate(job0, 3, 0.78);
+  table->Refresh();
+  status = Get(*table, id);
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_RUNNING);
+  ASSERT_EQ(status.trials(0).intermediate_size(), 3);
+  EXPECT_DOUBLE_EQ(status.trials(0).intermediate(2).value(), 0.78);
+  EXPECT_DOUBLE_EQ(status.trials(0).value(), 0.80);
+  EXPECT_EQ(status.trials(0).epochs_done(), 3);
+
+  // A completed job completes its trial and the next trial starts.
+  jobs_.Complete(job0);
+  table->Refresh();
+  status = Get(*table, id);
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_COMPLETED);
+  EXPECT_EQ(status.trials_size(), 3);
+  EXPECT_EQ(status.best_trial(), 0);
+  EXPECT_DOUBLE_EQ(status.best_value(), 0.80);
+
+  // The rest finish; the study ends with the best trial.
+  for (int round = 0; round < 4; ++round) {
+    status = Get(*table, id);
+    for (const v1::Trial& trial : status.trials()) {
+      if (trial.state() == v1::TRIAL_STATE_QUEUED) {
+        jobs_.Validate(trial.job_id(), 1, 0.5 + 0.12 * trial.number());
+        jobs_.Complete(trial.job_id());
+      }
+    }
+    table->Refresh();
+  }
+  status = Get(*table, id);
+  EXPECT_EQ(status.state(), v1::STUDY_STATE_COMPLETED);
+  EXPECT_EQ(status.trials_size(), 4);
+  EXPECT_EQ(status.trials_running(), 0);
+  EXPECT_EQ(status.best_trial(), 3);  // 0.5 + 0.36 beats trial 0's 0.80
+  EXPECT_NEAR(status.best_value(), 0.86, 1e-12);
+  EXPECT_EQ(status.epochs_trained(), 3 + 1 + 1 + 1);
+  EXPECT_THAT(status.message(), HasSubstr("all 4 trials ended"));
+}
+
+TEST_F(StudyTableTest, FailedJobIsRetriedThenTheTrialFails) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.set_parallelism(1);
+  spec.set_trials(2);
+  spec.set_max_retries(1);
+  const std::string id = CreateStudy(*table, spec);
+  const std::string first = Get(*table, id).trials(0).job_id();
+  jobs_.Validate(first, 1, 0.6);
+  jobs_.Fail(first, "rank 1: out of memory");
+  table->Refresh();
+  v1::StudyStatus status = Get(*table, id);
+  ASSERT_EQ(status.trials_size(), 1);
+  const v1::Trial& retried = status.trials(0);
+  EXPECT_EQ(retried.state(), v1::TRIAL_STATE_QUEUED);
+  EXPECT_EQ(retried.retries(), 1);
+  ASSERT_EQ(retried.job_ids_size(), 2);
+  EXPECT_NE(retried.job_id(), first);
+  EXPECT_EQ(jobs_.jobs.at(retried.job_id()).spec().name(), "s-1/trial-0/retry-1");
+  EXPECT_FALSE(retried.has_value());  // the failed attempt's values are gone
+  EXPECT_EQ(retried.epochs_trained(), 1);
+
+  jobs_.Fail(retried.job_id(), "rank 1: out of memory again");
+  table->Refresh();
+  status = Get(*table, id);
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_FAILED);
+  EXPECT_THAT(status.trials(0).message(), HasSubstr("out of memory again"));
+  // The study goes on with the next trial.
+  ASSERT_EQ(status.trials_size(), 2);
+  EXPECT_EQ(status.trials(1).state(), v1::TRIAL_STATE_QUEUED);
+}
+
+TEST_F(StudyTableTest, AshaStopsTheJobOfAPrunedTrial) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.set_trials(3);
+  spec.set_parallelism(3);
+  spec.mutable_pruner()->set_name("asha");
+  spec.mutable_pruner()->set_reduction_factor(2);
+  const std::string id = CreateStudy(*table, spec);
+  v1::StudyStatus status = Get(*table, id);
+  ASSERT_EQ(status.trials_size(), 3);
+  // Rung 0 at epoch 1. Trial 0 records 0.8 there (alone: promoted).
+  jobs_.Validate(status.trials(0).job_id(), 1, 0.8);
+  table->Refresh();
+  // Trial 1 records 0.5: competing {0.8, 0.5}, top 1/2 is 0.8: pruned.
+  jobs_.Validate(status.trials(1).job_id(), 1, 0.5);
+  table->Refresh();
+  status = Get(*table, id);
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_RUNNING);
+  EXPECT_EQ(status.trials(1).state(), v1::TRIAL_STATE_PRUNED);
+  EXPECT_THAT(status.trials(1).message(), HasSubstr("epoch 1"));
+  EXPECT_EQ(status.trials(0).rungs().at(0), -0.8);  // minimize form
+  const std::string pruned_job = status.trials(1).job_id();
+  ASSERT_EQ(jobs_.stopped.count(pruned_job), 1u);
+  EXPECT_THAT(jobs_.stopped.at(pruned_job), HasSubstr("pruned by study s-1"));
+  EXPECT_EQ(jobs_.jobs.at(pruned_job).state(), v1::JOB_STATE_COMPLETED);
+  // Trial 2 records 0.9: the best so far, promoted.
+  jobs_.Validate(status.trials(2).job_id(), 1, 0.9);
+  table->Refresh();
+  EXPECT_EQ(Get(*table, id).trials(2).state(), v1::TRIAL_STATE_RUNNING);
+  // A pruned trial still counts for the best value.
+  EXPECT_EQ(Get(*table, id).best_trial(), 1);
+}
+
+TEST_F(StudyTableTest, TargetEndsTheStudyAndCancelsTrialsInFlight) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.set_target(0.85);
+  spec.set_trials(10);
+  const std::string id = CreateStudy(*table, spec);
+  v1::StudyStatus status = Get(*table, id);
+  jobs_.Validate(status.trials(0).job_id(), 1, 0.9);
+  table->Refresh();
+  status = Get(*table, id);
+  EXPECT_EQ(status.state(), v1::STUDY_STATE_COMPLETED);
+  EXPECT_THAT(status.message(), HasSubstr("target val_accuracy 0.85 reached by trial 0"));
+  EXPECT_EQ(status.trials_size(), 2);
+  for (const v1::Trial& trial : status.trials()) {
+    EXPECT_EQ(trial.state(), v1::TRIAL_STATE_CANCELLED);
+    EXPECT_EQ(jobs_.jobs.at(trial.job_id()).state(), v1::JOB_STATE_COMPLETED);
+  }
+  table->Refresh();
+  EXPECT_EQ(Get(*table, id).trials_size(), 2);  // no new trials
+}
+
+TEST_F(StudyTableTest, ExternalOptimizerAsksAndTells) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.set_sampler("external");
+  spec.set_trials(2);
+  const std::string id = CreateStudy(*table, spec);
+  EXPECT_TRUE(jobs_.jobs.empty());  // nothing runs by itself
+
+  v1::AskTrialRequest ask;
+  ask.set_study_id(id);
+  EXPECT_EQ(table->AskTrial(ask).status().code(),
+            absl::StatusCode::kInvalidArgument);  // external: params needed
+  (*ask.mutable_params())["optimizer.learning_rate"].set_number_value(0.01);
+  (*ask.mutable_params())["batch_size"].set_number_value(48);
+  auto trial = table->AskTrial(ask);
+  ASSERT_TRUE(trial.ok()) << trial.status();
+  EXPECT_TRUE(trial->asked());
+  EXPECT_EQ(jobs_.jobs.at(trial->job_id()).spec().batch_size(), 48);
+  (*ask.mutable_params())["batch_size"].set_number_value(50);  // off the step
+  EXPECT_EQ(table->AskTrial(ask).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  jobs_.Validate(trial->job_id(), 1, 0.4);
+  table->Refresh();
+  v1::TellTrialRequest tell;
+  tell.set_study_id(id);
+  tell.set_trial(trial->number());
+  tell.set_state(v1::TRIAL_STATE_PRUNED);
+  auto told = table->TellTrial(tell);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_EQ(told->state(), v1::TRIAL_STATE_PRUNED);
+  EXPECT_EQ(jobs_.jobs.at(trial->job_id()).state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(table->TellTrial(tell).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // already ended
+  tell.set_trial(7);
+  EXPECT_EQ(table->TellTrial(tell).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StudyTableTest, WatchSeesSnapshotThenEventsThenTheEnd) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.set_trials(1);
+  spec.set_parallelism(1);
+  const std::string id = CreateStudy(*table, spec);
+  auto watch = table->WatchStudy(id);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  v1::StudyEvent event;
+  ASSERT_TRUE((*watch)->Next(&event, absl::ZeroDuration()));
+  EXPECT_EQ(event.kind(), v1::StudyEvent::KIND_SNAPSHOT);
+  EXPECT_EQ(event.trial().number(), 0);
+  EXPECT_FALSE((*watch)->Next(&event, absl::Milliseconds(10)));
+  EXPECT_FALSE((*watch)->ended());
+
+  const std::string job = Get(*table, id).trials(0).job_id();
+  jobs_.Validate(job, 1, 0.7);
+  jobs_.Complete(job);
+  table->Refresh();
+  std::vector<v1::StudyEvent::Kind> kinds;
+  while ((*watch)->Next(&event, absl::Milliseconds(10))) {
+    kinds.push_back(event.kind());
+  }
+  EXPECT_TRUE((*watch)->ended());
+  EXPECT_EQ(kinds, (std::vector<v1::StudyEvent::Kind>{
+                       v1::StudyEvent::KIND_STARTED,
+                       v1::StudyEvent::KIND_REPORTED, v1::StudyEvent::KIND_ENDED,
+                       v1::StudyEvent::KIND_STUDY_ENDED}));
+  EXPECT_EQ(event.best_trial(), 0);
+  EXPECT_EQ(table->WatchStudy("s-9").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StudyTableTest, StudiesSurviveARestartWithoutRunningATrialTwice) {
+  const std::string dir =
+      absl::StrCat(testing::TempDir(), "/study_restart_", getpid());
+  std::filesystem::remove_all(dir);
+  v1::StudySpec spec = BaseStudy();
+  spec.set_trials(3);
+  std::string id;
+  std::vector<std::string> running;
+  {
+    auto table = NewTable(dir);
+    id = CreateStudy(*table, spec);
+    v1::StudyStatus status = Get(*table, id);
+    jobs_.Validate(status.trials(0).job_id(), 1, 0.6);
+    jobs_.Complete(status.trials(0).job_id());
+    table->Refresh();
+    status = Get(*table, id);
+    ASSERT_EQ(status.trials_size(), 3);
+    running = {status.trials(1).job_id(), status.trials(2).job_id()};
+    jobs_.Validate(running[0], 1, 0.65);
+    table->Refresh();
+  }
+  // The master dies. The third trial's job exists, but suppose the study
+  // file did not get its id: the restart finds the job by its name.
+  {
+    v1::StudyFile file;
+    const std::string path = absl::StrCat(dir, "/studies/", id, "/study.pb");
+    ASSERT_TRUE(file.ParseFromString(ReadWholeFile(path).value()));
+    file.mutable_status()->mutable_trials(2)->clear_job_id();
+    file.mutable_status()->mutable_trials(2)->clear_job_ids();
+    ASSERT_TRUE(WriteFileAtomically(path, file.SerializeAsString()).ok());
+  }
+  const size_t jobs_before = jobs_.jobs.size();
+  auto table = NewTable(dir);
+  v1::StudyStatus status = Get(*table, id);
+  ASSERT_EQ(status.trials_size(), 3);
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_COMPLETED);
+  EXPECT_EQ(status.trials(1).job_id(), running[0]);
+  EXPECT_EQ(status.trials(1).intermediate_size(), 1);
+  table->Refresh();
+  status = Get(*table, id);
+  EXPECT_EQ(status.trials(2).job_id(), running[1]);
+  EXPECT_EQ(jobs_.jobs.size(), jobs_before);  // nothing submitted twice
+  for (const std::string& job : running) {
+    jobs_.Validate(job, 1, 0.7);
+    jobs_.Complete(job);
+  }
+  table->Refresh();
+  status = Get(*table, id);
+  EXPECT_EQ(status.state(), v1::STUDY_STATE_COMPLETED);
+  // A later study continues the numbering.
+  EXPECT_EQ(CreateStudy(*table, spec), "s-2");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mpilearn::opt

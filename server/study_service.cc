@@ -1,0 +1,112 @@
+#include "server/study_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "server/rpc_scope.h"
+
+namespace mpilearn::server {
+
+absl::StatusOr<std::string> CoreTrialJobs::Submit(const v1::JobSpec& spec) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  absl::StatusOr<v1::SubmitJobResponse> response = core_.SubmitJob(request);
+  if (!response.ok()) return response.status();
+  return response->job_id();
+}
+
+absl::StatusOr<v1::JobStatus> CoreTrialJobs::Status(const std::string& job_id) {
+  v1::GetJobStatusRequest request;
+  request.set_job_id(job_id);
+  return core_.GetJobStatus(request);
+}
+
+absl::Status CoreTrialJobs::Stop(const std::string& job_id,
+                                 const std::string& reason) {
+  return core_.StopJob(job_id, reason);
+}
+
+std::optional<std::string> CoreTrialJobs::FindByName(const std::string& name) {
+  const v1::ListJobsResponse jobs = core_.ListJobs(v1::ListJobsRequest());
+  for (const v1::JobStatus& job : jobs.jobs()) {
+    if (job.spec().name() == name) return job.job_id();
+  }
+  return std::nullopt;
+}
+
+grpc::Status StudyServiceImpl::CreateStudy(grpc::ServerContext*,
+                                           const v1::CreateStudyRequest* request,
+                                           v1::CreateStudyResponse* response) {
+  RpcScope rpc(metrics_, "CreateStudy");
+  return rpc.Finish(Reply(table_.CreateStudy(*request), response));
+}
+
+grpc::Status StudyServiceImpl::GetStudy(grpc::ServerContext*,
+                                        const v1::GetStudyRequest* request,
+                                        v1::StudyStatus* response) {
+  RpcScope rpc(metrics_, "GetStudy");
+  return rpc.Finish(Reply(table_.GetStudy(request->study_id()), response));
+}
+
+grpc::Status StudyServiceImpl::ListStudies(grpc::ServerContext*,
+                                           const v1::ListStudiesRequest*,
+                                           v1::ListStudiesResponse* response) {
+  RpcScope rpc(metrics_, "ListStudies");
+  *response = table_.ListStudies();
+  return rpc.Finish(grpc::Status::OK);
+}
+
+grpc::Status StudyServiceImpl::WatchStudy(
+    grpc::ServerContext* context, const v1::WatchStudyRequest* request,
+    grpc::ServerWriter<v1::StudyEvent>* writer) {
+  RpcScope rpc(metrics_, "WatchStudy", /*streaming=*/true);
+  absl::StatusOr<std::unique_ptr<opt::StudyTable::Watch>> watch =
+      table_.WatchStudy(request->study_id());
+  if (!watch.ok()) return rpc.Finish(ToGrpcStatus(watch.status()));
+  v1::StudyEvent event;
+  while (!context->IsCancelled()) {
+    if ((*watch)->Next(&event, absl::Seconds(1))) {
+      if (!writer->Write(event)) {
+        return rpc.Finish(ToGrpcStatus(absl::CancelledError("the watcher went away")));
+      }
+      if (event.kind() == v1::StudyEvent::KIND_STUDY_ENDED) {
+        return rpc.Finish(grpc::Status::OK);
+      }
+    } else if ((*watch)->ended()) {
+      return rpc.Finish(ToGrpcStatus(absl::UnavailableError(
+          "the master is shutting down; watch again once it is back")));
+    }
+  }
+  return rpc.Finish(ToGrpcStatus(absl::CancelledError("the watcher cancelled")));
+}
+
+grpc::Status StudyServiceImpl::CancelStudy(grpc::ServerContext*,
+                                           const v1::CancelStudyRequest* request,
+                                           v1::StudyStatus* response) {
+  RpcScope rpc(metrics_, "CancelStudy");
+  return rpc.Finish(Reply(table_.CancelStudy(*request), response));
+}
+
+grpc::Status StudyServiceImpl::CancelTrial(grpc::ServerContext*,
+                                           const v1::CancelTrialRequest* request,
+                                           v1::Trial* response) {
+  RpcScope rpc(metrics_, "CancelTrial");
+  return rpc.Finish(Reply(table_.CancelTrial(*request), response));
+}
+
+grpc::Status StudyServiceImpl::AskTrial(grpc::ServerContext*,
+                                        const v1::AskTrialRequest* request,
+                                        v1::Trial* response) {
+  RpcScope rpc(metrics_, "AskTrial");
+  return rpc.Finish(Reply(table_.AskTrial(*request), response));
+}
+
+grpc::Status StudyServiceImpl::TellTrial(grpc::ServerContext*,
+                                         const v1::TellTrialRequest* request,
+                                         v1::Trial* response) {
+  RpcScope rpc(metrics_, "TellTrial");
+  return rpc.Finish(Reply(table_.TellTrial(*request), response));
+}
+
+}  // namespace mpilearn::server
