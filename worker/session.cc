@@ -1,3 +1,7 @@
+// GroupSession (session.h). Over 500 lines because it holds the whole life
+// of a worker process in each role (start-up, one job, serving queued jobs,
+// the validation pool), which share the MPI group, the master connection
+// and the trace; the work itself lives in Trainer and ValidationPool.
 #include "worker/session.h"
 
 #include <dlfcn.h>
@@ -80,6 +84,14 @@ std::atomic<bool> stop_requested{false};
 
 void RequestStop(int) { stop_requested = true; }
 
+// A serving group's handler: the first signal asks the group to stop after
+// its current job; the default action comes back, so a second one ends the
+// process at once (signal() is async-signal-safe).
+void RequestStopAfterJob(int signal_number) {
+  stop_requested = true;
+  std::signal(signal_number, SIG_DFL);
+}
+
 // True on every rank when every rank's `connected` is OK; a rank whose
 // connection failed prints why.
 bool EveryRankConnected(Collectives& group, const absl::Status& connected,
@@ -142,7 +154,9 @@ int GroupSession::Run(int* argc, char*** argv) {
 absl::StatusOr<v1::RegisterGroupResponse> GroupSession::ObtainJob(
     MasterConnection& master, const std::string& rejoin_job) {
   Collectives& group = *group_;
-  std::string payload;  // "E<message>" or "R<serialized response>"
+  // "E<reason> <message>" or "R<serialized response>"; the reason lets every
+  // rank tell "no queued job" (serving waits) from a real failure.
+  std::string payload;
   if (group.rank() == 0) {
     auto obtain = [&]() -> absl::StatusOr<v1::RegisterGroupResponse> {
       v1::RegisterGroupRequest request;
@@ -161,11 +175,20 @@ absl::StatusOr<v1::RegisterGroupResponse> GroupSession::ObtainJob(
     absl::StatusOr<v1::RegisterGroupResponse> registered = obtain();
     payload = registered.ok()
                   ? "R" + registered->SerializeAsString()
-                  : absl::StrCat("E", registered.status().ToString());
+                  : absl::StrCat("E", static_cast<int>(ReasonOf(registered.status())),
+                                 " ", registered.status().ToString());
   }
   group.Broadcast(&payload, 0);
   if (payload.empty() || payload[0] == 'E') {
-    return absl::FailedPreconditionError(payload.substr(1));
+    int reason = v1::ERROR_REASON_UNSPECIFIED;
+    const size_t space = payload.find(' ');
+    if (space == std::string::npos ||
+        !absl::SimpleAtoi(absl::string_view(payload).substr(1, space - 1), &reason) ||
+        !v1::ErrorReason_IsValid(reason)) {
+      return absl::InternalError("could not decode the leader's registration");
+    }
+    return WithReason(absl::FailedPreconditionError(payload.substr(space + 1)),
+                      static_cast<v1::ErrorReason>(reason));
   }
   v1::RegisterGroupResponse response;
   response.ParseFromString(payload.substr(1));
@@ -310,6 +333,7 @@ int GroupSession::RunTraining() {
     }
   }
   if (!EveryRankConnected(group, connected, tag_)) return 1;
+  if (options_.serve) return ServeJobs(*master);
 
   absl::StatusOr<v1::RegisterGroupResponse> registration =
       ObtainJob(*master, /*rejoin_job=*/"");
@@ -320,39 +344,106 @@ int GroupSession::RunTraining() {
     }
     return 1;
   }
-  const std::string job_id = registration->job_id();
   if (group.rank() == 0) PrintJobLine(*registration);
+  // TrainJob wrote the trace (one job: it ends with the process).
+  return TrainJob(*master, std::move(registration).value()).exit_code;
+}
 
-  // Kept for the process's life, also when the group registers again.
-  std::unique_ptr<TraceRecorder> trace;
-  if (!options_.trace_path.empty()) {
-    trace = TraceRecorder::InMemory(
-        TracePid(registration->group_id(), group.rank()),
-        absl::StrCat("group ", registration->group_id(), " rank ", group.rank()));
-    trace->NameThread("training");
+int GroupSession::ServeJobs(MasterConnection& master) {
+  Collectives& group = *group_;
+  std::signal(SIGTERM, RequestStopAfterJob);
+  std::signal(SIGINT, RequestStopAfterJob);
+  int jobs = 0;
+  int failed = 0;
+  int exit_code = 0;
+  absl::Time idle_since = absl::Now();
+  for (;;) {
+    // The leader decides whether to go on; every rank follows its word.
+    std::string stop;  // empty: go on; else why the group stops
+    if (group.rank() == 0) {
+      if (stop_requested) {
+        stop = "stop requested";
+      } else if (absl::Now() - idle_since >= options_.exit_when_idle) {
+        stop = absl::StrCat("no queued job for ",
+                            absl::FormatDuration(options_.exit_when_idle));
+      }
+    }
+    group.Broadcast(&stop, 0);
+    if (!stop.empty()) {
+      if (group.rank() == 0) {
+        std::printf("serving: %s; ending after %d job(s), %d failed\n",
+                    stop.c_str(), jobs, failed);
+        std::fflush(stdout);
+      }
+      break;
+    }
+    absl::StatusOr<v1::RegisterGroupResponse> registration =
+        ObtainJob(master, /*rejoin_job=*/"");
+    if (!registration.ok()) {
+      if (ReasonOf(registration.status()) == v1::ERROR_REASON_NO_QUEUED_JOB) {
+        // Every rank sleeps, so none spins in a collective while idle.
+        absl::SleepFor(options_.serve_poll);
+        continue;
+      }
+      // The master cannot be asked (or refuses this group): nothing more
+      // to serve.
+      if (group.rank() == 0) {
+        std::fprintf(stderr, "mpilearn-worker: %s\n",
+                     std::string(registration.status().message()).c_str());
+      }
+      exit_code = 1;
+      break;
+    }
+    if (group.rank() == 0) PrintJobLine(*registration);
+    const JobEnd end = TrainJob(master, std::move(registration).value());
+    ++jobs;
+    if (end.exit_code != 0) ++failed;
+    // This rank failed alone (a group of one: TrainJob aborted any larger
+    // group): its state is not to be trusted for another job.
+    if (!end.together) return 1;
+    idle_since = absl::Now();
   }
+  WriteGroupTrace(trace_.get());
+  return exit_code;
+}
+
+GroupSession::JobEnd GroupSession::TrainJob(
+    MasterConnection& master, v1::RegisterGroupResponse registration) {
+  Collectives& group = *group_;
+  const std::string job_id = registration.job_id();
+  if (!options_.trace_path.empty() && trace_ == nullptr) {
+    trace_ = TraceRecorder::InMemory(
+        TracePid(registration.group_id(), group.rank()),
+        absl::StrCat("group ", registration.group_id(), " rank ", group.rank()));
+    trace_->NameThread("training");
+  }
+  TraceRecorder* const trace = trace_.get();
+  // One job: the trace is written when it ends (every rank, together);
+  // serving: once, when the group stops serving (ServeJobs).
+  auto write_trace_if_last = [&] {
+    if (!options_.serve) WriteGroupTrace(trace);
+  };
 
   auto leave_with_error = [&](const absl::Status& error) {
     if (group.rank() == 0) {
       v1::LeaveRequest leave;
       leave.set_job_id(job_id);
-      leave.set_group_id(registration->group_id());
+      leave.set_group_id(registration.group_id());
       leave.set_error(std::string(error.message()));
       leave.set_data_error(ReasonOf(error) == v1::ERROR_REASON_DATA);
-      (void)master->Leave(leave);
+      (void)master.Leave(leave);
     }
   };
 
-  absl::StatusOr<TrainingData> data =
-      LoadOnAllRanks(group, registration->spec());
+  absl::StatusOr<TrainingData> data = LoadOnAllRanks(group, registration.spec());
   if (!data.ok()) {
     leave_with_error(data.status());
     if (data.status().code() != absl::StatusCode::kAborted) {
       std::fprintf(stderr, "%smpilearn-worker: %s\n", tag_.c_str(),
                    std::string(data.status().message()).c_str());
     }
-    WriteGroupTrace(trace.get());  // every rank failed together
-    return 1;
+    write_trace_if_last();  // every rank failed together
+    return {1, true};
   }
 
   TrainerOptions trainer_options;
@@ -360,7 +451,7 @@ int GroupSession::RunTraining() {
   trainer_options.fail_unit_reads = options_.fail_unit_reads;
   trainer_options.progress = options_.progress;
   trainer_options.device = device_;
-  trainer_options.trace = trace.get();
+  trainer_options.trace = trace;
   // A group the master stops knowing (it restarted from a checkpoint, or
   // declared the group lost during a long outage) registers again and goes
   // on from the master's weights; every rank sees the same status, so the
@@ -370,41 +461,43 @@ int GroupSession::RunTraining() {
   // Whether a failure left every rank together (see Trainer::failed_together).
   bool together = true;
   for (int rejoins = 0;; ++rejoins) {
-    Trainer trainer(group, *master, *registration, splits, trainer_options);
+    Trainer trainer(group, master, registration, splits, trainer_options);
     result = trainer.Run();
     together = result.ok() || trainer.failed_together();
     if (result.ok() || !IsGroupUnknown(result.status()) || rejoins >= 100) break;
     if (group.rank() == 0) {
       std::printf("group %s: %s; registering again\n",
-                  registration->group_id().c_str(),
+                  registration.group_id().c_str(),
                   std::string(result.status().message()).c_str());
       std::fflush(stdout);
     }
-    absl::StatusOr<v1::RegisterGroupResponse> again = ObtainJob(*master, job_id);
+    absl::StatusOr<v1::RegisterGroupResponse> again = ObtainJob(master, job_id);
     if (!again.ok()) {
       result = again.status();
       together = true;  // every rank got the leader's answer
       break;
     }
-    registration = std::move(again);
+    registration = *std::move(again);
     if (group.rank() == 0) {
       std::printf("job %s: rejoined as group %s\n", job_id.c_str(),
-                  registration->group_id().c_str());
+                  registration.group_id().c_str());
       std::fflush(stdout);
     }
   }
   if (!result.ok()) {
-    if (together) WriteGroupTrace(trace.get());
     // Together: every rank stopped on the leader's word (BroadcastStatus
     // gave them the leader's code and reason); the leader reports it and
     // leaves. Anything else happened on this rank alone, and the others may
-    // be waiting in a collective for it, so the whole group is ended.
-    if (together && group.rank() != 0) return 1;
+    // be waiting in a collective for it, so the whole group is ended. A
+    // serving group that failed together goes on to the next job; one job
+    // ends the group as it always did.
+    if (together) write_trace_if_last();
+    if (together && group.rank() != 0) return {1, true};
     std::fprintf(stderr, "%smpilearn-worker: %s\n", tag_.c_str(),
                  std::string(result.status().message()).c_str());
     leave_with_error(result.status());
-    if (group.size() > 1) group.Abort(1);
-    return 1;
+    if (group.size() > 1 && !(together && options_.serve)) group.Abort(1);
+    return {1, together};
   }
 
   int exit_code = 0;
@@ -413,7 +506,7 @@ int GroupSession::RunTraining() {
     // completes the job; any other group just leaves.
     v1::LeaveRequest leave;
     leave.set_job_id(job_id);
-    leave.set_group_id(registration->group_id());
+    leave.set_group_id(registration.group_id());
     leave.set_completed(result->finished_job);
     if (result->finished_job && result->test.samples > 0) {
       leave.set_test_loss(result->test.loss);
@@ -425,14 +518,14 @@ int GroupSession::RunTraining() {
         leave.set_test_accuracy(result->test.accuracy);
       }
     }
-    absl::StatusOr<v1::JobState> state = master->Leave(leave);
+    absl::StatusOr<v1::JobState> state = master.Leave(leave);
     if (!state.ok()) {
       std::fprintf(stderr, "mpilearn-worker: could not report completion: %s\n",
                    std::string(state.status().message()).c_str());
     }
     std::printf("job %s: group %s trained %llu units (%lld samples) in %.1fs, "
                 "%.0f samples/s (%.0f per rank)%s\n",
-                job_id.c_str(), registration->group_id().c_str(),
+                job_id.c_str(), registration.group_id().c_str(),
                 static_cast<unsigned long long>(result->units),
                 static_cast<long long>(result->samples), result->seconds,
                 result->samples_per_second, result->samples_per_second_per_rank,
@@ -450,7 +543,7 @@ int GroupSession::RunTraining() {
     if (!options_.summary_json.empty()) {
       const absl::Status written = WriteRunSummary(
           options_.summary_json,
-          BuildRunSummary(*registration, group.size(), options_.local, *result));
+          BuildRunSummary(registration, group.size(), options_.local, *result));
       if (!written.ok()) {
         std::fprintf(stderr, "mpilearn-worker: cannot write --summary_json %s\n",
                      options_.summary_json.c_str());
@@ -458,8 +551,8 @@ int GroupSession::RunTraining() {
     }
     if (!state.ok()) exit_code = 1;
   }
-  WriteGroupTrace(trace.get());
-  return exit_code;
+  write_trace_if_last();
+  return {exit_code, true};
 }
 
 }  // namespace mpilearn::worker

@@ -18,6 +18,21 @@
 // ... trained ...`, `test_loss=`, `test_accuracy=`) and writes
 // --summary_json (run_summary.h).
 //
+// Serving (training role, Options::serve): the group trains queued job
+// after queued job without restarting mpirun. The leader registers with an
+// empty job id; while the master has no queued job (NOT_FOUND with reason
+// NO_QUEUED_JOB) every rank sleeps serve_poll and the leader asks again.
+// Each job runs exactly as a single job does (TrainJob); a job that fails on
+// every rank together (bad spec, data error, a master error the leader
+// broadcast) leaves with its error and the group takes the next one. The
+// group ends, exit code 0, after exit_when_idle without a queued job or on
+// SIGTERM/SIGINT, which the leader notices between jobs (a job in progress
+// is finished first; a second signal ends the process at once). It ends
+// with exit code 1 when the master cannot be asked (registration fails for
+// another reason) or a job failed on one rank alone (the group is aborted,
+// as in single-job mode). Every decision is the leader's, broadcast, so all
+// ranks take the same branch.
+//
 // Validate role: the ranks form a ValidationPool (validation_pool.h) until
 // SIGTERM/SIGINT or --exit_when_idle_s.
 //
@@ -25,7 +40,8 @@
 // them all to one Chrome trace file when the group ends.
 //
 // Threading: Run is called once, on the process's main thread, which is the
-// MPI thread. In the validate role Run installs SIGTERM/SIGINT handlers.
+// MPI thread. In the validate role and when serving, Run installs
+// SIGTERM/SIGINT handlers.
 #ifndef MPILEARN_WORKER_SESSION_H_
 #define MPILEARN_WORKER_SESSION_H_
 
@@ -70,11 +86,17 @@ class GroupSession {
     // both empty: the master's oldest queued job.
     std::string job_spec_path;
     std::string job_id;
+    // Training, not local, neither job_spec_path nor job_id: serve queued
+    // jobs one after another (see the file comment), asking the master
+    // every serve_poll while none is queued.
+    bool serve = false;
+    absl::Duration serve_poll = absl::Seconds(1);
     // Compute threads per rank; 0 divides the node's cores among its ranks.
     int threads = 0;
     // --device: auto, cpu, cuda or cuda:N (worker/device.h).
     std::string device = "auto";
-    // Non-empty: the leader writes the RunSummary here as JSON when done.
+    // Non-empty: the leader writes the RunSummary here as JSON when done
+    // (serving: after every job that trained, so it holds the last one's).
     std::string summary_json;
     // Test aid: sleep this long after every batch (a slow group).
     int slowdown_ms_per_batch = 0;
@@ -87,7 +109,8 @@ class GroupSession {
     std::string trace_path;
     // Validate role: the jobs to validate (empty: every job), the pool's
     // name (empty: HOST:PID of the leader), and how long it waits without
-    // a snapshot before it exits.
+    // a snapshot before it exits; serving: how long it waits without a
+    // queued job before it exits.
     std::vector<std::string> validate_job_ids;
     std::string pool_label;
     absl::Duration exit_when_idle = absl::InfiniteDuration();
@@ -105,11 +128,31 @@ class GroupSession {
   int Run(int* argc, char*** argv);
 
  private:
+  // How one job's run ended for this rank.
+  struct JobEnd {
+    // 0: the job trained (or the master stopped it) and the leader left
+    // it; 1: it failed, or the leader could not report its end.
+    int exit_code = 0;
+    // False when this rank failed on its own (the other ranks may wait in
+    // a collective): the process ends; for a group of more than one rank
+    // TrainJob has already aborted it.
+    bool together = true;
+  };
+
   int RunTraining();
+  // The serving loop (Options::serve) over `master`; the process's exit
+  // code.
+  int ServeJobs(MasterConnection& master);
+  // All ranks: one job from its registration to the leader's Leave and
+  // result lines (the leader has printed the job line). Creates trace_ on
+  // the first job when tracing; writes no trace.
+  JobEnd TrainJob(MasterConnection& master,
+                  v1::RegisterGroupResponse registration);
   int RunValidationPool();
-  // Leader: submits (job_spec_path) and registers; the answer (or error) is
-  // broadcast so every rank sees the same. `rejoin_job` non-empty: register
-  // again with that job, submitting nothing.
+  // Leader: submits (job_spec_path) and registers; the answer (or error,
+  // with its reason: common/error_reason.h) is broadcast so every rank sees
+  // the same. `rejoin_job` non-empty: register again with that job,
+  // submitting nothing.
   absl::StatusOr<v1::RegisterGroupResponse> ObtainJob(
       MasterConnection& master, const std::string& rejoin_job);
   // Leader: the `job ...: group ... with N rank(s)` line.
@@ -125,6 +168,9 @@ class GroupSession {
   std::string tag_;                // "[rank R/N] ", for this rank's errors
   int threads_ = 1;                // compute threads of this rank
   c10::Device device_ = c10::kCPU;  // where this rank trains
+  // With a trace path: this rank's spans for the process's life (every job
+  // it serves, every re-registration), created with the first job's group.
+  std::unique_ptr<TraceRecorder> trace_;
 };
 
 }  // namespace mpilearn::worker

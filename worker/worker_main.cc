@@ -1,12 +1,14 @@
 // mpilearn-worker: one rank of a training group, started by mpirun.
 //
 //   mpirun -np 2 mpilearn-worker --master HOST:PORT [--job SPEC.json | --job_id ID]
+//   mpirun -np 2 mpilearn-worker --master HOST:PORT --serve [--exit_when_idle_s S]
 //   mpirun -np 2 mpilearn-worker --master HOST:PORT --role validate [--jobs ID,ID]
 //   ... [--progress auto|plain|off] [--trace FILE]
 //
 // This file parses and checks the flags; GroupSession (session.h) runs the
 // group: rank 0 (the leader) obtains the job from the master and broadcasts
 // it; every rank loads its data, builds the model and runs the Trainer. With
+// --serve the group does that for queued job after queued job. With
 // --role validate the ranks form a validation pool (validation_pool.h)
 // instead. The leader prints a progress line (--progress); with --trace every
 // rank records spans in memory and rank 0 writes them all to one Chrome trace
@@ -39,6 +41,21 @@ ABSL_FLAG(std::string, job, "",
           "Job spec JSON file to submit and train. Without --job or --job_id "
           "the group takes the master's oldest queued job.");
 ABSL_FLAG(std::string, job_id, "", "Existing job to serve.");
+ABSL_FLAG(bool, serve, false,
+          "Serve the master's queue: train its oldest queued job, then the "
+          "next, without restarting mpirun (MPI Opt trials are queued jobs "
+          "too). While no job is queued the group asks again every "
+          "--serve_poll_s. A job that fails (bad spec, data error) is left "
+          "with its error and the group goes on. Ends with exit code 0 after "
+          "--exit_when_idle_s without a queued job, or when its ranks get "
+          "SIGTERM/SIGINT: after the current job (a second signal ends them "
+          "at once; mpirun itself, signalled, ends its ranks at once). With "
+          "--summary_json the file is rewritten after every job that "
+          "trained, so it holds the last one's; --trace writes one file "
+          "when the group ends. Not with --job, --job_id or --local.");
+ABSL_FLAG(double, serve_poll_s, 1,
+          "--serve: seconds between asking the master for a queued job while "
+          "none is queued. Must be > 0.");
 ABSL_FLAG(int, threads, 0,
           "Compute threads per rank; 0 divides this node's cores among its "
           "ranks.");
@@ -57,7 +74,8 @@ ABSL_FLAG(int, optimizer_threads, 1,
           "--local: CPU threads of the in-process optimizer.");
 ABSL_FLAG(std::string, summary_json, "",
           "Write this group's figures (samples/s, time shares, accuracy) as "
-          "one JSON object to this file when done (leader only).");
+          "one JSON object to this file when done (leader only); --serve: "
+          "after every job that trained, so it holds the last one's.");
 ABSL_FLAG(int, fail_unit_reads, 0,
           "Test aid: the first N reads of streamed training units fail as a "
           "bad file would (fault injection for the unit retry).");
@@ -76,8 +94,9 @@ ABSL_FLAG(std::string, jobs, "",
           "--role validate: comma-separated job ids to validate; empty "
           "validates every job, including later ones.");
 ABSL_FLAG(double, exit_when_idle_s, 0,
-          "--role validate: exit after this many seconds without a snapshot "
-          "(0: never).");
+          "--role validate: exit after this many seconds without a snapshot; "
+          "--serve: exit (code 0) after this many seconds without a queued "
+          "job (0: never).");
 ABSL_FLAG(std::string, pool_label, "",
           "--role validate: the pool's name in validation records (\"pool "
           "LABEL\"); default HOST:PID of the leader.");
@@ -151,6 +170,7 @@ int Main(int argc, char** argv) {
       "\n"
       "  mpirun -np 2 mpilearn-worker --master 127.0.0.1:7070 --job spec.json\n"
       "  mpirun -np 4 mpilearn-worker --master HOST:7070   # next queued job\n"
+      "  mpirun -np 4 mpilearn-worker --master HOST:7070 --serve   # every one\n"
       "  mpilearn-worker --local --job spec.json   # one process, no master\n"
       "  mpirun -np 2 mpilearn-worker --master HOST:7070 --role validate\n"
       "\n"
@@ -201,6 +221,22 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  const bool serve = absl::GetFlag(FLAGS_serve);
+  if (serve && (role != "train" || local || !absl::GetFlag(FLAGS_job).empty() ||
+                !absl::GetFlag(FLAGS_job_id).empty())) {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --serve trains the master's queued jobs; it "
+                 "takes no --job, --job_id, --local or --role validate\n");
+    return 2;
+  }
+  const double serve_poll_s = absl::GetFlag(FLAGS_serve_poll_s);
+  if (!(serve_poll_s > 0) || !std::isfinite(serve_poll_s)) {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --serve_poll_s must be a number of seconds "
+                 "> 0, got %g\n",
+                 serve_poll_s);
+    return 2;
+  }
   if (local && absl::GetFlag(FLAGS_job).empty()) {
     std::fprintf(stderr, "mpilearn-worker: --local needs --job SPEC.json\n");
     return 2;
@@ -226,6 +262,8 @@ int Main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
   options.job_spec_path = absl::GetFlag(FLAGS_job);
   options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.serve = serve;
+  options.serve_poll = absl::Seconds(serve_poll_s);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.device = absl::GetFlag(FLAGS_device);
   options.summary_json = absl::GetFlag(FLAGS_summary_json);

@@ -1,0 +1,193 @@
+// MPI Opt end to end: a study of Fashion-MNIST trials on a real master,
+// served by two real `mpirun ... mpilearn-worker --serve` groups, with TPE
+// and ASHA pruning. The master is SIGKILLed mid-study and restarted on the
+// same state directory; the study completes with every trial accounted for
+// and no trial's job run twice (docs/opt.md, "Restarts").
+#include <signal.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/master_client.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/study.grpc.pb.h"
+#include "tests/test_process.h"
+
+namespace mpilearn::testing {
+namespace {
+
+absl::StatusOr<v1::StudyStatus> GetStudy(v1::Studies::Stub& stub,
+                                         const std::string& id) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetStudyRequest request;
+  request.set_study_id(id);
+  v1::StudyStatus status;
+  const grpc::Status rpc = stub.GetStudy(&context, request, &status);
+  if (!rpc.ok()) return absl::UnavailableError(rpc.error_message());
+  return status;
+}
+
+// Polls the study (every 200 ms, riding out a master restart) until `done`.
+absl::StatusOr<v1::StudyStatus> WaitForStudy(
+    v1::Studies::Stub& stub, const std::string& id, absl::Duration timeout,
+    const std::function<bool(const v1::StudyStatus&)>& done) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<v1::StudyStatus> last = absl::UnavailableError("not asked");
+  while (absl::Now() < deadline) {
+    last = GetStudy(stub, id);
+    if (last.ok() && done(*last)) return last;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::DeadlineExceededError(
+      last.ok() ? last->DebugString() : std::string(last.status().message()));
+}
+
+v1::StudySpec FashionMnistStudy() {
+  v1::StudySpec spec;
+  spec.set_name("e2e");
+  v1::JobSpec& base = *spec.mutable_base();
+  base = FashionMnistSubset("downpour", 3000, 4);
+  base.mutable_checkpoint()->set_every_updates(20);
+  v1::ParameterSpec* lr = spec.add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->mutable_real()->set_low(3e-4);
+  lr->mutable_real()->set_high(3e-2);
+  lr->mutable_real()->set_log(true);
+  v1::ParameterSpec* batch = spec.add_parameters();
+  batch->set_path("batch_size");
+  batch->mutable_int_()->set_low(32);
+  batch->mutable_int_()->set_high(128);
+  batch->mutable_int_()->set_step(32);
+  v1::ParameterSpec* hidden = spec.add_parameters();
+  hidden->set_path("model.hidden");
+  for (const std::vector<int>& widths :
+       std::vector<std::vector<int>>{{64}, {256, 128}}) {
+    google::protobuf::ListValue* list = hidden->mutable_categorical()
+                                            ->add_choices()
+                                            ->mutable_list_value();
+    for (int width : widths) list->add_values()->set_number_value(width);
+  }
+  spec.set_sampler("tpe");
+  spec.mutable_tpe()->set_startup_trials(4);
+  spec.set_trials(8);
+  spec.set_parallelism(2);
+  spec.mutable_pruner()->set_name("asha");
+  spec.mutable_pruner()->set_min_resource(1);
+  spec.mutable_pruner()->set_reduction_factor(2);
+  spec.set_seed(3);
+  return spec;
+}
+
+int Ended(const v1::StudyStatus& status) {
+  int ended = 0;
+  for (const v1::Trial& trial : status.trials()) {
+    ended += trial.state() != v1::TRIAL_STATE_QUEUED &&
+             trial.state() != v1::TRIAL_STATE_RUNNING;
+  }
+  return ended;
+}
+
+TEST(OptTest, StudyWithPruningSurvivesAMasterKill) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const std::string dir = NewTempDir("opt_test");
+  auto master = MasterProcess::Start(dir);
+  ASSERT_TRUE(master.ok()) << master.status();
+  const std::string address = (*master)->address();
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = v1::Studies::NewStub(channel);
+
+  v1::CreateStudyRequest create;
+  *create.mutable_spec() = FashionMnistStudy();
+  v1::CreateStudyResponse created;
+  {
+    grpc::ClientContext context;
+    const grpc::Status rpc = stub->CreateStudy(&context, create, &created);
+    ASSERT_TRUE(rpc.ok()) << rpc.error_message();
+  }
+  const std::string id = created.study_id();
+
+  // Two groups of one rank each, serving whatever the queue holds.
+  std::vector<std::unique_ptr<ChildProcess>> groups;
+  for (int g = 0; g < 2; ++g) {
+    auto group = StartWorkers(1, address,
+                              {"--serve", "--threads=1",
+                               "--reconnect_timeout_s=60",
+                               "--exit_when_idle_s=20", "--progress=off"},
+                              absl::StrCat(dir, "/group-", g, ".log"));
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups.push_back(std::move(group).value());
+  }
+  auto logs = [&] {
+    std::string all;
+    for (auto& group : groups) absl::StrAppend(&all, group->Log(), "\n----\n");
+    return all;
+  };
+
+  // Mid-study: some trials ended, others in flight.
+  auto before = WaitForStudy(*stub, id, absl::Seconds(240),
+                             [](const v1::StudyStatus& s) {
+                               return Ended(s) >= 3 && s.trials_running() > 0;
+                             });
+  ASSERT_TRUE(before.ok()) << before.status() << logs();
+  ASSERT_EQ(kill((*master)->process().pid(), SIGKILL), 0);
+  ASSERT_TRUE((*master)->process().Wait(absl::Seconds(10)).has_value());
+  const std::string port = address.substr(address.rfind(':') + 1);
+  auto restarted = MasterProcess::Start(dir, {"--listen=127.0.0.1:" + port});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+
+  auto done = WaitForStudy(*stub, id, absl::Seconds(400),
+                           [](const v1::StudyStatus& s) {
+                             return s.state() != v1::STUDY_STATE_RUNNING;
+                           });
+  ASSERT_TRUE(done.ok()) << done.status() << logs();
+  EXPECT_EQ(done->state(), v1::STUDY_STATE_COMPLETED) << done->message();
+  ASSERT_EQ(done->trials_size(), 8);
+
+  // Every trial ended with a value, none lost; ASHA pruned some.
+  int pruned = 0;
+  for (const v1::Trial& trial : done->trials()) {
+    EXPECT_TRUE(trial.state() == v1::TRIAL_STATE_COMPLETED ||
+                trial.state() == v1::TRIAL_STATE_PRUNED)
+        << trial.DebugString();
+    EXPECT_TRUE(trial.has_value()) << trial.DebugString();
+    EXPECT_EQ(trial.retries(), 0) << trial.DebugString();
+    pruned += trial.state() == v1::TRIAL_STATE_PRUNED;
+    if (trial.state() == v1::TRIAL_STATE_COMPLETED) {
+      EXPECT_EQ(trial.epochs_done(), 4) << trial.DebugString();
+    }
+  }
+  EXPECT_GE(pruned, 1);
+  // A configuration above a stated accuracy (4 epochs on 3,000 images).
+  ASSERT_TRUE(done->has_best_value());
+  EXPECT_GE(done->best_value(), 0.75);
+
+  // No trial ran twice: the master holds exactly one job per trial, and it
+  // is the trial's.
+  auto client = MasterClient::Connect(address).value();
+  const std::vector<v1::JobStatus> jobs = client->ListJobs().value();
+  std::map<std::string, std::string> job_of_name;
+  for (const v1::JobStatus& job : jobs) {
+    if (!absl::StartsWith(job.spec().name(), id + "/")) continue;
+    EXPECT_TRUE(job_of_name.emplace(job.spec().name(), job.job_id()).second)
+        << "two jobs named " << job.spec().name();
+  }
+  ASSERT_EQ(job_of_name.size(), 8u);
+  for (const v1::Trial& trial : done->trials()) {
+    ASSERT_EQ(trial.job_ids_size(), 1) << trial.DebugString();
+    EXPECT_EQ(job_of_name[absl::StrCat(id, "/trial-", trial.number())],
+              trial.job_id());
+  }
+
+  for (auto& group : groups) {
+    const std::optional<int> code = group->Wait(absl::Seconds(120));
+    EXPECT_EQ(code.value_or(-1), 0) << logs();
+  }
+}
+
+}  // namespace
+}  // namespace mpilearn::testing
