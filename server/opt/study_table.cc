@@ -292,6 +292,9 @@ absl::Status StudyTable::LoadStudies() {
     int in_flight = 0;
     for (const v1::Trial& trial : (*study)->status.trials()) {
       in_flight += InFlight(trial) ? 1 : 0;
+      if (InFlight(trial) && trial.job_id().empty()) {
+        (*study)->maybe_submitted.insert(trial.number());
+      }
     }
     LOG(INFO) << "study " << id << " loaded: "
               << v1::StudyState_Name((*study)->status.state()) << ", "
@@ -609,7 +612,8 @@ void StudyTable::RefreshTrialLocked(Study& study, v1::Trial& trial) {
   if (trial.job_id().empty()) {
     // Written, but its job not submitted (a restart, or a submit that
     // failed for a reason that may pass).
-    SubmitTrialJobLocked(study, trial);
+    SubmitTrialJobLocked(study, trial,
+                         study.maybe_submitted.erase(trial.number()) > 0);
     return;
   }
   absl::StatusOr<v1::JobStatus> job = jobs_.Status(trial.job_id());
@@ -619,7 +623,7 @@ void StudyTable::RefreshTrialLocked(Study& study, v1::Trial& trial) {
                    << ": the master no longer holds job " << trial.job_id()
                    << "; submitting it again";
       trial.clear_job_id();
-      SubmitTrialJobLocked(study, trial);
+      SubmitTrialJobLocked(study, trial, /*may_exist=*/false);
     } else {
       LOG(WARNING) << "study " << study_id << ": trial " << trial.number()
                    << ": " << job.status();
@@ -698,7 +702,7 @@ void StudyTable::RefreshTrialLocked(Study& study, v1::Trial& trial) {
                                                  " failed: ", job->message())));
         trial.clear_job_id();
         trial.set_state(v1::TRIAL_STATE_QUEUED);
-        SubmitTrialJobLocked(study, trial);
+        SubmitTrialJobLocked(study, trial, /*may_exist=*/false);
       } else {
         EndTrialLocked(study, trial, v1::TRIAL_STATE_FAILED,
                        absl::StrCat("job ", trial.job_id(),
@@ -766,13 +770,15 @@ absl::StatusOr<v1::Trial*> StudyTable::NewTrialLocked(Study& study,
   // On disk before its job exists: a master that dies in between finds the
   // job by its name after the restart (see the class comment).
   PersistLocked(study);
-  SubmitTrialJobLocked(study, *trial);
+  SubmitTrialJobLocked(study, *trial, /*may_exist=*/false);
   return trial;
 }
 
-void StudyTable::SubmitTrialJobLocked(Study& study, v1::Trial& trial) {
+void StudyTable::SubmitTrialJobLocked(Study& study, v1::Trial& trial,
+                                      bool may_exist) {
   const std::string name = JobName(study.status.study_id(), trial);
-  std::optional<std::string> job_id = jobs_.FindByName(name);
+  std::optional<std::string> job_id;
+  if (may_exist) job_id = jobs_.FindByName(name);
   if (!job_id.has_value()) {
     absl::StatusOr<Point> point = study.space->FromValues(trial.params());
     absl::StatusOr<v1::JobSpec> spec =

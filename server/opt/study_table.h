@@ -40,6 +40,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -158,6 +159,10 @@ class StudyTable {
     std::deque<v1::StudyEvent> events;
     // The study changed since it was last written.
     bool dirty = false;
+    // Trials loaded in flight without a job id: their job may exist (the
+    // master died between submitting it and writing the study), so the
+    // first submit looks for it by name.
+    std::set<int> maybe_submitted;
   };
 
   StudyTable(Options options, TrialJobs& jobs);
@@ -182,9 +187,9 @@ class StudyTable {
                                             std::optional<Point> point,
                                             bool asked)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Submits the trial's job (attempt trial.retries()), first looking for a
-  // job of the same name (restart rule).
-  void SubmitTrialJobLocked(Study& study, v1::Trial& trial)
+  // Submits the trial's job (attempt trial.retries()); with `may_exist`
+  // first looks for a job of the same name (the restart rule).
+  void SubmitTrialJobLocked(Study& study, v1::Trial& trial, bool may_exist)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a trial in `state`; stops its job if it still runs.
   void EndTrialLocked(Study& study, v1::Trial& trial, v1::TrialState state,
