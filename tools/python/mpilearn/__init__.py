@@ -1,0 +1,18 @@
+"""Python client of MPI Learn's master: jobs (the Master service) and MPI Opt
+studies (the Studies service), plus PNG plots of a study.
+
+    from mpilearn import Client
+    client = Client("127.0.0.1:7070")
+    job_id = client.submit("docs/examples/fashion_mnist.json")
+    for status in client.watch_job(job_id):
+        print(status["state"], status.get("epochs_done", 0))
+
+Messages come back as plain Python values (dicts, lists, numbers, strings),
+as google.protobuf.json_format.MessageToDict writes them: proto field names
+(snake_case), enums by name, 64-bit integers as strings. See docs/opt.md and
+tools/python/README.md.
+"""
+
+from mpilearn.client import Client, MpiLearnError
+
+__all__ = ["Client", "MpiLearnError"]

@@ -1,0 +1,205 @@
+"""Command line: studies on a master, their progress, and their plots.
+
+    python3 -m mpilearn --master 127.0.0.1:7070 status [STUDY_ID] [--json]
+    python3 -m mpilearn --master 127.0.0.1:7070 watch STUDY_ID
+    python3 -m mpilearn --master 127.0.0.1:7070 plots STUDY_ID --out DIR
+
+The address may also come from $MPILEARN_MASTER (as for mpilearnctl).
+Exit status: 0 done, 1 the master refused or could not be reached, 2 usage.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from mpilearn.client import Client
+from mpilearn.client import MpiLearnError
+from mpilearn.client import TRIAL_ENDED_STATES
+
+
+def _short(state):
+    """"TRIAL_STATE_PRUNED" -> "PRUNED"."""
+    for prefix in ("TRIAL_STATE_", "STUDY_STATE_", "KIND_"):
+        if state.startswith(prefix):
+            return state[len(prefix):]
+    return state
+
+
+def _fmt_value(value):
+    return "-" if value is None else "%.4f" % value
+
+
+def _plain(value):
+    """Integral floats as ints (google.protobuf.Value holds every number as
+    a double: batch_size 64.0, model.hidden [256.0, 128.0])."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _fmt_param(value):
+    value = _plain(value)
+    if isinstance(value, float):
+        return "%.4g" % value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _table(rows):
+    """Left-aligned columns, two blanks apart, no trailing blanks."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [str(c).ljust(w) for c, w in zip(r, widths)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _print_study(status):
+    spec = status.get("spec", {})
+    objective = spec.get("objective", {})
+    trials = status.get("trials", [])
+    counts = {}
+    for t in trials:
+        counts[_short(t.get("state", ""))] = counts.get(
+            _short(t.get("state", "")), 0) + 1
+    summary = [
+        ("study", status.get("study_id", "")),
+        ("name", spec.get("name", "")),
+        ("state", _short(status.get("state", ""))),
+        ("sampler", spec.get("sampler", "")),
+        ("objective", "%s (%s)" % (objective.get("metric", ""),
+                                   objective.get("direction", ""))),
+        ("trials", "%d of %s: %s" % (len(trials), spec.get("trials", "?"),
+                                     ", ".join("%d %s" % (n, s.lower())
+                                               for s, n in sorted(
+                                                   counts.items())) or
+                                     "none yet")),
+        ("best", "trial %d, %s" % (status["best_trial"], _fmt_value(
+            status.get("best_value"))) if "best_trial" in status else "-"),
+        ("epochs", str(status.get("epochs_trained", 0))),
+    ]
+    if status.get("message"):
+        summary.append(("message", status["message"]))
+    print(_table(summary))
+    if not trials:
+        return
+    paths = [p.get("path", "") for p in spec.get("parameters", [])]
+    rows = [["TRIAL", "STATE", "VALUE", "EPOCHS", "JOB"] + paths]
+    for t in trials:
+        rows.append([
+            t.get("number", 0),
+            _short(t.get("state", "")),
+            _fmt_value(t.get("value")),
+            t.get("epochs_done", 0),
+            t.get("job_id", "") or "-",
+        ] + [_fmt_param(t.get("params", {}).get(p)) for p in paths])
+    print()
+    print(_table(rows))
+
+
+def _print_studies(studies):
+    if not studies:
+        print("no studies on the master")
+        return
+    rows = [["STUDY", "NAME", "STATE", "RUNNING", "BEST", "EPOCHS"]]
+    for s in studies:
+        rows.append([
+            s.get("study_id", ""),
+            s.get("spec", {}).get("name", "") or "-",
+            _short(s.get("state", "")),
+            s.get("trials_running", 0),
+            _fmt_value(s.get("best_value")),
+            s.get("epochs_trained", 0),
+        ])
+    print(_table(rows))
+
+
+def _event_line(event):
+    kind = _short(event.get("kind", ""))
+    if kind == "STUDY_ENDED":
+        return "study ended: %s (best %s)" % (
+            _short(event.get("study_state", "")),
+            _fmt_value(event.get("best_value")))
+    trial = event.get("trial", {})
+    line = "trial %d %s %s" % (trial.get("number", 0), kind.lower(),
+                               _short(trial.get("state", "")))
+    if kind == "REPORTED" and trial.get("intermediate"):
+        last = trial["intermediate"][-1]
+        line += " epoch %d value %.4f" % (last.get("epoch", 0),
+                                          last.get("value", 0.0))
+    elif trial.get("state") in TRIAL_ENDED_STATES:
+        line += " value %s" % _fmt_value(trial.get("value"))
+        if trial.get("message"):
+            line += " (%s)" % trial["message"]
+    return line
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python3 -m mpilearn",
+        description="MPI Opt studies on an mpilearn-master.")
+    parser.add_argument("--master",
+                        default=os.environ.get("MPILEARN_MASTER", ""),
+                        help="host:port of mpilearn-master "
+                        "(default $MPILEARN_MASTER)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds per call (default 30)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    status = commands.add_parser("status",
+                                 help="every study, or one study's trials")
+    status.add_argument("study_id", nargs="?")
+    status.add_argument("--json", action="store_true",
+                        help="print the StudyStatus as JSON")
+    watch = commands.add_parser("watch",
+                                help="print a study's events until it ends")
+    watch.add_argument("study_id")
+    plots = commands.add_parser("plots", help="write a study's PNG plots")
+    plots.add_argument("study_id")
+    plots.add_argument("--out", required=True, help="directory for the PNGs")
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_usage(sys.stderr)
+        print("error: missing command (status, watch or plots)",
+              file=sys.stderr)
+        return 2
+    if not args.master:
+        print("error: no master address: pass --master HOST:PORT or set "
+              "$MPILEARN_MASTER", file=sys.stderr)
+        return 2
+
+    try:
+        with Client(args.master, timeout=args.timeout) as client:
+            if args.command == "status":
+                if args.study_id:
+                    study = client.get_study(args.study_id)
+                    if args.json:
+                        print(json.dumps(study, indent=2))
+                    else:
+                        _print_study(study)
+                else:
+                    studies = client.list_studies()
+                    if args.json:
+                        print(json.dumps({"studies": studies}, indent=2))
+                    else:
+                        _print_studies(studies)
+            elif args.command == "watch":
+                for event in client.watch_study(args.study_id):
+                    print(_event_line(event), flush=True)
+            elif args.command == "plots":
+                from mpilearn import plots as plots_module  # pylint: disable=import-outside-toplevel
+                for path in plots_module.save_study_plots(
+                        client.get_study_message(args.study_id), args.out):
+                    print(path)
+    except MpiLearnError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

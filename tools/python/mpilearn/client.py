@@ -1,0 +1,343 @@
+"""A blocking client of mpilearn-master's Master (jobs) and Studies (MPI Opt)
+services.
+
+Every call takes and returns plain Python values: specs as dicts (or a JSON
+or YAML file's path), results as the dicts google.protobuf.json_format's
+MessageToDict writes with the proto field names (job_id, epochs_done),
+enums by name ("JOB_STATE_RUNNING"), every non-optional field present (zero
+values included), proto3 `optional` fields only when set (a trial's
+"value"), 64-bit integers as strings (the protobuf JSON mapping), and a
+trial's parameter values as google.protobuf.Value holds them: every number
+a float (batch_size 64.0, model.hidden [256.0, 128.0]).
+
+Every failure, the master's or the transport's, raises MpiLearnError with
+the gRPC code, the master's message, and the machine-readable reason the
+master attaches (proto ErrorReason, by name). A spec that cannot be read or
+does not match the message raises MpiLearnError with INVALID_ARGUMENT
+before anything is sent.
+
+Threading: a Client holds one gRPC channel; its methods may be called from
+several threads at once (gRPC channels are thread-safe). A generator from
+watch_job / watch_study belongs to the thread iterating it.
+"""
+
+import json
+import os
+import time
+
+import grpc
+from google.protobuf import json_format
+
+from mpilearn._stubs import mpilearn_pb2
+from mpilearn._stubs import mpilearn_pb2_grpc
+from mpilearn._stubs import study_pb2
+from mpilearn._stubs import study_pb2_grpc
+
+# The trailing metadata key gRPC carries a status's error_details in; the
+# master puts a serialized v1::ErrorInfo there (common/grpc_status.h).
+_ERROR_DETAILS_KEY = "grpc-status-details-bin"
+
+JOB_ENDED_STATES = frozenset(["JOB_STATE_COMPLETED", "JOB_STATE_FAILED"])
+STUDY_ENDED_STATES = frozenset(
+    ["STUDY_STATE_COMPLETED", "STUDY_STATE_CANCELLED"])
+TRIAL_ENDED_STATES = frozenset([
+    "TRIAL_STATE_COMPLETED", "TRIAL_STATE_PRUNED", "TRIAL_STATE_FAILED",
+    "TRIAL_STATE_CANCELLED"
+])
+
+
+class MpiLearnError(Exception):
+    """A refused or failed call.
+
+    Attributes:
+      code: the grpc.StatusCode (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE,
+        UNIMPLEMENTED for a master without the service, ...).
+      message: the master's message (or gRPC's, for transport failures),
+        for people.
+      reason: the master's ErrorReason by name ("ERROR_REASON_JOB_UNKNOWN"),
+        for programs to branch on; None when the error carried none (errors
+        made by the gRPC library itself, or local spec errors).
+      method: the RPC that failed ("GetJobStatus"), or None.
+    """
+
+    def __init__(self, code, message, reason=None, method=None):
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.method = method
+        super().__init__(str(self))
+
+    @property
+    def code_name(self):
+        """The code as a string: "NOT_FOUND"."""
+        return self.code.name if isinstance(self.code, grpc.StatusCode) \
+            else str(self.code)
+
+    def __str__(self):
+        where = "%s: " % self.method if self.method else ""
+        return "%s%s: %s" % (where, self.code_name, self.message)
+
+    @classmethod
+    def from_rpc_error(cls, error, method=None, target=None):
+        """Converts a grpc.RpcError raised by a stub call."""
+        code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+        message = error.details() if hasattr(error, "details") else str(error)
+        reason = None
+        trailing = error.trailing_metadata() if hasattr(
+            error, "trailing_metadata") else None
+        for key, value in trailing or ():
+            if key == _ERROR_DETAILS_KEY and isinstance(value, bytes):
+                try:
+                    info = mpilearn_pb2.ErrorInfo.FromString(value)
+                    reason = mpilearn_pb2.ErrorReason.Name(info.reason)
+                except Exception:  # pylint: disable=broad-except
+                    reason = None  # Not ours (e.g. a google.rpc.Status).
+        if code == grpc.StatusCode.UNAVAILABLE and target and reason is None:
+            message = "cannot reach mpilearn-master at %s: %s" % (target,
+                                                                 message)
+        return cls(code, message or "", reason=reason, method=method)
+
+
+def _invalid(message):
+    return MpiLearnError(grpc.StatusCode.INVALID_ARGUMENT, message,
+                         reason="ERROR_REASON_INVALID_REQUEST")
+
+
+def load_document(spec):
+    """A spec as a dict: a dict (returned as is), or a JSON / YAML file path.
+
+    Files ending in .yaml or .yml are read as YAML (python3-yaml's
+    safe_load), anything else as JSON.
+    """
+    if isinstance(spec, dict):
+        return spec
+    if not isinstance(spec, (str, bytes, os.PathLike)):
+        raise _invalid("a spec must be a dict or a file path, got %s" %
+                       type(spec).__name__)
+    path = os.fspath(spec)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise _invalid("cannot read spec '%s': %s" % (path, e)) from None
+    if str(path).lower().endswith((".yaml", ".yml")):
+        import yaml  # pylint: disable=import-outside-toplevel
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise _invalid("spec '%s' is not valid YAML: %s" % (path, e)) \
+                from None
+    else:
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise _invalid("spec '%s' is not valid JSON: %s" % (path, e)) \
+                from None
+    if not isinstance(doc, dict):
+        raise _invalid("spec '%s' must hold an object (a mapping), got %s" %
+                       (path, type(doc).__name__))
+    return doc
+
+
+def _parse(doc, message, what):
+    if isinstance(doc, type(message)):
+        return doc
+    try:
+        return json_format.ParseDict(doc, message)
+    except json_format.ParseError as e:
+        raise _invalid("%s: %s" % (what, e)) from None
+
+
+def to_dict(message):
+    """A message as plain Python values (see the module comment)."""
+    return json_format.MessageToDict(message,
+                                     preserving_proto_field_name=True,
+                                     including_default_value_fields=True)
+
+
+def _trial_state(state):
+    """TrialState from "PRUNED", "TRIAL_STATE_PRUNED" or the enum number."""
+    if isinstance(state, int):
+        return state
+    name = str(state).upper()
+    if not name.startswith("TRIAL_STATE_"):
+        name = "TRIAL_STATE_" + name
+    try:
+        return study_pb2.TrialState.Value(name)
+    except ValueError:
+        raise _invalid("unknown trial state '%s'" % state) from None
+
+
+class Client:
+    """Calls one mpilearn-master.
+
+    Args:
+      target: the master's host:port ("127.0.0.1:7070").
+      timeout: seconds each unary call may take (a deadline, so a master
+        that does not answer raises DEADLINE_EXCEEDED instead of hanging).
+      channel: an existing grpc.Channel to use instead of opening one
+        (tests); the client then does not close it.
+    """
+
+    def __init__(self, target, timeout=30.0, channel=None):
+        self.target = target
+        self.timeout = timeout
+        self._own_channel = channel is None
+        self._channel = channel or grpc.insecure_channel(target)
+        self._master = mpilearn_pb2_grpc.MasterStub(self._channel)
+        self._studies = study_pb2_grpc.StudiesStub(self._channel)
+
+    def close(self):
+        if self._own_channel:
+            self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *unused):
+        self.close()
+
+    def _call(self, stub, method, request):
+        try:
+            return getattr(stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise MpiLearnError.from_rpc_error(e, method, self.target) \
+                from None
+
+    # -- Jobs (the Master service) -----------------------------------------
+
+    def submit(self, spec):
+        """Queues a job; returns its id ("job-000001").
+
+        spec: a JobSpec as a dict, or a JSON / YAML file holding one.
+        """
+        request = mpilearn_pb2.SubmitJobRequest(
+            spec=_parse(load_document(spec), mpilearn_pb2.JobSpec(),
+                        "job spec"))
+        return self._call(self._master, "SubmitJob", request).job_id
+
+    def status(self, job_id):
+        """The job's JobStatus (history, groups, validations) as a dict."""
+        return to_dict(
+            self._call(self._master, "GetJobStatus",
+                       mpilearn_pb2.GetJobStatusRequest(job_id=job_id)))
+
+    def list_jobs(self):
+        """Every job's JobStatus, without histories, as a list of dicts."""
+        response = self._call(self._master, "ListJobs",
+                              mpilearn_pb2.ListJobsRequest())
+        return [to_dict(job) for job in response.jobs]
+
+    def watch_job(self, job_id, interval=2.0):
+        """Yields the job's status when it changes (the first at once),
+        polling every `interval` seconds, until it COMPLETED or FAILED (that
+        status is the last one yielded)."""
+        last = None
+        while True:
+            status = self.status(job_id)
+            if status != last:
+                yield status
+                last = status
+            if status.get("state") in JOB_ENDED_STATES:
+                return
+            time.sleep(interval)
+
+    # -- Studies (MPI Opt) -------------------------------------------------
+
+    def create_study(self, spec):
+        """Creates and starts a study; returns its id.
+
+        spec: a StudySpec as a dict, or a JSON / YAML file holding one
+        (docs/examples/opt_fashion_mnist.yaml).
+        """
+        request = study_pb2.CreateStudyRequest(spec=_parse(
+            load_document(spec), study_pb2.StudySpec(), "study spec"))
+        return self._call(self._studies, "CreateStudy", request).study_id
+
+    def get_study(self, study_id):
+        """The study's StudyStatus (every trial) as a dict."""
+        return to_dict(self.get_study_message(study_id))
+
+    def get_study_message(self, study_id):
+        """The study's StudyStatus as the protobuf message."""
+        return self._call(self._studies, "GetStudy",
+                          study_pb2.GetStudyRequest(study_id=study_id))
+
+    def list_studies(self):
+        """Every study's StudyStatus, without trials, as a list of dicts."""
+        response = self._call(self._studies, "ListStudies",
+                              study_pb2.ListStudiesRequest())
+        return [to_dict(study) for study in response.studies]
+
+    def watch_study(self, study_id):
+        """Yields StudyEvent dicts: a KIND_SNAPSHOT per trial, then each
+        change, until KIND_STUDY_ENDED (the last one yielded). Closing the
+        generator early cancels the stream. No deadline: a study may run
+        for hours."""
+        call = self._studies.WatchStudy(
+            study_pb2.WatchStudyRequest(study_id=study_id))
+        try:
+            for event in call:
+                yield to_dict(event)
+                if event.kind == study_pb2.StudyEvent.KIND_STUDY_ENDED:
+                    return
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise MpiLearnError.from_rpc_error(e, "WatchStudy",
+                                               self.target) from None
+        finally:
+            call.cancel()
+
+    def cancel_study(self, study_id, reason=""):
+        """Stops the study (trials in flight CANCELLED); returns its
+        StudyStatus dict."""
+        return to_dict(
+            self._call(
+                self._studies, "CancelStudy",
+                study_pb2.CancelStudyRequest(study_id=study_id,
+                                             reason=reason)))
+
+    def cancel_trial(self, study_id, trial, reason=""):
+        """Stops one trial (its job too); returns the Trial dict."""
+        return to_dict(
+            self._call(
+                self._studies, "CancelTrial",
+                study_pb2.CancelTrialRequest(study_id=study_id,
+                                             trial=_trial_number(trial),
+                                             reason=reason)))
+
+    def ask(self, study_id, params=None):
+        """Starts a trial now and returns it (a Trial dict: "number",
+        "job_id", "params", ...).
+
+        params: values by path ({"optimizer.learning_rate": 0.01,
+        "model.hidden": [256, 128]}), every parameter of the study; None or
+        {} lets the study's sampler propose them.
+        """
+        request = _parse({"study_id": study_id, "params": params or {}},
+                         study_pb2.AskTrialRequest(), "params")
+        return to_dict(self._call(self._studies, "AskTrial", request))
+
+    def tell(self, study_id, trial, state, value=None, message=""):
+        """An external optimizer's verdict on a trial; returns the Trial
+        dict.
+
+        trial: the trial's number, or the dict ask() returned.
+        state: "COMPLETED" (value required unless the trial has one),
+          "PRUNED" or "FAILED" (also "TRIAL_STATE_..." or the enum number).
+          A trial whose job still runs has it stopped.
+        """
+        request = study_pb2.TellTrialRequest(study_id=study_id,
+                                             trial=_trial_number(trial),
+                                             state=_trial_state(state),
+                                             message=message)
+        if value is not None:
+            request.value = float(value)
+        return to_dict(self._call(self._studies, "TellTrial", request))
+
+
+def _trial_number(trial):
+    if isinstance(trial, dict):
+        return int(trial.get("number", 0))
+    return int(trial)
