@@ -23,7 +23,9 @@
 namespace mpilearn::opt {
 namespace {
 
-constexpr int kMaxTrials = 100000;
+// A study's whole record travels in one GetStudy reply (4 MiB for default
+// clients), and every trial is a job the master keeps.
+constexpr int kMaxTrials = 10000;
 constexpr int kMaxParallelism = 1024;
 constexpr int kMaxRetries = 100;
 constexpr size_t kMaxNameBytes = 256;
