@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +61,15 @@ ABSL_FLAG(double, connect_timeout_s, 10,
 ABSL_FLAG(double, rpc_timeout_s, 30,
           "Deadline of each call to the master (not of watch's stream).");
 ABSL_FLAG(bool, watch, false, "create: go on as `watch` on the new study.");
+ABSL_FLAG(std::optional<double>, target, std::nullopt,
+          "create: end the study (COMPLETED) as soon as any trial's value "
+          "reaches V (>= when maximizing, <= when minimizing); overrides the "
+          "file's `target`.");
+ABSL_FLAG(std::optional<int>, trials, std::nullopt,
+          "create: the trial budget (>= 1); overrides the file's `trials`.");
+ABSL_FLAG(std::optional<int>, parallelism, std::nullopt,
+          "create: trials queued or running at once (>= 1); overrides the "
+          "file's `parallelism`.");
 ABSL_FLAG(bool, json, false,
           "status, list, best, cancel, ask, tell: print the master's reply "
           "as JSON (field names as in proto/study.proto).");
@@ -101,9 +111,12 @@ constexpr char kUsage[] =
     "Usage: mpilearn-opt [--master HOST:PORT] COMMAND [ARGS] [FLAGS]\n"
     "\n"
     "Commands:\n"
-    "  create STUDY.(json|yaml) [--watch]\n"
+    "  create STUDY.(json|yaml) [--watch] [--target V] [--trials N]\n"
+    "        [--parallelism N]\n"
     "        check a study spec file and start the study; prints\n"
-    "        `study s-1 created`; --watch then goes on as `watch`\n"
+    "        `study s-1 created`; --watch then goes on as `watch`;\n"
+    "        --target ends the study as soon as a trial's value reaches V;\n"
+    "        --trials and --parallelism override the file's values\n"
     "  watch STUDY_ID\n"
     "        follow the study until it ends: a live table on a terminal\n"
     "        (trial, state, epochs, value, best marker, parameters), else\n"
@@ -127,6 +140,8 @@ constexpr char kUsage[] =
     "Examples:\n"
     "  mpilearn-opt --master 127.0.0.1:7070 create "
     "docs/examples/opt_fashion_mnist.yaml --watch\n"
+    "  mpilearn-opt create study.yaml --trials 8 --parallelism 4 "
+    "--target 0.9\n"
     "  mpilearn-opt watch s-1\n"
     "  mpilearn-opt status s-1\n"
     "  mpilearn-opt list\n"
@@ -148,6 +163,9 @@ struct Options {
   std::string master_source;  // where `master` came from, for messages
   MasterClient::Options client;
   bool watch = false;
+  std::optional<double> target;  // create: overrides of the spec file's
+  std::optional<int> trials;
+  std::optional<int> parallelism;
   bool json = false;
   bool spec = false;
   std::optional<int> trial;
@@ -565,7 +583,9 @@ struct Command {
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command>* const commands = new std::vector<Command>{
-      {"create", "STUDY.(json|yaml)", {"watch"}},
+      {"create",
+       "STUDY.(json|yaml)",
+       {"watch", "target", "trials", "parallelism"}},
       {"watch", "STUDY_ID", {}},
       {"status", "STUDY_ID", {"json"}},
       {"list", "", {"json"}},
@@ -636,6 +656,17 @@ int Run(const std::vector<std::string>& args,
   v1::StudySpec spec;
   v1::TrialState tell_state = v1::TRIAL_STATE_UNSPECIFIED;
   if (name == "create") {
+    if (options.trials.has_value() && *options.trials < 1) {
+      return UsageError(
+          absl::StrCat("--trials must be >= 1, got ", *options.trials));
+    }
+    if (options.parallelism.has_value() && *options.parallelism < 1) {
+      return UsageError(absl::StrCat("--parallelism must be >= 1, got ",
+                                     *options.parallelism));
+    }
+    if (options.target.has_value() && !std::isfinite(*options.target)) {
+      return UsageError("--target must be a finite number");
+    }
     absl::StatusOr<v1::StudySpec> read = ReadStudySpecFile(operand);
     absl::Status checked = read.ok() ? CheckBaseJobSpec(*read) : read.status();
     if (!checked.ok()) {
@@ -645,6 +676,13 @@ int Run(const std::vector<std::string>& args,
       return kExitUsage;
     }
     spec = *std::move(read);
+    // The flags win over the file; the master checks the result (e.g. the
+    // budget's upper bound) like any spec.
+    if (options.target.has_value()) spec.set_target(*options.target);
+    if (options.trials.has_value()) spec.set_trials(*options.trials);
+    if (options.parallelism.has_value()) {
+      spec.set_parallelism(*options.parallelism);
+    }
   }
   if (name == "export" && options.format != "csv" && options.format != "json") {
     return UsageError(absl::StrCat("--format must be csv or json, got '",
@@ -721,6 +759,9 @@ absl::StatusOr<Options> OptionsFromFlags() {
   options.client.connect_timeout = absl::Seconds(connect_s);
   options.client.rpc_timeout = absl::Seconds(rpc_s);
   options.watch = absl::GetFlag(FLAGS_watch);
+  options.target = absl::GetFlag(FLAGS_target);
+  options.trials = absl::GetFlag(FLAGS_trials);
+  options.parallelism = absl::GetFlag(FLAGS_parallelism);
   options.json = absl::GetFlag(FLAGS_json);
   options.spec = absl::GetFlag(FLAGS_spec);
   options.trial = absl::GetFlag(FLAGS_trial);
