@@ -275,6 +275,14 @@ absl::Status StudyTable::LoadStudies() {
   absl::MutexLock lock(&mu_);
   for (const auto& [number, id] : found) {
     last_study_number_ = std::max(last_study_number_, number);
+    // Temporary files of writes a crash interrupted (WriteFileAtomically).
+    for (const auto& file : std::filesystem::directory_iterator(
+             absl::StrCat(root, "/", id), error)) {
+      if (absl::StrContains(file.path().filename().string(),
+                            kAtomicWriteTempInfix)) {
+        std::filesystem::remove(file.path(), error);
+      }
+    }
     const std::string path = absl::StrCat(root, "/", id, "/study.pb");
     absl::StatusOr<std::string> bytes = ReadWholeFile(path);
     v1::StudyFile file;

@@ -89,8 +89,8 @@ class StudyTable {
     absl::Duration refresh_period = absl::Milliseconds(200);
     // False: no thread; the caller calls Refresh (tests).
     bool run_thread = true;
-    // Events kept per study for watchers that fall behind (older ones are
-    // replaced by a fresh snapshot).
+    // Events kept per study; a watcher that falls behind more than this
+    // goes on from the oldest event still kept.
     int max_events = 4096;
     // Limits on what clients may create.
     int max_studies = 10000;
