@@ -23,6 +23,13 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     server->metrics_ = std::make_shared<MasterMetrics>(metrics_options);
   }
   MasterCore::Options core_options;
+  // A trial's job that validated or ended wakes the study table (set once
+  // the table exists; no RPC arrives before).
+  MasterServer* self_for_jobs = server.get();
+  core_options.registry.on_job_changed = [self_for_jobs](const std::string&) {
+    opt::StudyTable* studies = self_for_jobs->studies_for_wake_.load();
+    if (studies != nullptr) studies->Wake();
+  };
   core_options.registry.metrics = server->metrics_.get();
   core_options.registry.trace = server->trace_.get();
   core_options.registry.state_dir = options.state_dir;
@@ -38,6 +45,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   MPILEARN_ASSIGN_OR_RETURN(
       server->studies_,
       opt::StudyTable::Create(study_options, *server->trial_jobs_));
+  server->studies_for_wake_.store(server->studies_.get());
   server->study_service_ =
       std::make_unique<StudyServiceImpl>(*server->studies_, server->metrics_.get());
 
@@ -114,6 +122,7 @@ void MasterServer::Shutdown(absl::Duration grace) {
                       absl::ToChronoSeconds(grace));
   }
   if (reaper_.joinable()) reaper_.join();
+  studies_for_wake_.store(nullptr);
   studies_.reset();  // joins its thread; no RPC uses it any more
   // No call runs any more: the checkpoints hold everything the jobs did.
   if (core_ != nullptr) core_->CheckpointAll();

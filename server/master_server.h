@@ -16,6 +16,7 @@
 #ifndef MPILEARN_SERVER_MASTER_SERVER_H_
 #define MPILEARN_SERVER_MASTER_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -90,6 +91,8 @@ class MasterServer {
   // first).
   std::unique_ptr<CoreTrialJobs> trial_jobs_;
   std::unique_ptr<opt::StudyTable> studies_;
+  // studies_ for the registry's on_job_changed, which RPC threads call.
+  std::atomic<opt::StudyTable*> studies_for_wake_{nullptr};
   std::unique_ptr<StudyServiceImpl> study_service_;
   std::unique_ptr<grpc::Server> server_;
   // Declared last: its scrapes read the core, so it stops first.

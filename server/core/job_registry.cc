@@ -317,6 +317,7 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
   MPILEARN_RETURN_IF_ERROR(job->RecordValidation(validation, Now(), &effect));
   AfterValidation(*job, effect);
   PersistHistory(*job);
+  if (options_.on_job_changed) options_.on_job_changed(job_id);
   return job->state();
 }
 
@@ -335,6 +336,7 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportValidation(
           << "}";
   AfterValidation(*job, effect);
   PersistHistory(*job);
+  if (options_.on_job_changed) options_.on_job_changed(job_id);
   return job->state();
 }
 
@@ -368,6 +370,7 @@ absl::StatusOr<v1::JobState> JobRegistry::Leave(
     WriteJobEnd(*job, effect.ended, /*best=*/false);
   }
   PersistHistory(*job);
+  if (options_.on_job_changed) options_.on_job_changed(request.job_id());
   return state;
 }
 

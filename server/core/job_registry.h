@@ -84,6 +84,11 @@ class JobRegistry {
     // Records "apply" and "checkpoint" events; none when null. Must outlive
     // the registry.
     TraceRecorder* trace = nullptr;
+    // Called after a job recorded a validation (ReportEpoch,
+    // ReportValidation) or a group left it, with the job's id and no lock
+    // held: MPI Opt's study table wakes on it instead of waiting for its
+    // next refresh. Must be cheap and must not call the registry.
+    std::function<void(const std::string& job_id)> on_job_changed;
     // Load the jobs under <state_dir>/jobs at Create (see the class
     // comment); false starts with an empty table.
     bool resume_jobs = true;

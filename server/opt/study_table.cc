@@ -206,10 +206,11 @@ absl::StatusOr<std::unique_ptr<StudyTable>> StudyTable::Create(Options options,
     table->thread_ = std::thread([self] {
       while (true) {
         self->Refresh();
-        absl::MutexLock lock(&self->mu_);
-        self->mu_.AwaitWithTimeout(absl::Condition(&self->closing_),
-                                   self->options_.refresh_period);
-        if (self->closing_) return;
+        absl::MutexLock lock(&self->wake_mu_);
+        self->wake_mu_.AwaitWithTimeout(absl::Condition(&self->wake_),
+                                        self->options_.refresh_period);
+        if (self->stop_) return;
+        self->wake_ = false;
       }
     });
   }
@@ -222,9 +223,19 @@ StudyTable::~StudyTable() {
 }
 
 void StudyTable::CloseWatches() {
-  absl::MutexLock lock(&mu_);
-  closing_ = true;
-  changed_.SignalAll();
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    changed_.SignalAll();
+  }
+  absl::MutexLock lock(&wake_mu_);
+  stop_ = true;
+  wake_ = true;
+}
+
+void StudyTable::Wake() {
+  absl::MutexLock lock(&wake_mu_);
+  wake_ = true;
 }
 
 absl::StatusOr<std::unique_ptr<StudyTable::Study>> StudyTable::NewStudy(

@@ -142,6 +142,11 @@ class StudyTable {
 
   // One pass over every running study (the thread calls it).
   void Refresh();
+  // Asks the thread for a refresh now (a trial's job recorded a
+  // validation or ended): pruning and the next trial need not wait for the
+  // refresh period. Takes only a small lock of its own; callable from any
+  // thread, also while the caller holds locks the table may take.
+  void Wake();
   // Ends every watch (their Next returns false with ended()); the master's
   // shutdown, before the server stops.
   void CloseWatches();
@@ -222,6 +227,11 @@ class StudyTable {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar changed_;  // an event was logged, or closing_ set
 
+  // The thread's wake-up: set by Wake and CloseWatches, cleared by the
+  // thread before each refresh. A leaf lock (nothing is taken under it).
+  absl::Mutex wake_mu_;
+  bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::thread thread_;
 };
 

@@ -397,6 +397,32 @@ TEST_F(StudyTableTest, WatchSeesSnapshotThenEventsThenTheEnd) {
   EXPECT_EQ(table->WatchStudy("s-9").status().code(), absl::StatusCode::kNotFound);
 }
 
+// The table's thread refreshes when woken (a job validated), not only every
+// refresh period: with an hour-long period, only Wake can start trial 1.
+TEST_F(StudyTableTest, WakeRefreshesWithoutWaitingForThePeriod) {
+  StudyTable::Options options;
+  options.refresh_period = absl::Hours(1);
+  auto table = StudyTable::Create(options, jobs_);
+  ASSERT_TRUE(table.ok()) << table.status();
+  v1::StudySpec spec = BaseStudy();
+  spec.set_parallelism(1);
+  const std::string id = CreateStudy(**table, spec);
+  absl::SleepFor(absl::Milliseconds(100));  // the thread's first pass is done
+  // The fake is not thread-safe: change it only while the table's thread
+  // waits (it took its first pass and sleeps until woken).
+  const std::string job = Get(**table, id).trials(0).job_id();
+  jobs_.Validate(job, 1, 0.7);
+  jobs_.Complete(job);
+  (*table)->Wake();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Get(**table, id).trials_size() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  v1::StudyStatus status = Get(**table, id);
+  ASSERT_EQ(status.trials_size(), 2);
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_COMPLETED);
+}
+
 TEST_F(StudyTableTest, StudiesSurviveARestartWithoutRunningATrialTwice) {
   const std::string dir =
       absl::StrCat(testing::TempDir(), "/study_restart_", getpid());
