@@ -163,6 +163,34 @@ TEST_F(MasterServiceTest, ErrorsArriveWithCodeAndReason) {
   EXPECT_EQ(job->stale_rejected(), 1u);
 }
 
+// A job resumed without weights (the master died before its first
+// checkpoint): a push from a group of the previous master hears
+// GROUP_UNKNOWN, which makes a worker register again and install the
+// weights; a registered group's push hears that the job has no weights.
+TEST_F(MasterServiceTest, PushToAJobWithoutWeightsTellsAnUnknownGroupToRegister) {
+  auto job = client_->SubmitJob(SgdSpec());
+  ASSERT_TRUE(job.ok()) << job.status();
+  job_id_ = *job;
+  layout_ = MakeFloat32Header(0, {"w", "b"}, {{2}, {3}});
+  std::vector<std::vector<float>> reply;
+  group_id_ = "g-424242";
+  auto unknown = Push(0, {{0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}}, reply);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(ReasonOf(unknown.status()), v1::ERROR_REASON_GROUP_UNKNOWN)
+      << unknown.status();
+
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id_);
+  request.set_ranks(1);
+  auto group = client_->RegisterGroup(request);
+  ASSERT_TRUE(group.ok()) << group.status();
+  group_id_ = group->group_id();
+  auto no_weights = Push(0, {{0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}}, reply);
+  ASSERT_FALSE(no_weights.ok());
+  EXPECT_EQ(ReasonOf(no_weights.status()), v1::ERROR_REASON_JOB_STATE)
+      << no_weights.status();
+}
+
 TEST_F(MasterServiceTest, LayoutMismatchIsRefusedBeforeAnyTensorArrives) {
   StartJob({{1.0f, 2.0f}, {3.0f, 4.0f, 5.0f}});
   layout_ = MakeFloat32Header(0, {"w", "b"}, {{2}, {4}});

@@ -155,8 +155,18 @@ absl::StatusOr<PendingTensors> MasterCore::BeginPush(
     const v1::PushGradientRequest::Header& header) {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
                             registry_->FindJob(header.job_id()));
-  MPILEARN_ASSIGN_OR_RETURN(v1::TensorSetHeader layout, job->Layout());
-  MPILEARN_RETURN_IF_ERROR(WithReason(CheckSameLayout(layout, header.gradient()),
+  absl::StatusOr<v1::TensorSetHeader> layout = job->Layout();
+  if (!layout.ok()) {
+    // No weights: the job came back from a restart without a checkpoint.
+    // A group of the previous master hears GROUP_UNKNOWN, so it registers
+    // again and installs the weights, rather than a JOB_STATE error it
+    // cannot act on.
+    if (!header.group_id().empty()) {
+      MPILEARN_RETURN_IF_ERROR(job->Touch(header.group_id(), registry_->Now()));
+    }
+    return layout.status();
+  }
+  MPILEARN_RETURN_IF_ERROR(WithReason(CheckSameLayout(*layout, header.gradient()),
                                       v1::ERROR_REASON_INVALID_REQUEST));
   MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
                             PendingTensors::ForCall(header));
