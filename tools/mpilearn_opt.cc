@@ -61,6 +61,10 @@ ABSL_FLAG(double, connect_timeout_s, 10,
 ABSL_FLAG(double, rpc_timeout_s, 30,
           "Deadline of each call to the master (not of watch's stream).");
 ABSL_FLAG(bool, watch, false, "create: go on as `watch` on the new study.");
+ABSL_FLAG(double, reconnect_timeout_s, 300,
+          "watch: how long to keep trying when the master goes away "
+          "(restarting) before giving up; the study continues on the master "
+          "either way.");
 ABSL_FLAG(std::optional<double>, target, std::nullopt,
           "create: end the study (COMPLETED) as soon as any trial's value "
           "reaches V (>= when maximizing, <= when minimizing); overrides the "
@@ -163,6 +167,7 @@ struct Options {
   std::string master_source;  // where `master` came from, for messages
   MasterClient::Options client;
   bool watch = false;
+  absl::Duration reconnect_timeout = absl::Minutes(5);  // watch
   std::optional<double> target;  // create: overrides of the spec file's
   std::optional<int> trials;
   std::optional<int> parallelism;
@@ -378,27 +383,48 @@ int WatchStudy(StudiesConnection& connection, const std::string& study_id,
     absl::PrintF("%s\n", FormatStudyHeadline(view));
     std::fflush(stdout);
   }
-  grpc::ClientContext context;
-  auto reader = connection.WatchStudy(&context, study_id);
   v1::StudyEvent event;
   bool ended = false;
-  while (reader->Read(&event)) {
-    if (!live) {
-      absl::PrintF("%s\n", FormatStudyEvent(event, view));
-      std::fflush(stdout);
+  grpc::Status status;
+  while (true) {
+    grpc::ClientContext context;
+    auto reader = connection.WatchStudy(&context, study_id);
+    while (reader->Read(&event)) {
+      if (!live) {
+        absl::PrintF("%s\n", FormatStudyEvent(event, view));
+        std::fflush(stdout);
+      }
+      ApplyStudyEvent(event, &view);
+      if (live) table.Draw(view);
+      if (event.kind() == v1::StudyEvent::KIND_STUDY_ENDED) {
+        ended = true;
+        break;
+      }
     }
-    ApplyStudyEvent(event, &view);
-    if (live) table.Draw(view);
-    if (event.kind() == v1::StudyEvent::KIND_STUDY_ENDED) {
-      ended = true;
-      break;
+    if (ended) {
+      context.TryCancel();
+      if (live) absl::PrintF("%s\n", FormatStudyEvent(event, view));
     }
+    status = reader->Finish();
+    if (ended || status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    // The master went away (a restart): the study lives on in its state
+    // directory. Watch again once it answers; the new stream starts with
+    // every trial as it stands.
+    absl::FPrintF(stderr,
+                  "mpilearn-opt: lost the master (%s); watching %s again once "
+                  "it is back (up to %s)\n",
+                  status.error_message(), study_id,
+                  absl::FormatDuration(options.reconnect_timeout));
+    const absl::Time give_up = absl::Now() + options.reconnect_timeout;
+    absl::StatusOr<v1::StudyStatus> again = connection.GetStudy(study_id);
+    while (!again.ok() && again.status().code() == absl::StatusCode::kUnavailable &&
+           absl::Now() < give_up) {
+      absl::SleepFor(absl::Seconds(1));
+      again = connection.GetStudy(study_id);
+    }
+    if (!again.ok()) return FailRpc(again.status(), options);
+    view = *std::move(again);
   }
-  if (ended) {
-    context.TryCancel();
-    if (live) absl::PrintF("%s\n", FormatStudyEvent(event, view));
-  }
-  const grpc::Status status = reader->Finish();
   if (!ended) {
     if (!status.ok()) return FailRpc(connection.Annotate(status), options);
     if (view.state() == v1::STUDY_STATE_RUNNING) {
@@ -759,6 +785,11 @@ absl::StatusOr<Options> OptionsFromFlags() {
   options.client.connect_timeout = absl::Seconds(connect_s);
   options.client.rpc_timeout = absl::Seconds(rpc_s);
   options.watch = absl::GetFlag(FLAGS_watch);
+  const double reconnect_s = absl::GetFlag(FLAGS_reconnect_timeout_s);
+  if (!(reconnect_s >= 0)) {
+    return absl::InvalidArgumentError("--reconnect_timeout_s must be >= 0");
+  }
+  options.reconnect_timeout = absl::Seconds(reconnect_s);
   options.target = absl::GetFlag(FLAGS_target);
   options.trials = absl::GetFlag(FLAGS_trials);
   options.parallelism = absl::GetFlag(FLAGS_parallelism);
