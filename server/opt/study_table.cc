@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint_file.h"
+#include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -33,6 +34,15 @@ constexpr size_t kMaxMessageBytes = 1024;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+absl::Status StudyUnknownError(absl::string_view message) {
+  return WithReason(absl::NotFoundError(message), v1::ERROR_REASON_STUDY_UNKNOWN);
+}
+
+absl::Status StudyStateError(absl::string_view message) {
+  return WithReason(absl::FailedPreconditionError(message),
+                    v1::ERROR_REASON_STUDY_STATE);
 }
 
 bool IsClassification(const std::string& loss) {
@@ -387,7 +397,7 @@ absl::StatusOr<v1::StudyStatus> StudyTable::CancelStudy(
   absl::MutexLock lock(&mu_);
   MPILEARN_ASSIGN_OR_RETURN(Study * study, FindOrError(request.study_id()));
   if (study->status.state() != v1::STUDY_STATE_RUNNING) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return StudyStateError(absl::StrCat(
         "study ", request.study_id(), " has already ended (",
         v1::StudyState_Name(study->status.state()), ")"));
   }
@@ -406,7 +416,7 @@ absl::StatusOr<v1::Trial> StudyTable::CancelTrial(
   MPILEARN_ASSIGN_OR_RETURN(v1::Trial * trial,
                             TrialOrError(*study, request.trial()));
   if (!InFlight(*trial)) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return StudyStateError(absl::StrCat(
         "trial ", trial->number(), " of study ", request.study_id(),
         " has already ended (", v1::TrialState_Name(trial->state()), ")"));
   }
@@ -424,12 +434,12 @@ absl::StatusOr<v1::Trial> StudyTable::AskTrial(
   absl::MutexLock lock(&mu_);
   MPILEARN_ASSIGN_OR_RETURN(Study * study, FindOrError(request.study_id()));
   if (study->status.state() != v1::STUDY_STATE_RUNNING) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return StudyStateError(absl::StrCat(
         "study ", request.study_id(), " has ended (",
         v1::StudyState_Name(study->status.state()), "); create a new one"));
   }
   if (study->status.trials_size() >= study->budget) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return StudyStateError(absl::StrCat(
         "study ", request.study_id(), " has used its budget of ", study->budget,
         " trials"));
   }
@@ -467,7 +477,7 @@ absl::StatusOr<v1::Trial> StudyTable::TellTrial(
         "; tell TRIAL_STATE_COMPLETED, TRIAL_STATE_PRUNED or TRIAL_STATE_FAILED"));
   }
   if (!InFlight(*trial)) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return StudyStateError(absl::StrCat(
         "trial ", trial->number(), " of study ", request.study_id(),
         " has already ended (", v1::TrialState_Name(trial->state()), ")"));
   }
@@ -997,7 +1007,7 @@ absl::StatusOr<StudyTable::Study*> StudyTable::FindOrError(
     const std::string& id) const {
   Study* study = FindLocked(id);
   if (study == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
+    return StudyUnknownError(absl::StrCat(
         "unknown study '", id.substr(0, 64), id.size() > 64 ? "...'" : "'",
         "; `mpilearn-opt list` shows the studies this master holds"));
   }
@@ -1007,7 +1017,7 @@ absl::StatusOr<StudyTable::Study*> StudyTable::FindOrError(
 absl::StatusOr<v1::Trial*> StudyTable::TrialOrError(Study& study,
                                                     int number) const {
   if (number < 0 || number >= study.status.trials_size()) {
-    return absl::NotFoundError(absl::StrCat(
+    return StudyUnknownError(absl::StrCat(
         "study ", study.status.study_id(), " has no trial ", number, " (it has ",
         study.status.trials_size(), ")"));
   }

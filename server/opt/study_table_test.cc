@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_file.h"
+#include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -361,8 +362,12 @@ TEST_F(StudyTableTest, ExternalOptimizerAsksAndTells) {
   EXPECT_EQ(jobs_.jobs.at(trial->job_id()).state(), v1::JOB_STATE_COMPLETED);
   EXPECT_EQ(table->TellTrial(tell).status().code(),
             absl::StatusCode::kFailedPrecondition);  // already ended
+  EXPECT_EQ(ReasonOf(table->TellTrial(tell).status()),
+            v1::ERROR_REASON_STUDY_STATE);
   tell.set_trial(7);
   EXPECT_EQ(table->TellTrial(tell).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReasonOf(table->TellTrial(tell).status()),
+            v1::ERROR_REASON_STUDY_UNKNOWN);
 }
 
 TEST_F(StudyTableTest, WatchSeesSnapshotThenEventsThenTheEnd) {

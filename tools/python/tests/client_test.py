@@ -363,6 +363,8 @@ class StudiesTest(unittest.TestCase):
                 call()
             self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
             self.assertIn("unknown study 's-999'", caught.exception.message)
+            self.assertEqual(caught.exception.reason,
+                             "ERROR_REASON_STUDY_UNKNOWN")
 
     def test_bad_study_spec(self):
         spec = _study_spec()
