@@ -320,6 +320,7 @@ absl::Status Job::Stop(const std::string& reason) {
   state_ = v1::JOB_STATE_COMPLETED;
   stop_reason_ = reason;
   message_ = reason;
+  stop_finished_ = true;  // no test set: see the declaration
   checkpoints_.Changed();
   return absl::OkStatus();
 }

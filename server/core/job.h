@@ -244,9 +244,10 @@ class Job {
 
   // Ends a QUEUED or RUNNING job the way a stop rule does (COMPLETED,
   // stop_reason and message set to `reason`; weights frozen; a group still
-  // training gets DONE / finish and leaves normally): MPI Opt's pruning and
-  // cancelling of trials. FAILED_PRECONDITION (ERROR_REASON_JOB_ENDED) for a
-  // job that has ended.
+  // training gets DONE and leaves), except that no group is told to finish
+  // it: nobody evaluates the test set of a trial that was stopped, and its
+  // group moves on at once. MPI Opt's pruning and cancelling of trials.
+  // FAILED_PRECONDITION (ERROR_REASON_JOB_ENDED) for a job that has ended.
   absl::Status Stop(const std::string& reason);
 
   // A group leaves: completed => COMPLETED, error => FAILED, else the group
@@ -360,8 +361,8 @@ class Job {
   StopRules rules_ ABSL_GUARDED_BY(mu_);
   // Set when a stop rule ended the job (then state_ is COMPLETED).
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
-  // A group left with completed = true after the stop: nobody else is told
-  // to finish.
+  // A group left with completed = true after the stop, or Stop ended the
+  // job: nobody (else) is told to finish.
   bool stop_finished_ ABSL_GUARDED_BY(mu_) = false;
 
   // Changes since the last checkpoint, the version on disk.

@@ -1073,8 +1073,8 @@ TEST_F(JobQueueTest, StopRuleEndsJobAndOneGroupFinishesIt) {
 }
 
 // Stop (MPI Opt's pruning) ends a running job like a stop rule: frozen
-// weights, DONE to every group and finish to the first; an ended job
-// cannot be stopped again.
+// weights and DONE to every group, but no group is told to finish (no test
+// set for a stopped trial); an ended job cannot be stopped again.
 TEST_F(JobQueueTest, StopEndsRunningJobLikeAStopRule) {
   job_ = std::make_unique<Job>("job-1", QueueSpec(3, 10));
   ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
@@ -1098,10 +1098,10 @@ TEST_F(JobQueueTest, StopEndsRunningJobLikeAStopRule) {
   EXPECT_FALSE(applied.applied);
   EXPECT_EQ((*reply)->values, frozen);
 
-  auto finish = g.Ask(*job_, 100, now_);
-  ASSERT_TRUE(finish.ok()) << finish.status();
-  EXPECT_EQ(finish->action(), v1::NextDataUnitResponse::DONE);
-  EXPECT_TRUE(finish->finish());
+  auto done = g.Ask(*job_, 100, now_);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->action(), v1::NextDataUnitResponse::DONE);
+  EXPECT_FALSE(done->finish());
 
   const absl::Status again = job_->Stop("again");
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
