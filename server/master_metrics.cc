@@ -155,6 +155,11 @@ void MasterMetrics::SetStatusProvider(StatusProvider provider) {
   provider_ = std::move(provider);
 }
 
+void MasterMetrics::SetStudyProvider(StudyProvider provider) {
+  absl::MutexLock lock(&provider_mu_);
+  study_provider_ = std::move(provider);
+}
+
 MasterMetrics::JobSeries& MasterMetrics::SeriesLocked(
     const std::string& job_id) const {
   auto [it, inserted] = jobs_.try_emplace(job_id);
@@ -265,11 +270,57 @@ void MasterMetrics::RetainLocked(const std::vector<std::string>& keep) const {
   for (const std::string& job_id : keep) SeriesLocked(job_id);
 }
 
+// MPI Opt: studies by state, and the running ones' progress (ended studies
+// keep no series: their figures no longer change).
+void MasterMetrics::CollectStudies(const std::vector<v1::StudyStatus>& studies,
+                                   std::vector<MetricFamily>& out) {
+  std::map<std::string, int> by_state = {
+      {"running", 0}, {"completed", 0}, {"cancelled", 0}};
+  Built running("mpilearn_study_trials_running",
+                "Trials of the study whose jobs are queued or running.",
+                MetricType::Gauge);
+  Built created("mpilearn_study_trials_created",
+                "Trials the study has created so far.", MetricType::Gauge);
+  Built budget("mpilearn_study_trials_budget",
+               "Trials the study creates in all.", MetricType::Gauge);
+  Built epochs("mpilearn_study_epochs_trained",
+               "Epochs trained by all the study's trials.", MetricType::Gauge);
+  Built best("mpilearn_study_best_value",
+             "The study's best objective value so far.", MetricType::Gauge);
+  for (const v1::StudyStatus& study : studies) {
+    switch (study.state()) {
+      case v1::STUDY_STATE_COMPLETED:
+        ++by_state["completed"];
+        continue;
+      case v1::STUDY_STATE_CANCELLED:
+        ++by_state["cancelled"];
+        continue;
+      default:
+        ++by_state["running"];
+        break;
+    }
+    const std::vector<ClientMetric::Label> labels = {{"study", study.study_id()}};
+    running.Add(labels, study.trials_running());
+    created.Add(labels, study.trials_created());
+    budget.Add(labels, study.spec().trials());
+    epochs.Add(labels, study.epochs_trained());
+    if (study.has_best_value()) best.Add(labels, study.best_value());
+  }
+  Built states("mpilearn_studies", "MPI Opt studies by state.",
+               MetricType::Gauge);
+  for (const auto& [state, count] : by_state) states.Add({{"state", state}}, count);
+  for (Built* family : {&states, &running, &created, &budget, &epochs, &best}) {
+    family->MoveTo(out);
+  }
+}
+
 std::vector<MetricFamily> MasterMetrics::Collect() const {
   StatusProvider provider;
+  StudyProvider study_provider;
   {
     absl::MutexLock lock(&provider_mu_);
     provider = provider_;
+    study_provider = study_provider_;
   }
   std::vector<JobMetricsView> all;
   if (provider) all = provider();
@@ -457,6 +508,8 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
         &group_updates, &group_cpu, &group_memory, &group_ranks}) {
     family->MoveTo(out);
   }
+
+  if (study_provider) CollectStudies(study_provider(), out);
 
   // A live process always has resident pages: 0 means /proc could not be
   // read, and the figures are left out rather than reported as 0.

@@ -46,6 +46,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "server/core/job_values.h"
+#include "proto/study.pb.h"
 #include "server/core/metrics_sink.h"
 
 namespace mpilearn::server {
@@ -76,6 +77,14 @@ class MasterMetrics final : public prometheus::Collectable, public MetricsSink {
   // Set once, before the first scrape. Without one, Collect exports only
   // the process and instrumented families.
   void SetStatusProvider(StatusProvider provider);
+
+  // MPI Opt's studies without their trials (StudyTable::ListStudies);
+  // called once per Collect. Exports mpilearn_studies{state} and, per
+  // RUNNING study, mpilearn_study_trials_running, _trials_created,
+  // _trials_budget, _epochs_trained and _best_value{study}. Set once, before
+  // the first scrape; none: no study families.
+  using StudyProvider = std::function<std::vector<v1::StudyStatus>()>;
+  void SetStudyProvider(StudyProvider provider);
 
   // MetricsSink: one observation each in mpilearn_apply_duration_seconds and
   // mpilearn_update_staleness.
@@ -127,8 +136,12 @@ class MasterMetrics final : public prometheus::Collectable, public MetricsSink {
   prometheus::Family<prometheus::Histogram>& rpc_family_;
   prometheus::Family<prometheus::Gauge>& streams_family_;
 
+  static void CollectStudies(const std::vector<v1::StudyStatus>& studies,
+                             std::vector<prometheus::MetricFamily>& out);
+
   mutable absl::Mutex provider_mu_;
   StatusProvider provider_ ABSL_GUARDED_BY(provider_mu_);
+  StudyProvider study_provider_ ABSL_GUARDED_BY(provider_mu_);
 
   // Collect creates and removes series, hence mutable.
   mutable absl::Mutex mu_;

@@ -512,6 +512,39 @@ TEST_F(MasterMetricsTest, EmptyMasterHasProcessFamiliesAndAllJobStates) {
   EXPECT_TRUE(Find(e, "mpilearn_job_info").empty());
 }
 
+// MPI Opt's studies: counted by state; running ones have their progress
+// and best value (absent until a trial has one), ended ones no series.
+TEST_F(MasterMetricsTest, StudiesByStateAndRunningStudiesProgress) {
+  std::vector<v1::StudyStatus> studies(3);
+  studies[0].set_study_id("s-1");
+  studies[0].set_state(v1::STUDY_STATE_RUNNING);
+  studies[0].mutable_spec()->set_trials(16);
+  studies[0].set_trials_created(5);
+  studies[0].set_trials_running(2);
+  studies[0].set_epochs_trained(11);
+  studies[0].set_best_value(0.83);
+  studies[1].set_study_id("s-2");
+  studies[1].set_state(v1::STUDY_STATE_RUNNING);
+  studies[1].mutable_spec()->set_trials(4);
+  studies[1].set_trials_created(1);
+  studies[1].set_trials_running(1);
+  studies[2].set_study_id("s-3");
+  studies[2].set_state(v1::STUDY_STATE_COMPLETED);
+  metrics_->SetStudyProvider([studies] { return studies; });
+  const Exposition e = Scrape();
+  EXPECT_EQ(Value(e, "mpilearn_studies", {{"state", "running"}}), 2.0);
+  EXPECT_EQ(Value(e, "mpilearn_studies", {{"state", "completed"}}), 1.0);
+  EXPECT_EQ(Value(e, "mpilearn_studies", {{"state", "cancelled"}}), 0.0);
+  EXPECT_EQ(Value(e, "mpilearn_study_trials_running", {{"study", "s-1"}}), 2.0);
+  EXPECT_EQ(Value(e, "mpilearn_study_trials_created", {{"study", "s-1"}}), 5.0);
+  EXPECT_EQ(Value(e, "mpilearn_study_trials_budget", {{"study", "s-1"}}), 16.0);
+  EXPECT_EQ(Value(e, "mpilearn_study_epochs_trained", {{"study", "s-1"}}), 11.0);
+  EXPECT_DOUBLE_EQ(Value(e, "mpilearn_study_best_value", {{"study", "s-1"}}), 0.83);
+  EXPECT_EQ(Value(e, "mpilearn_study_trials_budget", {{"study", "s-2"}}), 4.0);
+  EXPECT_TRUE(Find(e, "mpilearn_study_best_value", {{"study", "s-2"}}).empty());
+  EXPECT_TRUE(Find(e, "mpilearn_study_trials_created", {{"study", "s-3"}}).empty());
+}
+
 // The job's and group's figures equal the registry's own and the telemetry
 // the group sent; the instrumented families count what was recorded.
 TEST_F(MasterMetricsTest, ValuesMatchTheRegistry) {

@@ -46,6 +46,14 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
       server->studies_,
       opt::StudyTable::Create(study_options, *server->trial_jobs_));
   server->studies_for_wake_.store(server->studies_.get());
+  if (server->metrics_ != nullptr) {
+    opt::StudyTable* studies = server->studies_.get();
+    server->metrics_->SetStudyProvider([studies] {
+      const v1::ListStudiesResponse listed = studies->ListStudies();
+      return std::vector<v1::StudyStatus>(listed.studies().begin(),
+                                          listed.studies().end());
+    });
+  }
   server->study_service_ =
       std::make_unique<StudyServiceImpl>(*server->studies_, server->metrics_.get());
 

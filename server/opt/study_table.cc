@@ -385,9 +385,12 @@ v1::ListStudiesResponse StudyTable::ListStudies() const {
   absl::MutexLock lock(&mu_);
   v1::ListStudiesResponse response;
   for (const std::string& id : order_) {
-    v1::StudyStatus* status = response.add_studies();
-    *status = studies_.at(id)->status;
-    status->clear_trials();
+    // Copied without its trials (moved aside and back, not copied).
+    v1::StudyStatus& status = studies_.at(id)->status;
+    google::protobuf::RepeatedPtrField<v1::Trial> trials;
+    trials.Swap(status.mutable_trials());
+    *response.add_studies() = status;
+    trials.Swap(status.mutable_trials());
   }
   return response;
 }
@@ -911,6 +914,7 @@ void StudyTable::SummarizeLocked(Study& study) const {
     }
   }
   status.set_trials_running(running);
+  status.set_trials_created(status.trials_size());
   status.set_epochs_trained(epochs);
 }
 
