@@ -1,6 +1,7 @@
 #include "common/cli_flags.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 #include <vector>
 
@@ -85,6 +86,14 @@ int RunToolMain(int argc, char** argv, const ToolMain& tool) {
     return kExitError;
   }
   return kExitOk;
+}
+
+MasterAddress ResolveMasterAddress(const std::string& flag,
+                                   const std::string& default_address) {
+  if (!flag.empty()) return {flag, "--master"};
+  const char* env = std::getenv("MPILEARN_MASTER");
+  if (env != nullptr && *env != '\0') return {env, "$MPILEARN_MASTER"};
+  return {default_address, "the default (no --master, no $MPILEARN_MASTER)"};
 }
 
 }  // namespace mpilearn

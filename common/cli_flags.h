@@ -35,6 +35,16 @@ struct ToolMain {
 // it (exit 0, or 1 with the error printed).
 int RunToolMain(int argc, char** argv, const ToolMain& tool);
 
+// The master a client tool talks to: `flag` (--master) if set, else
+// $MPILEARN_MASTER if set, else `default_address`; `source` says which, for
+// messages ("--master", "$MPILEARN_MASTER", "the default (...)").
+struct MasterAddress {
+  std::string address;
+  std::string source;
+};
+MasterAddress ResolveMasterAddress(const std::string& flag,
+                                   const std::string& default_address);
+
 }  // namespace mpilearn
 
 #endif  // MPILEARN_COMMON_CLI_FLAGS_H_

@@ -351,18 +351,10 @@ int Run(const std::vector<std::string>& args, const Options& options) {
 // Reads the flags into Options; an error is a usage error.
 absl::StatusOr<Options> OptionsFromFlags() {
   Options options;
-  options.master = absl::GetFlag(FLAGS_master);
-  options.master_source = "--master";
-  if (options.master.empty()) {
-    const char* env = std::getenv("MPILEARN_MASTER");
-    if (env != nullptr && *env != '\0') {
-      options.master = env;
-      options.master_source = "$MPILEARN_MASTER";
-    } else {
-      options.master = kDefaultMaster;
-      options.master_source = "the default (no --master, no $MPILEARN_MASTER)";
-    }
-  }
+  const MasterAddress master =
+      ResolveMasterAddress(absl::GetFlag(FLAGS_master), kDefaultMaster);
+  options.master = master.address;
+  options.master_source = master.source;
   const double connect_s = absl::GetFlag(FLAGS_connect_timeout_s);
   const double rpc_s = absl::GetFlag(FLAGS_rpc_timeout_s);
   const double wait_s = absl::GetFlag(FLAGS_timeout_s);
