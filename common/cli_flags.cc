@@ -96,4 +96,17 @@ MasterAddress ResolveMasterAddress(const std::string& flag,
   return {default_address, "the default (no --master, no $MPILEARN_MASTER)"};
 }
 
+int PrintMasterError(absl::string_view tool, const absl::Status& status,
+                     const MasterAddress& master) {
+  absl::FPrintF(stderr, "%s: %s\n", tool, status.message());
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    absl::FPrintF(stderr,
+                  "%s: address %s taken from %s; start a master there with "
+                  "`mpilearn-master --listen %s --state_dir DIR` (under "
+                  "systemd: deploy/README.md)\n",
+                  tool, master.address, master.source, master.address);
+  }
+  return 1;
+}
+
 }  // namespace mpilearn

@@ -45,6 +45,13 @@ struct MasterAddress {
 MasterAddress ResolveMasterAddress(const std::string& flag,
                                    const std::string& default_address);
 
+// Prints "TOOL: message" for an error of the master or of reaching it and,
+// when nothing answered (UNAVAILABLE, DEADLINE_EXCEEDED), where the address
+// came from and how to start a master there. Returns 1, the tools' exit
+// code for such errors.
+int PrintMasterError(absl::string_view tool, const absl::Status& status,
+                     const MasterAddress& master);
+
 }  // namespace mpilearn
 
 #endif  // MPILEARN_COMMON_CLI_FLAGS_H_

@@ -197,13 +197,8 @@ int Fail(const absl::Status& status) {
 // Fail for errors of the master or of reaching it: the master's message,
 // and where the address came from when nothing answered there.
 int FailRpc(const absl::Status& status, const Options& options) {
-  Fail(status);
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    absl::FPrintF(stderr,
-                  "mpilearn-opt: address %s taken from %s; start a master "
-                  "there with `mpilearn-master --listen %s --state_dir DIR`\n",
-                  options.master, options.master_source, options.master);
-  }
+  PrintMasterError("mpilearn-opt", status,
+                   {options.master, options.master_source});
   return kExitError;
 }
 

@@ -122,14 +122,7 @@ int Fail(const absl::Status& status) {
 // be reached, also says where its address came from and how to start one
 // there (NOT_FOUND and other errors carry the master's own message).
 int FailRpc(const absl::Status& status, const Options& options) {
-  Fail(status);
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    absl::FPrintF(stderr,
-                  "mpilearnctl: address %s taken from %s; start a master "
-                  "there with `mpilearn-master --listen %s --state_dir DIR` "
-                  "(under systemd: deploy/README.md)\n",
-                  options.master, options.master_source, options.master);
-  }
+  PrintMasterError("mpilearnctl", status, {options.master, options.master_source});
   return kExitError;
 }
 
