@@ -192,6 +192,22 @@ absl::Status CheckAtLeast(const char* field, int value, int least) {
 
 }  // namespace
 
+void FillPrunerDefaults(v1::PrunerSpec* spec) {
+  if (spec->name().empty()) spec->set_name("none");
+  if (spec->name() == "asha") {
+    if (!spec->has_min_resource()) spec->set_min_resource(kDefaultMinResource);
+    if (!spec->has_reduction_factor()) {
+      spec->set_reduction_factor(kDefaultReductionFactor);
+    }
+    if (!spec->has_min_early_stopping_rate()) {
+      spec->set_min_early_stopping_rate(kDefaultMinEarlyStoppingRate);
+    }
+  } else if (spec->name() == "median") {
+    if (!spec->has_startup_trials()) spec->set_startup_trials(kDefaultStartupTrials);
+    if (!spec->has_warmup_epochs()) spec->set_warmup_epochs(kDefaultWarmupEpochs);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Pruner>> NewPruner(const v1::PrunerSpec& spec) {
   const std::string& name = spec.name();
   if (!name.empty() && name != "none" && name != "asha" && name != "median") {

@@ -51,6 +51,11 @@ class Pruner {
                            absl::Span<const TrialCurve> all) = 0;
 };
 
+// Fills a spec's defaults as a study stores them: an empty name becomes
+// "none"; asha's settings for "asha", median's for "median" (the values
+// NewPruner assumes for unset fields).
+void FillPrunerDefaults(v1::PrunerSpec* spec);
+
 // The pruner of a normalized PrunerSpec: "none" (never prunes), "asha",
 // "median". INVALID_ARGUMENT naming the field for another name or an
 // out-of-range setting (min_resource < 1, reduction_factor < 2,

@@ -183,19 +183,8 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
     return Invalid("target", "must be a finite number");
   }
 
-  v1::PrunerSpec& pruner = *spec->mutable_pruner();
-  if (pruner.name().empty()) pruner.set_name("none");
-  if (pruner.name() == "asha") {
-    if (!pruner.has_min_resource()) pruner.set_min_resource(1);
-    if (!pruner.has_reduction_factor()) pruner.set_reduction_factor(4);
-    if (!pruner.has_min_early_stopping_rate()) {
-      pruner.set_min_early_stopping_rate(0);
-    }
-  } else if (pruner.name() == "median") {
-    if (!pruner.has_startup_trials()) pruner.set_startup_trials(5);
-    if (!pruner.has_warmup_epochs()) pruner.set_warmup_epochs(0);
-  }
-  MPILEARN_RETURN_IF_ERROR(NewPruner(pruner).status());
+  FillPrunerDefaults(spec->mutable_pruner());
+  MPILEARN_RETURN_IF_ERROR(NewPruner(spec->pruner()).status());
   return absl::OkStatus();
 }
 
