@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "server/core/benchmark_tensors.h"
 #include "server/core/cuda/cuda_engine.h"
 #include "server/core/optimizer.h"
 #include "server/core/optimizer_config.h"
@@ -48,7 +49,9 @@ namespace {
 
 using server::CreateOptimizer;
 using server::EngineOptions;
+using server::ModelLikeSizes;
 using server::OptimizerConfig;
+using server::RandomTensors;
 
 constexpr double kBytesPerParam = 28.0;  // Adam: read p,g,m,v; write p,m,v
 
@@ -101,34 +104,6 @@ double CpuCopyGBps(int threads) {
   return 2.0 * count * sizeof(float) / (std::min(memcpy_ms, loop_ms) * 1e6);
 }
 
-// Splits `params` into tensors shaped like a model's: a few large, some
-// small (biases), so per-tensor overheads count as they do in real jobs.
-std::vector<size_t> ModelLikeSizes(size_t params) {
-  std::vector<size_t> sizes;
-  const double shares[] = {0.45, 0.30, 0.15, 0.08};
-  size_t used = 0;
-  for (double s : shares) {
-    sizes.push_back(static_cast<size_t>(params * s));
-    used += sizes.back();
-    sizes.push_back(std::min<size_t>(512, params / 1000 + 1));  // a bias
-    used += sizes.back();
-  }
-  sizes.push_back(params > used ? params - used : 1);
-  return sizes;
-}
-
-std::vector<std::vector<float>> RandomTensors(const std::vector<size_t>& sizes,
-                                              uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 0.01f);
-  std::vector<std::vector<float>> out;
-  for (size_t n : sizes) {
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    out.push_back(std::move(v));
-  }
-  return out;
-}
 
 struct Result {
   std::string device;

@@ -4,24 +4,12 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "server/core/benchmark_tensors.h"
 #include "server/core/cuda/cuda_engine.h"
 #include "server/core/optimizer.h"
 
 namespace mpilearn::server {
 namespace {
-
-std::vector<std::vector<float>> Random(const std::vector<size_t>& sizes,
-                                       uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 0.1f);
-  std::vector<std::vector<float>> out;
-  for (size_t n : sizes) {
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    out.push_back(std::move(v));
-  }
-  return out;
-}
 
 v1::OptimizerSpec SpecFor(const std::string& name) {
   v1::OptimizerSpec spec;
@@ -50,10 +38,10 @@ TEST_P(ParityTest, CudaMatchesCpu) {
   auto gpu = CreateOptimizer(spec, sizes, cuda_engine);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  auto p_cpu = Random(sizes, 1);
+  auto p_cpu = RandomTensors(sizes, 1, 0.1f);
   auto p_gpu = p_cpu;
   for (uint32_t step = 0; step < 6; ++step) {
-    const auto grads = Random(sizes, 100 + step);
+    const auto grads = RandomTensors(sizes, 100 + step, 0.1f);
     std::vector<absl::Span<const float>> g(grads.begin(), grads.end());
     std::vector<absl::Span<float>> a(p_cpu.begin(), p_cpu.end());
     std::vector<absl::Span<float>> b(p_gpu.begin(), p_gpu.end());

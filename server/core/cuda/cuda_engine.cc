@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,11 +34,16 @@ namespace {
 
 // Number of kernel state slots (StepArrays::state0..state2).
 constexpr int kStateSlots = 3;
-// Host<->device copies go in chunks of at least this many floats (16 MiB),
+// Host<->device copies go in chunks of at least this many floats (4 MiB),
 // and at most kMaxChunks chunks, so the DMA of one chunk overlaps the host
 // copy of the next.
-constexpr size_t kMinChunkFloats = size_t{1} << 22;
+constexpr size_t kMinChunkFloats = size_t{1} << 20;
 constexpr size_t kMaxChunks = 32;
+// Threads that copy chunks between the caller's tensors and the pinned
+// staging buffers. With one thread, a 100M-parameter update on an H100
+// machine took ~137 ms against ~15 ms for its PCIe transfers alone
+// (docs/gpu.md): the host copies, not PCIe, bound it.
+constexpr size_t kMaxCopyThreads = 8;
 // Grid cap per SM: 2048 resident threads / 256 per block.
 constexpr int kBlocksPerSm = 8;
 
@@ -185,6 +192,10 @@ struct CudaEngine::Impl {
   size_t total = 0;
   // Chunk length for host<->device copies; a multiple of 4 floats.
   size_t chunk = 1;
+  // Number of chunks of `total`, and the threads that share their host
+  // copies (ForEachChunkGroup).
+  size_t chunks = 0;
+  size_t copy_threads = 1;
   // (name, kernel slot) of each state buffer, in StateBufferNames order.
   std::vector<std::pair<std::string, int>> buffers;
 
@@ -225,21 +236,54 @@ struct CudaEngine::Impl {
     return status;
   }
 
+  // Runs body(begin, end) for every chunk [begin, end) of the flat range,
+  // the chunks split into copy_threads contiguous groups: the first group on
+  // the calling thread, each other on a thread of its own (with the engine's
+  // device set). Returns the first error of any group.
+  absl::Status ForEachChunkGroup(
+      const std::function<absl::Status(size_t begin, size_t end)>& body) {
+    const auto run_group = [&](size_t group) -> absl::Status {
+      const size_t first = chunks * group / copy_threads;
+      const size_t last = chunks * (group + 1) / copy_threads;
+      for (size_t k = first; k < last; ++k) {
+        MPILEARN_RETURN_IF_ERROR(
+            body(k * chunk, std::min(total, (k + 1) * chunk)));
+      }
+      return absl::OkStatus();
+    };
+    std::vector<absl::Status> results(copy_threads);
+    std::vector<std::thread> threads;
+    for (size_t group = 1; group < copy_threads; ++group) {
+      threads.emplace_back([&, group] {
+        const cudaError_t error = cudaSetDevice(device);
+        results[group] = error == cudaSuccess
+                             ? run_group(group)
+                             : CudaError(error, "cudaSetDevice");
+      });
+    }
+    results[0] = run_group(0);
+    for (std::thread& thread : threads) thread.join();
+    for (absl::Status& result : results) MPILEARN_RETURN_IF_ERROR(result);
+    return absl::OkStatus();
+  }
+
   // Enqueues the upload of `tensors` (sizes checked) into `device_flat`
-  // through `staging`, chunk by chunk.
+  // through `staging`, chunk by chunk: each chunk's DMA starts as soon as
+  // its host copy is done, while the copy threads go on with later chunks.
+  // The enqueue order of the chunks does not matter: the stream runs the
+  // kernel only after all of them.
   template <typename T>
   absl::Status EnqueueUpload(absl::Span<const absl::Span<T>> tensors,
                              float* staging, float* device_flat) {
-    for (size_t begin = 0; begin < total; begin += chunk) {
-      const size_t end = std::min(total, begin + chunk);
+    return ForEachChunkGroup([&](size_t begin, size_t end) -> absl::Status {
       CopyToFlat(tensors, offsets, begin, end, staging);
       MPILEARN_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(device_flat + begin, staging + begin,
                           (end - begin) * sizeof(float), cudaMemcpyHostToDevice,
                           stream.get()),
           "copying to the GPU");
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   }
 
   absl::Status LaunchStep() {
@@ -296,12 +340,14 @@ struct CudaEngine::Impl {
     }
     // Copy each chunk out as soon as it lands, while later ones are in
     // flight. The first wait also reports errors of the kernel itself.
-    for (size_t begin = 0, k = 0; begin < total; begin += chunk, ++k) {
-      const size_t end = std::min(total, begin + chunk);
-      MPILEARN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(chunk_done[k].get()),
-                                    "optimizer step on the GPU");
-      CopyFromFlat(staged_params.get(), offsets, begin, end, host_params);
-    }
+    MPILEARN_RETURN_IF_ERROR(
+        ForEachChunkGroup([&](size_t begin, size_t end) -> absl::Status {
+          MPILEARN_CUDA_RETURN_IF_ERROR(
+              cudaEventSynchronize(chunk_done[begin / chunk].get()),
+              "optimizer step on the GPU");
+          CopyFromFlat(staged_params.get(), offsets, begin, end, host_params);
+          return absl::OkStatus();
+        }));
     MPILEARN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()),
                                   "optimizer step on the GPU");
     params_on_device = true;
@@ -350,8 +396,11 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
       "cudaStreamCreate");
   impl->stream.reset(stream);
-  const size_t chunks = (impl->total + impl->chunk - 1) / impl->chunk;
-  for (size_t k = 0; k < chunks; ++k) {
+  impl->chunks = (impl->total + impl->chunk - 1) / impl->chunk;
+  impl->copy_threads = std::max<size_t>(
+      1, std::min({impl->chunks, kMaxCopyThreads,
+                   static_cast<size_t>(std::thread::hardware_concurrency())}));
+  for (size_t k = 0; k < impl->chunks; ++k) {
     cudaEvent_t event = nullptr;
     MPILEARN_CUDA_RETURN_IF_ERROR(
         cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
@@ -565,14 +614,51 @@ absl::StatusOr<double> CudaEngine::MeasureCopyBandwidthGBps(size_t bytes,
       static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 1000));
   float milliseconds = 0;
   MPILEARN_CUDA_RETURN_IF_ERROR(
-      cuda::TimeDeviceCopies(dst.get(), src.get(), bytes, iterations,
-                             stream.get(), &milliseconds),
+      cuda::TimeCopies(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice,
+                       iterations, stream.get(), &milliseconds),
       "timing device-to-device copies");
   if (!(milliseconds > 0)) {
     return absl::InternalError("device-to-device copies took no time");
   }
   return 2.0 * static_cast<double>(bytes) * iterations / (milliseconds * 1e-3) /
          1e9;
+}
+
+absl::StatusOr<CudaEngine::HostTransferGBps>
+CudaEngine::MeasureHostTransferGBps(size_t bytes, int device) {
+  if (bytes == 0) return absl::InvalidArgumentError("bytes must be positive");
+  MPILEARN_RETURN_IF_ERROR(CheckDevice(device));
+  MPILEARN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
+  const size_t floats = (bytes + sizeof(float) - 1) / sizeof(float);
+  MPILEARN_ASSIGN_OR_RETURN(DeviceFloats on_device, AllocateDevice(floats));
+  MPILEARN_ASSIGN_OR_RETURN(PinnedFloats on_host, AllocatePinned(floats));
+  std::memset(on_host.get(), 0, bytes);
+  cudaStream_t raw_stream = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking),
+      "cudaStreamCreate");
+  const Stream stream(raw_stream);
+  // About 1 GiB each way, and at least a few copies.
+  const int iterations =
+      static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 1000));
+  HostTransferGBps result;
+  for (const bool to_device : {true, false}) {
+    float milliseconds = 0;
+    MPILEARN_CUDA_RETURN_IF_ERROR(
+        cuda::TimeCopies(
+            to_device ? static_cast<void*>(on_device.get()) : on_host.get(),
+            to_device ? static_cast<void*>(on_host.get()) : on_device.get(),
+            bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+            iterations, stream.get(), &milliseconds),
+        "timing host<->device copies");
+    if (!(milliseconds > 0)) {
+      return absl::InternalError("host<->device copies took no time");
+    }
+    const double gbps = static_cast<double>(bytes) * iterations /
+                        (milliseconds * 1e-3) / 1e9;
+    (to_device ? result.to_device : result.to_host) = gbps;
+  }
+  return result;
 }
 
 }  // namespace mpilearn::server

@@ -26,6 +26,8 @@
 //
 // Threading: not thread-safe; the caller serialises every call, const ones
 // included. Calls may come from different threads (each sets the device).
+// Step and UploadParams spread the host copies of large updates (over 4 MiB)
+// over up to 8 threads of their own, joined before they return.
 // Every call returns with the engine's stream idle; no other stream is
 // synchronised.
 //
@@ -111,6 +113,17 @@ class CudaEngine final : public Optimizer {
   // memory-bound optimizer kernels could reach.
   static absl::StatusOr<double> MeasureCopyBandwidthGBps(size_t bytes,
                                                          int device);
+
+  // Host<->device bandwidth of `device` for copies of `bytes` between pinned
+  // host memory and the device, each direction timed alone with events (1e9
+  // bytes moved per second, each byte counted once). For benchmarks: what
+  // Step's gradient upload and weights download could reach.
+  struct HostTransferGBps {
+    double to_device = 0;
+    double to_host = 0;
+  };
+  static absl::StatusOr<HostTransferGBps> MeasureHostTransferGBps(size_t bytes,
+                                                                  int device);
 
  private:
   struct Impl;

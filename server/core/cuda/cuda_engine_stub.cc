@@ -77,4 +77,9 @@ absl::StatusOr<double> CudaEngine::MeasureCopyBandwidthGBps(size_t, int) {
   return WithoutCuda();
 }
 
+absl::StatusOr<CudaEngine::HostTransferGBps>
+CudaEngine::MeasureHostTransferGBps(size_t, int) {
+  return WithoutCuda();
+}
+
 }  // namespace mpilearn::server

@@ -188,20 +188,20 @@ cudaError_t LaunchAdagradStep(const StepArrays& arrays,
   return Launch(AdagradRule{scalars}, arrays, max_blocks, stream);
 }
 
-cudaError_t TimeDeviceCopies(void* dst, const void* src, size_t bytes,
-                             int iterations, cudaStream_t stream,
-                             float* milliseconds) {
+cudaError_t TimeCopies(void* dst, const void* src, size_t bytes,
+                       cudaMemcpyKind kind, int iterations,
+                       cudaStream_t stream, float* milliseconds) {
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
   cudaError_t error = cudaEventCreate(&start);
   if (error == cudaSuccess) error = cudaEventCreate(&stop);
   // Warm-up: first-touch and clock ramp stay out of the timing.
   if (error == cudaSuccess) {
-    error = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    error = cudaMemcpyAsync(dst, src, bytes, kind, stream);
   }
   if (error == cudaSuccess) error = cudaEventRecord(start, stream);
   for (int i = 0; i < iterations && error == cudaSuccess; ++i) {
-    error = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    error = cudaMemcpyAsync(dst, src, bytes, kind, stream);
   }
   if (error == cudaSuccess) error = cudaEventRecord(stop, stream);
   if (error == cudaSuccess) error = cudaEventSynchronize(stop);

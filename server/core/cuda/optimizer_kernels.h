@@ -57,12 +57,13 @@ cudaError_t LaunchAdagradStep(const StepArrays& arrays,
                               const StepScalars& scalars, int max_blocks,
                               cudaStream_t stream);
 
-// Times `iterations` device-to-device copies of `bytes` from `src` to `dst`
-// on `stream` (cudaMemcpyAsync between two events, after one untimed warm-up
+// Times `iterations` copies of `bytes` from `src` to `dst` of `kind`
+// (device to device, or between pinned host memory and the device) on
+// `stream` (cudaMemcpyAsync between two events, after one untimed warm-up
 // copy) and stores the total in `*milliseconds`. Synchronises `stream`.
-cudaError_t TimeDeviceCopies(void* dst, const void* src, size_t bytes,
-                             int iterations, cudaStream_t stream,
-                             float* milliseconds);
+cudaError_t TimeCopies(void* dst, const void* src, size_t bytes,
+                       cudaMemcpyKind kind, int iterations,
+                       cudaStream_t stream, float* milliseconds);
 
 }  // namespace mpilearn::server::cuda
 
