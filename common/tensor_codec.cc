@@ -1,11 +1,14 @@
 #include "common/tensor_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/half_float.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace mpilearn {
 namespace {
@@ -17,6 +20,43 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// The 16-bit format of a 2-byte wire dtype; crashes for any other (callers
+// check the dtype with DTypeSize first).
+HalfFormat HalfFormatOf(v1::DType dtype) {
+  if (dtype == v1::DTYPE_BFLOAT16) return HalfFormat::kBFloat16;
+  CHECK_EQ(dtype, v1::DTYPE_FLOAT16) << "not a 16-bit wire dtype";
+  return HalfFormat::kFloat16;
+}
+
+// Element count and wire byte size of one tensor of a header; errors name
+// the tensor.
+struct TensorSize {
+  int64_t elements;
+  size_t element_bytes;
+  size_t wire_bytes;
+};
+
+absl::StatusOr<TensorSize> SizeOf(const v1::TensorInfo& info) {
+  absl::StatusOr<size_t> element_bytes = DTypeSize(info.dtype());
+  if (!element_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", info.name(), "': ", element_bytes.status().message()));
+  }
+  absl::StatusOr<int64_t> count = ElementCount(info.shape());
+  if (!count.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", info.name(), "': ", count.status().message()));
+  }
+  if (static_cast<uint64_t>(*count) >
+      std::numeric_limits<size_t>::max() / sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", info.name(), "': shape ", ShapeString(info.shape()),
+        " is too large"));
+  }
+  return TensorSize{*count, *element_bytes,
+                    static_cast<size_t>(*count) * *element_bytes};
+}
+
 }  // namespace
 
 absl::StatusOr<size_t> DTypeSize(v1::DType dtype) {
@@ -25,14 +65,47 @@ absl::StatusOr<size_t> DTypeSize(v1::DType dtype) {
       return sizeof(float);
     case v1::DTYPE_FLOAT16:
     case v1::DTYPE_BFLOAT16:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dtype ", v1::DType_Name(dtype),
-          " is not supported yet; send DTYPE_FLOAT32 tensors"));
+      return sizeof(uint16_t);
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("dtype ", static_cast<int>(dtype),
-                       " is not a valid dtype; send DTYPE_FLOAT32 tensors"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dtype ",
+          v1::DType_IsValid(dtype) ? v1::DType_Name(dtype)
+                                   : absl::StrCat(static_cast<int>(dtype)),
+          " is not a valid wire dtype; send DTYPE_FLOAT32, DTYPE_BFLOAT16 or "
+          "DTYPE_FLOAT16 tensors"));
   }
+}
+
+void EncodeFloats(absl::Span<const float> values, v1::DType dtype, char* out) {
+  if (dtype == v1::DTYPE_FLOAT32) {
+    if (!values.empty()) std::memcpy(out, values.data(), values.size() * sizeof(float));
+    return;
+  }
+  EncodeHalf(HalfFormatOf(dtype), values, out);
+}
+
+void EncodeFloatsWithFeedback(absl::Span<const float> values,
+                              absl::Span<float> residual, v1::DType dtype,
+                              char* out) {
+  CHECK_EQ(values.size(), residual.size());
+  if (dtype == v1::DTYPE_FLOAT32) {
+    // fp32 loses nothing: send value + residual, and the residual is spent.
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float sum = values[i] + residual[i];
+      std::memcpy(out + i * sizeof(float), &sum, sizeof(float));
+      residual[i] = 0.0f;
+    }
+    return;
+  }
+  EncodeHalfWithFeedback(HalfFormatOf(dtype), values, residual, out);
+}
+
+void DecodeFloats(absl::Span<const char> in, v1::DType dtype, float* out) {
+  if (dtype == v1::DTYPE_FLOAT32) {
+    if (!in.empty()) std::memcpy(out, in.data(), in.size());
+    return;
+  }
+  DecodeHalf(HalfFormatOf(dtype), in, out);
 }
 
 absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape) {
@@ -65,6 +138,10 @@ v1::TensorSetHeader MakeFloat32Header(
   return header;
 }
 
+void SetWireDType(v1::TensorSetHeader* header, v1::DType dtype) {
+  for (v1::TensorInfo& info : *header->mutable_tensors()) info.set_dtype(dtype);
+}
+
 absl::Status CheckSameLayout(const v1::TensorSetHeader& expected,
                              const v1::TensorSetHeader& header) {
   if (header.tensors_size() != expected.tensors_size()) {
@@ -75,12 +152,10 @@ absl::Status CheckSameLayout(const v1::TensorSetHeader& expected,
   for (int i = 0; i < header.tensors_size(); ++i) {
     const v1::TensorInfo& want = expected.tensors(i);
     const v1::TensorInfo& got = header.tensors(i);
-    if (got.dtype() != v1::DTYPE_FLOAT32) {
-      const absl::Status supported = DTypeSize(got.dtype()).status();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", got.name(), "': ",
-          supported.ok() ? "the job's weights are DTYPE_FLOAT32"
-                         : supported.message()));
+    const absl::Status supported = DTypeSize(got.dtype()).status();
+    if (!supported.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", got.name(), "': ", supported.message()));
     }
     if (got.name() != want.name()) {
       return absl::InvalidArgumentError(
@@ -117,92 +192,156 @@ absl::Status ForEachChunk(
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<size_t>> TensorSetAssembler::ByteSizes(
-    const v1::TensorSetHeader& header) {
-  std::vector<size_t> sizes;
-  sizes.reserve(header.tensors_size());
-  for (const v1::TensorInfo& info : header.tensors()) {
-    absl::StatusOr<size_t> element_size = DTypeSize(info.dtype());
-    if (!element_size.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", info.name(), "': ", element_size.status().message()));
-    }
-    absl::StatusOr<int64_t> count = ElementCount(info.shape());
-    if (!count.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", info.name(), "': ", count.status().message()));
-    }
-    sizes.push_back(static_cast<size_t>(*count) * *element_size);
-  }
-  return sizes;
-}
-
-absl::StatusOr<TensorSetAssembler> TensorSetAssembler::Create(
-    const v1::TensorSetHeader& header,
-    std::vector<absl::Span<char>> destinations) {
-  MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes, ByteSizes(header));
-  if (destinations.size() != sizes.size()) {
+absl::Status ForEachChunk(
+    absl::Span<const absl::Span<const float>> values, v1::DType dtype,
+    size_t max_chunk_bytes,
+    const std::function<absl::Status(v1::TensorChunk&)>& emit) {
+  MPILEARN_ASSIGN_OR_RETURN(const size_t element_bytes, DTypeSize(dtype));
+  const size_t per_chunk = max_chunk_bytes / element_bytes;
+  if (per_chunk == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("header lists ", sizes.size(), " tensors but ",
-                     destinations.size(), " destinations were given"));
+        absl::StrCat("chunk size ", max_chunk_bytes, " is below one ",
+                     v1::DType_Name(dtype), " element"));
   }
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (destinations[i].size() != sizes[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", header.tensors(i).name(), "' is ", sizes[i],
-          " bytes but its destination holds ", destinations[i].size()));
-    }
-  }
-  TensorSetAssembler assembler(std::move(destinations));
-  // Skip leading empty tensors so `tensor_` points at one that needs bytes.
-  while (assembler.tensor_ < assembler.destinations_.size() &&
-         assembler.destinations_[assembler.tensor_].empty()) {
-    ++assembler.tensor_;
-  }
-  return assembler;
-}
-
-absl::Status TensorSetAssembler::Add(const v1::TensorChunk& chunk) {
-  if (tensor_ >= destinations_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk for tensor ", chunk.tensor_index(),
-                     " arrived after every tensor was complete"));
-  }
-  if (chunk.tensor_index() > tensor_ && chunk.byte_offset() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor ", tensor_, " is incomplete: ", received_, " of ",
-        destinations_[tensor_].size(), " bytes arrived before tensor ",
-        chunk.tensor_index(), " began; does the header's shape match the data?"));
-  }
-  if (chunk.tensor_index() != tensor_ || chunk.byte_offset() != received_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk out of order: got tensor ", chunk.tensor_index(), " offset ",
-        chunk.byte_offset(), ", expected tensor ", tensor_, " offset ",
-        received_));
-  }
-  absl::Span<char> dest = destinations_[tensor_];
-  if (chunk.data().empty() || chunk.data().size() > dest.size() - received_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk of ", chunk.data().size(), " bytes at offset ", received_,
-        " does not fit tensor ", tensor_, " of ", dest.size(), " bytes"));
-  }
-  std::memcpy(dest.data() + received_, chunk.data().data(), chunk.data().size());
-  received_ += chunk.data().size();
-  if (received_ == dest.size()) {
-    received_ = 0;
-    ++tensor_;
-    while (tensor_ < destinations_.size() && destinations_[tensor_].empty()) {
-      ++tensor_;
+  v1::TensorChunk chunk;
+  for (size_t t = 0; t < values.size(); ++t) {
+    const absl::Span<const float> tensor = values[t];
+    for (size_t first = 0; first < tensor.size(); first += per_chunk) {
+      const absl::Span<const float> part =
+          tensor.subspan(first, std::min(per_chunk, tensor.size() - first));
+      chunk.set_tensor_index(static_cast<uint32_t>(t));
+      chunk.set_byte_offset(first * element_bytes);
+      std::string* data = chunk.mutable_data();
+      data->resize(part.size() * element_bytes);
+      EncodeFloats(part, dtype, data->data());
+      MPILEARN_RETURN_IF_ERROR(emit(chunk));
     }
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<size_t>> TensorSetAssembler::ByteSizes(
+    const v1::TensorSetHeader& header) {
+  std::vector<size_t> sizes;
+  sizes.reserve(header.tensors_size());
+  for (const v1::TensorInfo& info : header.tensors()) {
+    MPILEARN_ASSIGN_OR_RETURN(const TensorSize size, SizeOf(info));
+    sizes.push_back(size.wire_bytes);
+  }
+  return sizes;
+}
+
+absl::StatusOr<std::vector<int64_t>> TensorSetAssembler::ElementCounts(
+    const v1::TensorSetHeader& header) {
+  std::vector<int64_t> counts;
+  counts.reserve(header.tensors_size());
+  for (const v1::TensorInfo& info : header.tensors()) {
+    MPILEARN_ASSIGN_OR_RETURN(const TensorSize size, SizeOf(info));
+    counts.push_back(size.elements);
+  }
+  return counts;
+}
+
+absl::StatusOr<TensorSetAssembler> TensorSetAssembler::Create(
+    const v1::TensorSetHeader& header,
+    std::vector<absl::Span<float>> destinations) {
+  if (destinations.size() != static_cast<size_t>(header.tensors_size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header lists ", header.tensors_size(), " tensors but ",
+                     destinations.size(), " destinations were given"));
+  }
+  std::vector<Tensor> tensors;
+  tensors.reserve(destinations.size());
+  for (size_t i = 0; i < destinations.size(); ++i) {
+    const v1::TensorInfo& info = header.tensors(static_cast<int>(i));
+    MPILEARN_ASSIGN_OR_RETURN(const TensorSize size, SizeOf(info));
+    if (destinations[i].size() != static_cast<uint64_t>(size.elements)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", info.name(), "' has ", size.elements,
+          " elements but its destination holds ", destinations[i].size()));
+    }
+    tensors.push_back(Tensor{destinations[i], info.dtype(), size.element_bytes,
+                             size.wire_bytes});
+  }
+  TensorSetAssembler assembler(std::move(tensors));
+  // Skip leading empty tensors so `tensor_` points at one that needs bytes.
+  assembler.SkipCompleteTensors();
+  return assembler;
+}
+
+void TensorSetAssembler::SkipCompleteTensors() {
+  while (tensor_ < tensors_.size() && received_ == tensors_[tensor_].wire_bytes) {
+    received_ = 0;
+    ++tensor_;
+  }
+}
+
+absl::Status TensorSetAssembler::Add(const v1::TensorChunk& chunk) {
+  return Add(chunk.tensor_index(), chunk.byte_offset(), chunk.data());
+}
+
+absl::Status TensorSetAssembler::Add(uint32_t tensor_index,
+                                     uint64_t byte_offset,
+                                     absl::Span<const char> data) {
+  if (tensor_ >= tensors_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk for tensor ", tensor_index,
+                     " arrived after every tensor was complete"));
+  }
+  const Tensor& tensor = tensors_[tensor_];
+  if (tensor_index > tensor_ && byte_offset == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor_, " is incomplete: ", received_, " of ",
+        tensor.wire_bytes, " bytes arrived before tensor ", tensor_index,
+        " began; does the header's shape match the data?"));
+  }
+  if (tensor_index != tensor_ || byte_offset != received_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk out of order: got tensor ", tensor_index, " offset ",
+        byte_offset, ", expected tensor ", tensor_, " offset ", received_));
+  }
+  if (data.empty() || data.size() > tensor.wire_bytes - received_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk of ", data.size(), " bytes at offset ", received_,
+        " does not fit tensor ", tensor_, " of ", tensor.wire_bytes, " bytes"));
+  }
+  const size_t bytes = data.size();
+  if (tensor.dtype == v1::DTYPE_FLOAT32) {
+    // Wire bytes are the fp32 bytes: cut anywhere, they land in place.
+    std::memcpy(reinterpret_cast<char*>(tensor.destination.data()) + received_,
+                data.data(), data.size());
+  } else {
+    const size_t size = tensor.element_bytes;
+    size_t element = received_ / size;
+    size_t held = received_ % size;  // bytes of `element` in partial_
+    if (held != 0) {
+      const size_t take = std::min(size - held, data.size());
+      std::memcpy(partial_ + held, data.data(), take);
+      data.remove_prefix(take);
+      held += take;
+      if (held == size) {
+        DecodeFloats(absl::MakeConstSpan(partial_, size), tensor.dtype,
+                     tensor.destination.data() + element);
+        ++element;
+        held = 0;
+      }
+    }
+    const size_t whole = data.size() / size * size;
+    DecodeFloats(data.first(whole), tensor.dtype,
+                 tensor.destination.data() + element);
+    data.remove_prefix(whole);
+    std::memcpy(partial_ + held, data.data(), data.size());
+  }
+  received_ += bytes;
+  SkipCompleteTensors();
+  return absl::OkStatus();
+}
+
 absl::Status TensorSetAssembler::Finish() const {
-  if (tensor_ < destinations_.size()) {
+  if (tensor_ < tensors_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "incomplete tensor set: tensor ", tensor_, " has ", received_, " of ",
-        destinations_[tensor_].size(), " bytes (", destinations_.size() - tensor_,
+        tensors_[tensor_].wire_bytes, " bytes (", tensors_.size() - tensor_,
         " tensors incomplete)"));
   }
   return absl::OkStatus();
