@@ -393,11 +393,14 @@ absl::Status NormalizeEasgd(v1::EasgdSpec* easgd) {
   return NormalizeEasgdWorkerOptimizer(easgd->mutable_worker_optimizer());
 }
 
+// GEM's defaults, tuned on Fashion-MNIST (MLP, 2 ranks, batch 64, one
+// epoch) to reach downpour's test accuracy: mpi_learn's 0.01 and 0.9 left
+// the proxy's energy budget, and so every step, too small.
 absl::Status NormalizeGem(v1::GemSpec* gem) {
-  if (!gem->has_learning_rate()) gem->set_learning_rate(0.01);
+  if (!gem->has_learning_rate()) gem->set_learning_rate(0.05);
   MPILEARN_RETURN_IF_ERROR(
       CheckPositiveFinite("gem.learning_rate", gem->learning_rate()));
-  if (!gem->has_momentum()) gem->set_momentum(0.9);
+  if (!gem->has_momentum()) gem->set_momentum(0.99);
   MPILEARN_RETURN_IF_ERROR(CheckUnitInterval("gem.momentum", gem->momentum()));
   if (!gem->has_kappa()) gem->set_kappa(1.0);
   MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite("gem.kappa", gem->kappa()));
@@ -432,6 +435,34 @@ absl::Status NormalizeLoss(v1::JobSpec* spec) {
     MPILEARN_RETURN_IF_ERROR(
         CheckPositiveFinite("huber_delta", spec->huber_delta()));
   }
+  return absl::OkStatus();
+}
+
+// The exchange's wire dtypes: fp32 (the default, also for UNSPECIFIED),
+// bf16 or fp16, filled in; error_feedback defaults to true.
+absl::Status NormalizeExchange(v1::JobSpec* spec) {
+  v1::ExchangeSpec* exchange = spec->mutable_exchange();
+  auto check = [](absl::string_view field, v1::DType dtype) -> absl::Status {
+    switch (dtype) {
+      case v1::DTYPE_FLOAT32:
+      case v1::DTYPE_BFLOAT16:
+      case v1::DTYPE_FLOAT16:
+        return absl::OkStatus();
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "exchange.", field, ": expected DTYPE_FLOAT32, DTYPE_BFLOAT16 or ",
+            "DTYPE_FLOAT16, got ", static_cast<int>(dtype)));
+    }
+  };
+  if (exchange->update_dtype() == v1::DTYPE_UNSPECIFIED) {
+    exchange->set_update_dtype(v1::DTYPE_FLOAT32);
+  }
+  if (exchange->weights_dtype() == v1::DTYPE_UNSPECIFIED) {
+    exchange->set_weights_dtype(v1::DTYPE_FLOAT32);
+  }
+  MPILEARN_RETURN_IF_ERROR(check("update_dtype", exchange->update_dtype()));
+  MPILEARN_RETURN_IF_ERROR(check("weights_dtype", exchange->weights_dtype()));
+  if (!exchange->has_error_feedback()) exchange->set_error_feedback(true);
   return absl::OkStatus();
 }
 
@@ -573,6 +604,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeModel(spec->mutable_model()));
   MPILEARN_RETURN_IF_ERROR(NormalizeData(spec->mutable_data()));
   MPILEARN_RETURN_IF_ERROR(NormalizeLoss(spec));
+  MPILEARN_RETURN_IF_ERROR(NormalizeExchange(spec));
   MPILEARN_RETURN_IF_ERROR(NormalizeOptimizerSpec(spec->mutable_optimizer()));
   if (spec->algorithm().empty()) spec->set_algorithm("downpour");
   const v1::Algorithm algorithm = AlgorithmFromName(spec->algorithm());

@@ -272,8 +272,8 @@ TEST(JobSpecTest, GemGetsDefaults) {
   auto spec = ParseJobSpecJson(R"({"algorithm": "gem", "gem": {"kappa": 2},
       "data": {"train_images": "a", "train_labels": "b"}})");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_DOUBLE_EQ(spec->gem().learning_rate(), 0.01);
-  EXPECT_DOUBLE_EQ(spec->gem().momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(spec->gem().learning_rate(), 0.05);
+  EXPECT_DOUBLE_EQ(spec->gem().momentum(), 0.99);
   EXPECT_DOUBLE_EQ(spec->gem().kappa(), 2.0);
   EXPECT_FALSE(spec->has_easgd());
 }

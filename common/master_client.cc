@@ -3,10 +3,12 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/channel_args.h"
 #include "common/error_reason.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "common/tensor_wire.h"
 #include "glog/logging.h"
 
 namespace mpilearn {
@@ -41,36 +43,41 @@ absl::Status WriteTensorStream(Writer& writer, SetHeader set_header,
                       });
 }
 
-// Reads a WeightsPart stream (header, then chunks) into `weights`, checking
-// the layout; returns the version.
-template <typename Reader>
-absl::StatusOr<uint64_t> ReadWeightsStream(
-    Reader& reader,
+// Reads a raw WeightsPart stream (header, then chunks) into `weights`,
+// decoding the wire dtype the header names; returns the version.
+absl::StatusOr<uint64_t> ReadRawWeights(
+    grpc::internal::ReaderInterface<grpc::ByteBuffer>& reader,
     absl::Span<const absl::Span<float>> weights) {
-  v1::WeightsPart part;
-  if (!reader.Read(&part)) {
+  grpc::ByteBuffer message;
+  if (!reader.Read(&message)) {
     return absl::UnavailableError("weight stream ended before its header");
   }
-  if (!part.has_header()) {
-    return absl::InternalError("weight stream did not start with a header");
-  }
-  const v1::TensorSetHeader header = part.header();
-  std::vector<absl::Span<char>> dest;
-  dest.reserve(weights.size());
-  for (const auto& w : weights) dest.push_back(AsWritableBytes(w));
-  MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
-                            TensorSetAssembler::Create(header, dest));
-  while (reader.Read(&part)) {
-    if (!part.has_chunk()) {
+  v1::TensorSetHeader header;
+  absl::StatusOr<TensorPart> first =
+      ReadTensorPart(message, &header, nullptr, "weight stream");
+  if (!first.ok()) return absl::InternalError(first.status().message());
+  MPILEARN_ASSIGN_OR_RETURN(
+      TensorSetAssembler assembler,
+      TensorSetAssembler::Create(
+          header, std::vector<absl::Span<float>>(weights.begin(), weights.end())));
+  v1::TensorSetHeader unexpected;
+  while (reader.Read(&message)) {
+    absl::StatusOr<TensorPart> part =
+        ReadTensorPart(message, &unexpected, &assembler, "weight stream");
+    if (!part.ok()) return absl::InternalError(part.status().message());
+    if (*part != TensorPart::kChunk) {
       return absl::InternalError("weight stream: expected chunks after header");
     }
-    MPILEARN_RETURN_IF_ERROR(assembler.Add(part.chunk()));
   }
   // The stream's final status is checked by the caller (Finish); an error
   // there explains a short stream better than "incomplete".
   absl::Status complete = assembler.Finish();
   if (!complete.ok()) return absl::UnavailableError(complete.message());
   return header.version();
+}
+
+bool IsReduced(v1::DType dtype) {
+  return dtype == v1::DTYPE_BFLOAT16 || dtype == v1::DTYPE_FLOAT16;
 }
 
 // Adds "master at <address>" context to transport errors.
@@ -93,6 +100,7 @@ absl::StatusOr<std::unique_ptr<MasterClient>> MasterClient::Connect(
     const std::string& address, const Options& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
+  SetBulkTransferArgs(&args);
   auto channel = grpc::CreateCustomChannel(
       address, grpc::InsecureChannelCredentials(), args);
   const auto deadline = std::chrono::system_clock::now() +
@@ -104,15 +112,32 @@ absl::StatusOr<std::unique_ptr<MasterClient>> MasterClient::Connect(
         "; is it running (mpilearn-master --listen ", address,
         ") and is the address right?"));
   }
-  return std::unique_ptr<MasterClient>(
-      new MasterClient(address, options, v1::Master::NewStub(channel)));
+  return std::unique_ptr<MasterClient>(new MasterClient(address, options, channel));
 }
 
 std::unique_ptr<MasterClient> MasterClient::ForChannel(
     std::shared_ptr<grpc::Channel> channel, const std::string& address,
     const Options& options) {
   return std::unique_ptr<MasterClient>(
-      new MasterClient(address, options, v1::Master::NewStub(channel)));
+      new MasterClient(address, options, std::move(channel)));
+}
+
+MasterClient::MasterClient(std::string address, Options options,
+                           std::shared_ptr<grpc::Channel> channel)
+    : address_(std::move(address)),
+      options_(options),
+      channel_(channel),
+      stub_(v1::Master::NewStub(channel)),
+      push_method_("/mpilearn.v1.Master/PushGradient",
+                   grpc::internal::RpcMethod::BIDI_STREAMING, channel),
+      pull_method_("/mpilearn.v1.Master/PullWeights",
+                   grpc::internal::RpcMethod::SERVER_STREAMING, channel),
+      subscribe_method_("/mpilearn.v1.Master/SubscribeSnapshots",
+                        grpc::internal::RpcMethod::SERVER_STREAMING, channel) {}
+
+void MasterClient::UseWireFormat(const v1::ExchangeSpec& exchange) {
+  wire_ = exchange;
+  residual_.clear();
 }
 
 std::unique_ptr<grpc::ClientContext> MasterClient::NewContext() const {
@@ -169,21 +194,70 @@ absl::StatusOr<bool> MasterClient::InitWeights(
 }
 
 absl::StatusOr<uint64_t> MasterClient::PushGradient(
-    const v1::PushGradientRequest::Header& header,
+    const v1::PushGradientRequest::Header& header_in,
     absl::Span<const absl::Span<const float>> gradient,
     absl::Span<const absl::Span<float>> weights) {
+  v1::PushGradientRequest::Header header = header_in;
+  const v1::DType dtype = IsReduced(wire_.update_dtype()) ? wire_.update_dtype()
+                                                          : v1::DTYPE_FLOAT32;
+  SetWireDType(header.mutable_gradient(), dtype);
+  if (header.reply_dtype() == v1::DTYPE_UNSPECIFIED) {
+    header.set_reply_dtype(IsReduced(wire_.weights_dtype())
+                               ? wire_.weights_dtype()
+                               : v1::DTYPE_FLOAT32);
+  }
+  if (header.sequence() == 0) header.set_sequence(++push_sequence_);
+  // Error feedback carries rounding error between gradients (and gem's
+  // deltas); easgd pushes weights, where it would make no sense.
+  const bool feedback = IsReduced(dtype) &&
+                        (!wire_.has_error_feedback() || wire_.error_feedback()) &&
+                        header.kind() != v1::UPDATE_KIND_ELASTIC;
+  std::vector<absl::Span<float>> residual;
+  if (feedback) {
+    bool fits = residual_.size() == gradient.size();
+    for (size_t t = 0; fits && t < gradient.size(); ++t) {
+      fits = residual_[t].size() == gradient[t].size();
+    }
+    if (!fits) {
+      residual_.assign(gradient.size(), {});
+      for (size_t t = 0; t < gradient.size(); ++t) {
+        residual_[t].assign(gradient[t].size(), 0.0f);
+      }
+    }
+    for (std::vector<float>& r : residual_) residual.push_back(absl::MakeSpan(r));
+  }
+  // Encoded once, so a retry resends the same bytes (and feedback is taken
+  // once).
+  std::vector<grpc::ByteBuffer> messages;
+  {
+    v1::PushGradientRequest first;
+    *first.mutable_header() = header;
+    messages.push_back(SerializeToByteBuffer(first));
+  }
+  MPILEARN_RETURN_IF_ERROR(ForEachChunkMessage(
+      gradient, dtype, kDefaultChunkBytes, nullptr,
+      [&](grpc::ByteBuffer& message) {
+        messages.push_back(std::move(message));
+        return absl::OkStatus();
+      },
+      residual));
   return Retrying([&]() -> absl::StatusOr<uint64_t> {
     auto context = NewContext();
-    auto stream = stub_->PushGradient(context.get());
-    absl::Status sent = WriteTensorStream<v1::PushGradientRequest>(
-        *stream,
-        [&](v1::PushGradientRequest& request) {
-          *request.mutable_header() = header;
-        },
-        gradient);
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+        stream(grpc::internal::ClientReaderWriterFactory<
+               grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel_.get(),
+                                                           push_method_,
+                                                           context.get()));
+    absl::Status sent;
+    for (const grpc::ByteBuffer& message : messages) {
+      if (!stream->Write(message)) {
+        sent = absl::UnavailableError("master closed the stream");
+        break;
+      }
+    }
     stream->WritesDone();
     absl::StatusOr<uint64_t> version =
-        sent.ok() ? ReadWeightsStream(*stream, weights) : sent;
+        sent.ok() ? ReadRawWeights(*stream, weights) : sent;
     grpc::Status status = stream->Finish();
     if (!status.ok()) return Annotate(status);
     return version;
@@ -193,13 +267,17 @@ absl::StatusOr<uint64_t> MasterClient::PushGradient(
 absl::StatusOr<uint64_t> MasterClient::PullWeights(
     const std::string& job_id, const std::string& group_id,
     absl::Span<const absl::Span<float>> weights) {
+  v1::PullWeightsRequest request;
+  request.set_job_id(job_id);
+  request.set_group_id(group_id);
+  request.set_dtype(IsReduced(wire_.weights_dtype()) ? wire_.weights_dtype()
+                                                     : v1::DTYPE_FLOAT32);
   return Retrying([&]() -> absl::StatusOr<uint64_t> {
     auto context = NewContext();
-    v1::PullWeightsRequest request;
-    request.set_job_id(job_id);
-    request.set_group_id(group_id);
-    auto reader = stub_->PullWeights(context.get(), request);
-    absl::StatusOr<uint64_t> version = ReadWeightsStream(*reader, weights);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), pull_method_, context.get(), request));
+    absl::StatusOr<uint64_t> version = ReadRawWeights(*reader, weights);
     grpc::Status status = reader->Finish();
     if (!status.ok()) return Annotate(status);
     return version;
@@ -244,7 +322,9 @@ absl::StatusOr<v1::JobState> MasterClient::ReportValidation(
 absl::StatusOr<std::unique_ptr<SnapshotStream>> MasterClient::SubscribeSnapshots(
     const v1::SubscribeSnapshotsRequest& request) {
   auto context = std::make_unique<grpc::ClientContext>();  // no deadline
-  auto reader = stub_->SubscribeSnapshots(context.get(), request);
+  std::unique_ptr<grpc::ClientReaderInterface<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel_.get(), subscribe_method_, context.get(), request));
   std::unique_ptr<SnapshotStream> stream(
       new SnapshotStream(address_, std::move(context), std::move(reader)));
   // The master sends this metadata once subscribed; a refused call ends
@@ -290,7 +370,7 @@ void SnapshotStream::Cancel() {
 
 absl::Status SnapshotStream::Finish() {
   finished_ = true;
-  v1::SnapshotPart part;
+  grpc::ByteBuffer part;
   while (reader_->Read(&part)) {
   }
   grpc::Status status = reader_->Finish();
@@ -314,36 +394,33 @@ absl::StatusOr<bool> SnapshotStream::Next(
     if (!status.ok()) return status;
     return false;
   };
-  v1::SnapshotPart part;
-  if (!reader_->Read(&part)) return ended();
-  if (!part.has_header()) {
-    return absl::InternalError("snapshot stream: expected a header");
-  }
-  header->Swap(part.mutable_header());
-  MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
-                            TensorSetAssembler::ByteSizes(header->weights()));
-  weights->resize(sizes.size());
-  std::vector<absl::Span<char>> dest;
-  dest.reserve(sizes.size());
-  size_t total = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    (*weights)[i].resize(sizes[i] / sizeof(float));
-    dest.push_back(AsWritableBytes(absl::MakeSpan((*weights)[i])));
-    total += sizes[i];
+  grpc::ByteBuffer message;
+  if (!reader_->Read(&message)) return ended();
+  absl::StatusOr<TensorPart> first =
+      ReadTensorPart(message, header, nullptr, "snapshot stream");
+  if (!first.ok()) return absl::InternalError(first.status().message());
+  MPILEARN_ASSIGN_OR_RETURN(std::vector<int64_t> counts,
+                            TensorSetAssembler::ElementCounts(header->weights()));
+  weights->resize(counts.size());
+  std::vector<absl::Span<float>> dest;
+  dest.reserve(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    (*weights)[i].resize(static_cast<size_t>(counts[i]));
+    dest.push_back(absl::MakeSpan((*weights)[i]));
   }
   MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
                             TensorSetAssembler::Create(header->weights(), dest));
   // The header gives the size, so the snapshot ends after its last byte.
-  size_t received = 0;
-  while (received < total) {
-    if (!reader_->Read(&part)) return ended();
-    if (!part.has_chunk()) {
+  v1::SnapshotHeader unexpected;
+  while (!assembler.Finish().ok()) {
+    if (!reader_->Read(&message)) return ended();
+    absl::StatusOr<TensorPart> part =
+        ReadTensorPart(message, &unexpected, &assembler, "snapshot stream");
+    if (!part.ok()) return absl::InternalError(part.status().message());
+    if (*part != TensorPart::kChunk) {
       return absl::InternalError("snapshot stream: expected chunks after the header");
     }
-    received += part.chunk().data().size();
-    MPILEARN_RETURN_IF_ERROR(assembler.Add(part.chunk()));
   }
-  MPILEARN_RETURN_IF_ERROR(assembler.Finish());
   return true;
 }
 

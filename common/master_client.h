@@ -66,7 +66,7 @@ class SnapshotStream {
   friend class MasterClient;
   SnapshotStream(std::string address,
                  std::unique_ptr<grpc::ClientContext> context,
-                 std::unique_ptr<grpc::ClientReaderInterface<v1::SnapshotPart>> reader)
+                 std::unique_ptr<grpc::ClientReaderInterface<grpc::ByteBuffer>> reader)
       : address_(std::move(address)),
         context_(std::move(context)),
         reader_(std::move(reader)) {}
@@ -76,7 +76,8 @@ class SnapshotStream {
 
   const std::string address_;
   std::unique_ptr<grpc::ClientContext> context_;
-  std::unique_ptr<grpc::ClientReaderInterface<v1::SnapshotPart>> reader_;
+  // Raw SnapshotPart messages (common/tensor_wire.h).
+  std::unique_ptr<grpc::ClientReaderInterface<grpc::ByteBuffer>> reader_;
   std::atomic<bool> cancelled_{false};
   bool finished_ = false;  // Finish() was called (by the Next thread)
 };
@@ -90,8 +91,9 @@ class MasterClient final : public MasterConnection {
     absl::Duration rpc_timeout = absl::Seconds(120);
     // How long a call keeps retrying while the master is unreachable
     // (UNAVAILABLE: restarting, network blip), with backoff from 0.1 s to
-    // 2 s. 0 = fail at once. A retried PushGradient may be applied twice if
-    // the master applied it but the reply was lost (at-least-once).
+    // 2 s. 0 = fail at once. A retried PushGradient carries the same
+    // sequence number, so the master applies it once even when the first
+    // attempt's reply was lost.
     absl::Duration reconnect_timeout = absl::ZeroDuration();
   };
 
@@ -122,7 +124,13 @@ class MasterClient final : public MasterConnection {
 
   // Pushes a gradient (header.gradient() describes `gradient`) and writes the
   // weights the master returns into `weights`, which must match the job's
-  // layout. Returns the new weight version.
+  // layout. Returns the new weight version. The tensors travel in the wire
+  // format of UseWireFormat (fp32 until it is called); a header without a
+  // sequence number gets the client's next one.
+  //
+  // PushGradient, PullWeights and the snapshot stream use raw byte buffers
+  // (common/tensor_wire.h): one copy (or encode) of the gradient out, one
+  // copy (or decode) of the weights in.
   absl::StatusOr<uint64_t> PushGradient(
       const v1::PushGradientRequest::Header& header,
       absl::Span<const absl::Span<const float>> gradient,
@@ -138,6 +146,7 @@ class MasterClient final : public MasterConnection {
       const v1::NextDataUnitRequest& request) override;
 
   absl::StatusOr<v1::JobState> ReportEpoch(const v1::ReportEpochRequest& request) override;
+  void UseWireFormat(const v1::ExchangeSpec& exchange) override;
   absl::StatusOr<v1::JobState> Heartbeat(const std::string& job_id,
                                          const std::string& group_id);
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override;
@@ -158,10 +167,7 @@ class MasterClient final : public MasterConnection {
 
  private:
   MasterClient(std::string address, Options options,
-               std::unique_ptr<v1::Master::StubInterface> stub)
-      : address_(std::move(address)),
-        options_(options),
-        stub_(std::move(stub)) {}
+               std::shared_ptr<grpc::Channel> channel);
 
   using Stub = v1::Master::StubInterface;
 
@@ -217,7 +223,19 @@ class MasterClient final : public MasterConnection {
 
   const std::string address_;
   const Options options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Master::StubInterface> stub_;
+  // The tensor-stream methods, called on byte buffers (what generated
+  // stubs do underneath, with our own serialization).
+  const grpc::internal::RpcMethod push_method_;
+  const grpc::internal::RpcMethod pull_method_;
+  const grpc::internal::RpcMethod subscribe_method_;
+  // UseWireFormat's settings, and the rounding error carried into the next
+  // reduced-precision push (error feedback), laid out as the gradient.
+  v1::ExchangeSpec wire_;
+  std::vector<std::vector<float>> residual_;
+  // The last push's sequence number.
+  uint64_t push_sequence_ = 0;
 };
 
 }  // namespace mpilearn

@@ -40,6 +40,10 @@ class MasterConnection {
       absl::Span<const absl::Span<const float>> gradient,
       absl::Span<const absl::Span<float>> weights) = 0;
 
+  // How tensors travel from now on (the job's JobSpec.exchange: wire dtypes,
+  // error feedback). Transports without a wire ignore it.
+  virtual void UseWireFormat(const v1::ExchangeSpec& /*exchange*/) {}
+
   // Writes the job's current weights into `weights`; returns their version.
   virtual absl::StatusOr<uint64_t> PullWeights(
       const std::string& job_id, const std::string& group_id,

@@ -1,9 +1,13 @@
 #include "server/master_server.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "common/channel_args.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -84,15 +88,26 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   }
 
   grpc::ServerBuilder builder;
+  SetBulkTransferArgs(&builder);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &server->port_);
+  if (!options.listen_unix.empty()) {
+    // A socket file left by a previous master would make the bind fail.
+    struct stat st;
+    if (::stat(options.listen_unix.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      ::unlink(options.listen_unix.c_str());
+    }
+    builder.AddListeningPort("unix:" + options.listen_unix,
+                             grpc::InsecureServerCredentials());
+  }
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->study_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", options.listen,
-        "'; is the port in use or the address not local? Use --listen "
+        "'", options.listen_unix.empty() ? "" : absl::StrCat(" or unix:'", options.listen_unix, "'"),
+        "; is the port in use or the address not local? Use --listen "
         "HOST:PORT (port 0 picks a free one)"));
   }
 

@@ -41,6 +41,10 @@ class MasterServer {
   struct Options {
     // host:port to listen on; port 0 picks a free port (see port()).
     std::string listen = "127.0.0.1:7070";
+    // When set, a Unix domain socket path served as well (same-machine
+    // clients use the target "unix:PATH"); a stale socket file there is
+    // removed first.
+    std::string listen_unix;
     std::string state_dir = "mpilearn-state";
     absl::Duration group_timeout = absl::Seconds(60);
     // Where jobs' optimizers run; device already resolved ("cpu", "cuda:N").

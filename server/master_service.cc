@@ -8,6 +8,9 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "common/tensor_wire.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/support/method_handler.h"
 #include "glog/logging.h"
 #include "server/rpc_scope.h"
 
@@ -15,7 +18,7 @@ namespace mpilearn::server {
 namespace {
 
 // Reads the rest of a client stream's messages into `pending`: every
-// message after the header must be a chunk.
+// message after the header must be a chunk (InitWeights, typed).
 template <typename Request, typename Reader>
 absl::Status ReceiveChunks(Reader& reader, absl::string_view rpc,
                            PendingTensors& pending) {
@@ -30,57 +33,91 @@ absl::Status ReceiveChunks(Reader& reader, absl::string_view rpc,
   return absl::OkStatus();
 }
 
-// Streams the weights' tensor chunks as `Part` messages (WeightsPart,
-// SnapshotPart); the caller has written the header. Adds the tensor bytes
-// written to `*sent`.
-template <typename Part, typename Writer>
-absl::Status SendChunks(const WeightsSnapshot& weights, Writer* writer,
-                        uint64_t* sent) {
-  std::vector<absl::Span<const char>> buffers;
-  buffers.reserve(weights.values.size());
-  for (const auto& v : weights.values) buffers.push_back(AsBytes(v));
-  Part part;
-  return ForEachChunk(buffers, kDefaultChunkBytes,
-                      [&](v1::TensorChunk& chunk) -> absl::Status {
-                        part.mutable_chunk()->Swap(&chunk);
-                        if (!writer->Write(part)) {
-                          return absl::UnavailableError(
-                              "client went away while receiving weights");
-                        }
-                        *sent += part.chunk().data().size();
-                        return absl::OkStatus();
-                      });
+// The raw twin of ReceiveChunks: chunk bytes go from gRPC's buffers into
+// the pending tensors. `Header` is the stream's header type (a second
+// header is refused).
+template <typename Header>
+absl::Status ReceiveRawChunks(MasterServiceImpl::RawStream& stream,
+                              absl::string_view rpc, PendingTensors& pending) {
+  MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler * assembler, pending.Assembler());
+  grpc::ByteBuffer message;
+  Header unexpected;
+  while (stream.Read(&message)) {
+    absl::StatusOr<TensorPart> part =
+        ReadTensorPart(message, &unexpected, assembler, rpc);
+    if (!part.ok()) {
+      return WithReason(part.status(), v1::ERROR_REASON_INVALID_REQUEST);
+    }
+    if (*part != TensorPart::kChunk) {
+      return InvalidRequestError(
+          absl::StrCat(rpc, ": expected only chunks after the header"));
+    }
+  }
+  return absl::OkStatus();
 }
 
-// Streams a weights snapshot: header, then chunks (their bytes added to
-// `*sent`).
-template <typename Writer>
-absl::Status SendWeights(const WeightsSnapshot& weights, Writer* writer,
-                         uint64_t* sent) {
-  v1::WeightsPart part;
-  *part.mutable_header() = weights.header;
-  if (!writer->Write(part)) {
+// Element type for a requested wire dtype (UNSPECIFIED: fp32).
+absl::StatusOr<v1::DType> ReplyDType(v1::DType requested) {
+  if (requested == v1::DTYPE_UNSPECIFIED) return v1::DTYPE_FLOAT32;
+  absl::Status supported = DTypeSize(requested).status();
+  if (!supported.ok()) {
+    return WithReason(
+        absl::InvalidArgumentError(absl::StrCat(
+            "reply dtype: ", supported.message(),
+            " (DTYPE_FLOAT32, DTYPE_BFLOAT16 or DTYPE_FLOAT16)")),
+        v1::ERROR_REASON_INVALID_REQUEST);
+  }
+  return requested;
+}
+
+// Streams `header` (already set in `first`, a WeightsPart or SnapshotPart)
+// and then the weights' chunks in `dtype`. fp32 chunks reference the
+// snapshot itself (immutable, kept alive until gRPC is done with it); a
+// reduced dtype is encoded chunk by chunk. Adds the tensor bytes written to
+// `*sent`.
+template <typename Part>
+absl::Status SendRawWeights(const Part& first,
+                            std::shared_ptr<const WeightsSnapshot> weights,
+                            v1::DType dtype, MasterServiceImpl::RawStream& stream,
+                            uint64_t* sent) {
+  grpc::ByteBuffer header = SerializeToByteBuffer(first);
+  if (!stream.Write(header)) {
     return absl::UnavailableError("client went away while receiving weights");
   }
-  return SendChunks<v1::WeightsPart>(weights, writer, sent);
+  std::vector<absl::Span<const float>> values;
+  values.reserve(weights->values.size());
+  for (const std::vector<float>& v : weights->values) values.push_back(v);
+  return ForEachChunkMessage(
+      values, dtype, kDefaultChunkBytes, weights,
+      [&](grpc::ByteBuffer& message) -> absl::Status {
+        const size_t bytes = message.Length();
+        if (!stream.Write(message)) {
+          return absl::UnavailableError(
+              "client went away while receiving weights");
+        }
+        *sent += bytes;
+        return absl::OkStatus();
+      });
 }
 
-// Streams a published snapshot: its SnapshotHeader, then the chunks (their
-// bytes added to `*sent`).
-absl::Status SendSnapshot(const SnapshotHub::Delivery& delivery,
-                          grpc::ServerWriter<v1::SnapshotPart>* writer,
-                          uint64_t* sent) {
-  v1::SnapshotPart part;
-  v1::SnapshotHeader* header = part.mutable_header();
-  header->set_job_id(delivery.job_id);
-  *header->mutable_spec() = *delivery.spec;
-  *header->mutable_weights() = delivery.weights->header;
-  header->set_epoch(delivery.epoch);
-  header->set_skipped(delivery.skipped);
-  if (!writer->Write(part)) {
-    return absl::UnavailableError("subscriber went away");
+// A WeightsPart header for `weights` sent as `dtype`.
+v1::WeightsPart WeightsHeader(const WeightsSnapshot& weights, v1::DType dtype) {
+  v1::WeightsPart part;
+  *part.mutable_header() = weights.header;
+  SetWireDType(part.mutable_header(), dtype);
+  return part;
+}
+
+// Reads a raw stream's single request message into `request`.
+absl::Status ReadRequest(MasterServiceImpl::RawStream& stream,
+                         google::protobuf::MessageLite* request,
+                         absl::string_view rpc) {
+  grpc::ByteBuffer message;
+  if (!stream.Read(&message)) {
+    return InvalidRequestError(absl::StrCat(rpc, ": no request message"));
   }
-  return SendChunks<v1::SnapshotPart>(*delivery.weights, writer, sent);
+  return WithReason(ParseFromByteBuffer(message, request, rpc),
+                    v1::ERROR_REASON_INVALID_REQUEST);
 }
 
 absl::Status ExpectHeader(bool has_header, absl::string_view rpc) {
@@ -91,8 +128,35 @@ absl::Status ExpectHeader(bool has_header, absl::string_view rpc) {
   return absl::OkStatus();
 }
 
+// The index of Master's `method` as the generated code numbers methods
+// (declaration order, which is the descriptor's).
+int MasterMethodIndex(const std::string& method) {
+  // Loads proto/mpilearn.proto's descriptors into the generated pool.
+  (void)v1::PushGradientRequest::descriptor();
+  const google::protobuf::MethodDescriptor* descriptor =
+      google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
+          "mpilearn.v1.Master." + method);
+  CHECK(descriptor != nullptr) << "no method Master." << method;
+  return descriptor->index();
+}
 
 }  // namespace
+
+MasterServiceImpl::MasterServiceImpl(MasterCore& core, MasterMetrics* metrics,
+                                     TraceRecorder* trace)
+    : core_(core), metrics_(metrics), trace_(trace) {
+  // The tensor streams take byte buffers instead of messages: the handler
+  // is swapped for one of the same (bidirectional) shape on ByteBuffers;
+  // clients see the same protocol.
+  using Handler = grpc::internal::BidiStreamingHandler<
+      MasterServiceImpl, grpc::ByteBuffer, grpc::ByteBuffer>;
+  MarkMethodStreamed(MasterMethodIndex("PushGradient"),
+                     new Handler(&MasterServiceImpl::PushGradientRaw, this));
+  MarkMethodStreamed(MasterMethodIndex("PullWeights"),
+                     new Handler(&MasterServiceImpl::PullWeightsRaw, this));
+  MarkMethodStreamed(MasterMethodIndex("SubscribeSnapshots"),
+                     new Handler(&MasterServiceImpl::SubscribeSnapshotsRaw, this));
+}
 
 grpc::Status MasterServiceImpl::SubmitJob(grpc::ServerContext*,
                                           const v1::SubmitJobRequest* request,
@@ -132,32 +196,39 @@ grpc::Status MasterServiceImpl::InitWeights(
   return rpc.Finish(ToGrpcStatus(handle()));
 }
 
-grpc::Status MasterServiceImpl::PushGradient(
-    grpc::ServerContext*,
-    grpc::ServerReaderWriter<v1::WeightsPart, v1::PushGradientRequest>* stream) {
+grpc::Status MasterServiceImpl::PushGradientRaw(grpc::ServerContext*,
+                                                RawStream* stream) {
   RpcScope rpc(metrics_, "PushGradient", /*streaming=*/true);
   auto handle = [&]() -> absl::Status {
-    v1::PushGradientRequest first;
-    MPILEARN_RETURN_IF_ERROR(
-        ExpectHeader(stream->Read(&first) && first.has_header(), "PushGradient"));
-    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
-                              core_.BeginPush(first.header()));
+    grpc::ByteBuffer message;
+    v1::PushGradientRequest::Header header;
+    MPILEARN_RETURN_IF_ERROR(ExpectHeader(stream->Read(&message), "PushGradient"));
+    absl::StatusOr<TensorPart> first =
+        ReadTensorPart(message, &header, nullptr, "PushGradient");
+    if (!first.ok()) {
+      return WithReason(first.status(), v1::ERROR_REASON_INVALID_REQUEST);
+    }
+    MPILEARN_ASSIGN_OR_RETURN(const v1::DType reply_dtype,
+                              ReplyDType(header.reply_dtype()));
+    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending, core_.BeginPush(header));
     const std::string job_id = pending.job_id();
     TraceSpan receive(trace_, "receive", "master");
-    MPILEARN_RETURN_IF_ERROR(ReceiveChunks<v1::PushGradientRequest>(*stream, "PushGradient",
-                                                   pending));
+    MPILEARN_RETURN_IF_ERROR(ReceiveRawChunks<v1::PushGradientRequest::Header>(
+        *stream, "PushGradient", pending));
     receive.Arg("bytes", static_cast<int64_t>(pending.bytes()));
     receive.End();
     if (metrics_ != nullptr) metrics_->AddReceivedBytes(job_id, pending.bytes());
     // The core records the "apply" event.
     MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
                               core_.CommitPush(std::move(pending)));
-    VLOG(1) << "job " << job_id << ": update from " << first.header().group_id()
-            << " rank " << first.header().rank() << " -> version "
+    VLOG(1) << "job " << job_id << ": update from " << header.group_id()
+            << " rank " << header.rank() << " -> version "
             << weights->header.version();
     TraceSpan send(trace_, "send", "master");
     uint64_t sent = 0;
-    const absl::Status status = SendWeights(*weights, stream, &sent);
+    const absl::Status status =
+        SendRawWeights(WeightsHeader(*weights, reply_dtype), weights,
+                       reply_dtype, *stream, &sent);
     send.Arg("version", static_cast<int64_t>(weights->header.version()));
     send.Arg("bytes", static_cast<int64_t>(sent));
     if (metrics_ != nullptr) metrics_->AddSentBytes(job_id, sent);
@@ -166,19 +237,22 @@ grpc::Status MasterServiceImpl::PushGradient(
   return rpc.Finish(ToGrpcStatus(handle()));
 }
 
-grpc::Status MasterServiceImpl::PullWeights(
-    grpc::ServerContext*, const v1::PullWeightsRequest* request,
-    grpc::ServerWriter<v1::WeightsPart>* writer) {
+grpc::Status MasterServiceImpl::PullWeightsRaw(grpc::ServerContext*,
+                                               RawStream* stream) {
   RpcScope rpc(metrics_, "PullWeights", /*streaming=*/true);
   TraceSpan pull(trace_, "pull", "master");
   auto handle = [&]() -> absl::Status {
+    v1::PullWeightsRequest request;
+    MPILEARN_RETURN_IF_ERROR(ReadRequest(*stream, &request, "PullWeights"));
+    MPILEARN_ASSIGN_OR_RETURN(const v1::DType dtype, ReplyDType(request.dtype()));
     MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
-                              core_.PullWeights(*request));
+                              core_.PullWeights(request));
     uint64_t sent = 0;
-    const absl::Status status = SendWeights(*weights, writer, &sent);
+    const absl::Status status = SendRawWeights(WeightsHeader(*weights, dtype),
+                                               weights, dtype, *stream, &sent);
     pull.Arg("version", static_cast<int64_t>(weights->header.version()));
     pull.Arg("bytes", static_cast<int64_t>(sent));
-    if (metrics_ != nullptr) metrics_->AddSentBytes(request->job_id(), sent);
+    if (metrics_ != nullptr) metrics_->AddSentBytes(request.job_id(), sent);
     return status;
   };
   return rpc.Finish(ToGrpcStatus(handle()));
@@ -233,22 +307,24 @@ grpc::Status MasterServiceImpl::ReportValidation(
   return rpc.Finish(Reply(core_.ReportValidation(*request), response));
 }
 
-grpc::Status MasterServiceImpl::SubscribeSnapshots(
-    grpc::ServerContext* context, const v1::SubscribeSnapshotsRequest* request,
-    grpc::ServerWriter<v1::SnapshotPart>* writer) {
+grpc::Status MasterServiceImpl::SubscribeSnapshotsRaw(
+    grpc::ServerContext* context, RawStream* stream) {
   RpcScope rpc(metrics_, "SubscribeSnapshots", /*streaming=*/true);
+  v1::SubscribeSnapshotsRequest request;
+  absl::Status read = ReadRequest(*stream, &request, "SubscribeSnapshots");
+  if (!read.ok()) return rpc.Finish(ToGrpcStatus(read));
   const std::string label =
-      absl::StrCat(request->subscriber().empty() ? "unnamed"
-                                                 : request->subscriber(),
+      absl::StrCat(request.subscriber().empty() ? "unnamed"
+                                                : request.subscriber(),
                    " at ", context->peer());
   absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> subscribed =
-      core_.SubscribeSnapshots(*request, label);
+      core_.SubscribeSnapshots(request, label);
   if (!subscribed.ok()) return rpc.Finish(ToGrpcStatus(subscribed.status()));
   std::shared_ptr<SnapshotHub::Subscription> subscription = *subscribed;
   // Tells the client it is subscribed: snapshots from now on reach it. The
   // key is common/master_client.h's kSubscribedMetadataKey.
   context->AddInitialMetadata("mpilearn-subscribed", "1");
-  writer->SendInitialMetadata();
+  stream->SendInitialMetadata();
   while (!context->IsCancelled()) {
     std::optional<SnapshotHub::Delivery> delivery =
         subscription->Next(absl::Seconds(1));
@@ -263,8 +339,18 @@ grpc::Status MasterServiceImpl::SubscribeSnapshots(
     VLOG(1) << "snapshot of job " << delivery->job_id << " v"
             << delivery->weights->header.version() << " to " << label;
     TraceSpan span(trace_, "snapshot_send", "master");
+    v1::SnapshotPart part;
+    v1::SnapshotHeader* header = part.mutable_header();
+    header->set_job_id(delivery->job_id);
+    *header->mutable_spec() = *delivery->spec;
+    *header->mutable_weights() = delivery->weights->header;
+    header->set_epoch(delivery->epoch);
+    header->set_skipped(delivery->skipped);
     uint64_t sent_bytes = 0;
-    absl::Status sent = SendSnapshot(*delivery, writer, &sent_bytes);
+    // Pools always get fp32: they validate the master's exact weights.
+    const absl::Status sent =
+        SendRawWeights(part, delivery->weights, v1::DTYPE_FLOAT32, *stream,
+                       &sent_bytes);
     span.Arg("version", static_cast<int64_t>(delivery->weights->header.version()));
     span.Arg("bytes", static_cast<int64_t>(sent_bytes));
     if (metrics_ != nullptr) metrics_->AddSentBytes(delivery->job_id, sent_bytes);

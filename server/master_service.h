@@ -30,11 +30,18 @@ namespace mpilearn::server {
 
 class MasterServiceImpl final : public v1::Master::Service {
  public:
+  using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+  // `metrics` and `trace` may be null; when given they must outlive the
+  // service.
+  // The tensor streams (PushGradient, PullWeights, SubscribeSnapshots) are
+  // served on raw byte buffers (common/tensor_wire.h): chunks are read
+  // into the job's buffers and weights are sent from the master's
+  // immutable snapshots without building messages around the bytes.
   // `metrics` and `trace` may be null; when given they must outlive the
   // service.
   explicit MasterServiceImpl(MasterCore& core, MasterMetrics* metrics = nullptr,
-                             TraceRecorder* trace = nullptr)
-      : core_(core), metrics_(metrics), trace_(trace) {}
+                             TraceRecorder* trace = nullptr);
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -45,13 +52,10 @@ class MasterServiceImpl final : public v1::Master::Service {
   grpc::Status InitWeights(grpc::ServerContext* context,
                            grpc::ServerReader<v1::InitWeightsRequest>* reader,
                            v1::InitWeightsResponse* response) override;
-  grpc::Status PushGradient(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::WeightsPart, v1::PushGradientRequest>* stream)
-      override;
-  grpc::Status PullWeights(grpc::ServerContext* context,
-                           const v1::PullWeightsRequest* request,
-                           grpc::ServerWriter<v1::WeightsPart>* writer) override;
+  // Raw: the PushGradientRequest stream in, the WeightsPart stream out.
+  grpc::Status PushGradientRaw(grpc::ServerContext* context, RawStream* stream);
+  // Raw: one PullWeightsRequest in, the WeightsPart stream out.
+  grpc::Status PullWeightsRaw(grpc::ServerContext* context, RawStream* stream);
   grpc::Status NextDataUnit(grpc::ServerContext* context,
                             const v1::NextDataUnitRequest* request,
                             v1::NextDataUnitResponse* response) override;
@@ -67,9 +71,9 @@ class MasterServiceImpl final : public v1::Master::Service {
   // Streams snapshots as the hub delivers them until the client cancels
   // (noticed within a second) or the hub closes (server shutdown:
   // UNAVAILABLE). NOT_FOUND for an unknown job id in the request.
-  grpc::Status SubscribeSnapshots(
-      grpc::ServerContext* context, const v1::SubscribeSnapshotsRequest* request,
-      grpc::ServerWriter<v1::SnapshotPart>* writer) override;
+  // Raw: one SubscribeSnapshotsRequest in, the SnapshotPart stream out.
+  grpc::Status SubscribeSnapshotsRaw(grpc::ServerContext* context,
+                                     RawStream* stream);
   grpc::Status ReportValidation(grpc::ServerContext* context,
                                 const v1::ReportValidationRequest* request,
                                 v1::ReportValidationResponse* response) override;

@@ -122,6 +122,82 @@ TEST_F(MasterServiceTest, PushAppliesSgdAndReturnsTheNewWeights) {
   EXPECT_EQ(b, reply[1]);
 }
 
+// A push sent again with the same sequence number (what the client's retry
+// does after a lost reply) is applied once; the repeat gets the current
+// weights back.
+TEST_F(MasterServiceTest, RetriedPushIsAppliedOnce) {
+  StartJob({{1.0f, -2.0f}, {0.5f, 0.25f, 4.0f}});
+  v1::PushGradientRequest::Header header;
+  header.set_job_id(job_id_);
+  header.set_group_id(group_id_);
+  header.set_kind(v1::UPDATE_KIND_GRADIENT);
+  *header.mutable_gradient() = layout_;
+  header.set_sequence(7);
+  const std::vector<float> gw = {2.0f, 4.0f}, gb = {-1.0f, 0.0f, 8.0f};
+  std::vector<float> w(2), b(3);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto version = client_->PushGradient(header, {absl::MakeConstSpan(gw), absl::MakeConstSpan(gb)},
+                                         {absl::MakeSpan(w), absl::MakeSpan(b)});
+    ASSERT_TRUE(version.ok()) << version.status();
+    EXPECT_EQ(*version, 1u) << "attempt " << attempt;
+    EXPECT_EQ(w, (std::vector<float>{0.0f, -4.0f}));
+  }
+  // A new number is a new update.
+  header.set_sequence(8);
+  header.mutable_gradient()->set_version(1);
+  auto version = client_->PushGradient(header, {absl::MakeConstSpan(gw), absl::MakeConstSpan(gb)},
+                                       {absl::MakeSpan(w), absl::MakeSpan(b)});
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, 2u);
+  EXPECT_EQ(w, (std::vector<float>{-1.0f, -6.0f}));
+}
+
+// Reduced-precision exchange through the real service and client: the
+// master applies the decoded gradient to fp32 weights and sends them back
+// rounded to the wire dtype; a pull in fp32 sees the master's exact weights.
+// The expected values are computed here from the codec's own round trip
+// (itself checked against an exhaustive reference in tensor_codec_test).
+TEST_F(MasterServiceTest, ReducedPrecisionPushAndReply) {
+  for (v1::DType dtype : {v1::DTYPE_BFLOAT16, v1::DTYPE_FLOAT16}) {
+    SCOPED_TRACE(v1::DType_Name(dtype));
+    const std::vector<std::vector<float>> initial = {{1.001f, -2.003f},
+                                                     {0.5f, 0.257f, 4.01f}};
+    StartJob(initial);
+    v1::ExchangeSpec wire;
+    wire.set_update_dtype(dtype);
+    wire.set_weights_dtype(dtype);
+    wire.set_error_feedback(false);
+    client_->UseWireFormat(wire);
+    const std::vector<std::vector<float>> gradient = {{0.3333f, 4.1f}, {-1.7f, 0.01f, 8.3f}};
+    std::vector<std::vector<float>> reply;
+    auto version = Push(0, gradient, reply);
+    ASSERT_TRUE(version.ok()) << version.status();
+    auto round = [dtype](float x) {
+      char wire_bytes[2];
+      EncodeFloats(absl::MakeConstSpan(&x, 1), dtype, wire_bytes);
+      float y;
+      DecodeFloats(absl::MakeConstSpan(wire_bytes, 2), dtype, &y);
+      return y;
+    };
+    wire.set_weights_dtype(v1::DTYPE_FLOAT32);
+    client_->UseWireFormat(wire);
+    std::vector<float> w(2), b(3);
+    ASSERT_TRUE(client_->PullWeights(job_id_, group_id_,
+                                     {absl::MakeSpan(w), absl::MakeSpan(b)})
+                    .ok());
+    const std::vector<float>* exact[2] = {&w, &b};
+    for (size_t t = 0; t < 2; ++t) {
+      for (size_t i = 0; i < initial[t].size(); ++i) {
+        // SGD, lr 0.5, on the decoded gradient, in fp32 on the master.
+        const float expected = initial[t][i] - 0.5f * round(gradient[t][i]);
+        EXPECT_EQ((*exact[t])[i], expected) << t << " " << i;
+        EXPECT_EQ(reply[t][i], round(expected)) << t << " " << i;
+      }
+    }
+    client_->UseWireFormat(v1::ExchangeSpec());
+  }
+}
+
 TEST_F(MasterServiceTest, ErrorsArriveWithCodeAndReason) {
   StartJob({{1.0f, 2.0f}, {3.0f, 4.0f, 5.0f}});
   std::vector<std::vector<float>> reply;

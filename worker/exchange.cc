@@ -180,7 +180,18 @@ class ElasticExchange final : public Exchange {
   std::vector<absl::Span<float>> centre_views_;
 };
 
-// gem: the local update scaled elementwise by gradient energy matching.
+// gem: the local update scaled elementwise by gradient energy matching
+// (Hermans and Louppe, 2018, as their reference worker computes it). The
+// proxy is momentum SGD on this rank's gradients, m = momentum * m + u with
+// u = -lr * g; the central variable should move no more than kappa * |m|
+// between two of this rank's exchanges, all ranks together. The movement
+// already seen since the previous exchange, dc (this rank's own last delta
+// plus what the other ranks added), is subtracted from that budget and the
+// rest is this rank's share: pi = clip((kappa |m| - |dc|) / |u|, 0, 5), and
+// the delta pushed is pi * u. Unlike the reference, which pulls the centre
+// just before it pushes, dc is read from the replies (the weights the rank
+// holds), so the other ranks' part lags by one exchange; the rule is the
+// same. Called from the rank's training thread only.
 class GemExchange final : public Exchange {
  public:
   GemExchange(ExchangeContext& context, const v1::GemSpec& spec)

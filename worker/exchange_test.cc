@@ -477,6 +477,96 @@ TEST(GemExchangeTest, ScalesTheUpdateByEnergyMatching) {
   EXPECT_EQ(pushes[1].header.samples(), 4u);
 }
 
+// GEM over several exchanges, as the paper's worker runs: the master adds
+// each delta, another rank moves the centre between exchanges, and the
+// movement the rank subtracts from its proxy's budget is the whole
+// collective one (its own previous delta plus the other rank's). Checked
+// against the recurrence in doubles.
+TEST(GemExchangeTest, MatchesTheCollectiveMovementOverExchanges) {
+  const double lr = 0.05, momentum = 0.99, kappa = 1.0;
+  v1::JobSpec spec = SpecFor("gem");
+  spec.mutable_gem()->set_learning_rate(lr);
+  spec.mutable_gem()->set_momentum(momentum);
+  spec.mutable_gem()->set_kappa(kappa);
+
+  const std::vector<float> w0 = {0.5f, -0.3f, 0.2f, 1.0f};
+  // Per window: the summed gradient of 2 samples, then what the other rank
+  // adds to the centre after the push.
+  const std::vector<std::vector<float>> grads = {
+      {1.0f, -2.0f, 0.5f, 3.0f},
+      {1.2f, -1.0f, -0.5f, 3.0f},
+      {0.8f, -3.0f, 0.4f, -1.0f},
+      {1.0f, -2.5f, 0.6f, 2.0f},
+      {0.9f, 2.0f, 0.5f, 2.5f}};
+  const std::vector<std::vector<float>> others = {
+      {0.0f, 0.01f, -0.02f, 0.0f},
+      {-0.01f, 0.02f, 0.0f, -0.05f},
+      {0.02f, -0.01f, 0.01f, 0.0f},
+      {0.0f, 0.0f, -0.01f, 0.03f},
+      {0.0f, 0.0f, 0.0f, 0.0f}};
+  const double samples = 2;
+
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights({w0});
+  ExchangeContext context(group.rank(0), master, "job-1", "group-1", nullptr);
+  torch::Tensor p = torch::tensor(w0).requires_grad_();
+  AttachParameters(context, {p}, {"p"}, 1);
+  auto exchange = MakeExchange(spec, context);
+  ASSERT_TRUE(exchange.ok());
+  ASSERT_TRUE((*exchange)->Start().ok());
+
+  // The reference: the centre c, the rank's copy of the centre at its
+  // previous exchange, and the proxy's momentum, all in doubles.
+  const size_t n = w0.size();
+  std::vector<double> c(w0.begin(), w0.end()), last = c, m(n, 0.0);
+  std::vector<std::vector<double>> expected;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    p.mutable_grad() = torch::tensor(grads[t]);
+    ASSERT_TRUE((*exchange)->EndWindow(samples).ok());
+
+    std::vector<double> d(n);
+    for (size_t k = 0; k < n; ++k) {
+      const double u = -lr * grads[t][k] / samples;
+      m[k] = momentum * m[k] + u;
+      const double moved = c[k] - last[k];
+      last[k] = c[k];
+      const double pi = std::clamp(
+          (kappa * std::fabs(m[k]) - std::fabs(moved)) / std::fabs(u), 0.0, 5.0);
+      d[k] = pi * u;
+      c[k] += d[k] + others[t][k];
+    }
+    expected.push_back(d);
+    // The other rank's push lands on the master and reaches this rank with
+    // its next reply (set directly here).
+    std::vector<float> moved_centre = master.weights()[0];
+    for (size_t k = 0; k < n; ++k) moved_centre[k] += others[t][k];
+    master.SetWeights({moved_centre});
+    torch::NoGradGuard no_grad;
+    std::copy(moved_centre.begin(), moved_centre.end(), p.data_ptr<float>());
+  }
+
+  const std::vector<FakeMaster::Push> pushes = master.pushes();
+  ASSERT_EQ(pushes.size(), grads.size());
+  bool some_clipped = false, some_between = false;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    for (size_t k = 0; k < n; ++k) {
+      const double d = expected[t][k];
+      EXPECT_NEAR(pushes[t].payload[0][k], d, 1e-6 + 1e-5 * std::fabs(d))
+          << "window " << t << ", element " << k;
+      const double pi = d / (-lr * grads[t][k] / samples);
+      some_clipped |= pi < 1e-9 || pi > 5.0 - 1e-9;
+      some_between |= pi > 0.01 && pi < 4.99;
+    }
+  }
+  // The windows reach both the clip and the interior of pi's range.
+  EXPECT_TRUE(some_clipped);
+  EXPECT_TRUE(some_between);
+  for (size_t k = 0; k < n; ++k) {
+    EXPECT_NEAR(master.weights()[0][k], c[k], 1e-5) << k;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // easgd: the rank's elastic move.
 

@@ -3,9 +3,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,6 +28,31 @@ void InPieces(absl::Span<T> values, Fn fn) {
   for (size_t offset = 0; offset < values.size(); offset += kMax) {
     fn(values.data() + offset,
        static_cast<int>(std::min(kMax, values.size() - offset)));
+  }
+}
+
+// Waits for a non-blocking collective without holding a core. Open MPI's
+// blocking collectives spin in opal_progress until the peers arrive; on a
+// node running more processes than cores (ranks plus the master, or ranks
+// plus their data threads) the spinning rank takes the CPU that the rank
+// it waits for, or the master serving it, needs. Here the wait spins only
+// briefly (most collectives between ranks in step finish within
+// microseconds), then tests between short sleeps that grow to 200 us:
+// MPI_Test drives the transfer's progress, so a large message still moves
+// in the gaps, at a cost of a few microseconds per wake-up.
+void Wait(MPI_Request* request) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kMaxSleep = std::chrono::microseconds(200);
+  int done = 0;
+  const Clock::time_point start = Clock::now();
+  auto sleep = std::chrono::microseconds(10);
+  while (true) {
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (Clock::now() - start < kSpin) continue;
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, kMaxSleep);
   }
 }
 
@@ -69,34 +96,50 @@ MpiGroup::~MpiGroup() {
   MPI_Finalize();
 }
 
+// Every collective below is the non-blocking one plus Wait (see there).
+
 void MpiGroup::Broadcast(std::string* bytes, int root) {
   unsigned long long size = bytes->size();
-  MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, Comm(comm_));
+  MPI_Request request;
+  MPI_Ibcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, Comm(comm_), &request);
+  Wait(&request);
   bytes->resize(size);
   InPieces(absl::MakeSpan(bytes->data(), bytes->size()), [&](char* p, int n) {
-    MPI_Bcast(p, n, MPI_CHAR, root, Comm(comm_));
+    MPI_Request piece;
+    MPI_Ibcast(p, n, MPI_CHAR, root, Comm(comm_), &piece);
+    Wait(&piece);
   });
 }
 
 void MpiGroup::Broadcast(absl::Span<float> values, int root) {
   InPieces(values, [&](float* p, int n) {
-    MPI_Bcast(p, n, MPI_FLOAT, root, Comm(comm_));
+    MPI_Request request;
+    MPI_Ibcast(p, n, MPI_FLOAT, root, Comm(comm_), &request);
+    Wait(&request);
   });
 }
 
 void MpiGroup::AllreduceSum(absl::Span<float> values) {
   InPieces(values, [&](float* p, int n) {
-    MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, Comm(comm_));
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, Comm(comm_), &request);
+    Wait(&request);
   });
 }
 
 void MpiGroup::AllreduceSum(absl::Span<double> values) {
   InPieces(values, [&](double* p, int n) {
-    MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_SUM, Comm(comm_));
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_SUM, Comm(comm_), &request);
+    Wait(&request);
   });
 }
 
-void MpiGroup::Barrier() { MPI_Barrier(Comm(comm_)); }
+void MpiGroup::Barrier() {
+  MPI_Request request;
+  MPI_Ibarrier(Comm(comm_), &request);
+  Wait(&request);
+}
 
 std::vector<std::string> MpiGroup::GatherStrings(const std::string& mine,
                                                  int root) {

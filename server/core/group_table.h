@@ -51,6 +51,12 @@ class GroupTable {
     uint64_t units_completed = 0;
     uint64_t samples_trained = 0;
     uint64_t updates_applied = 0;
+    // Per rank, the sequence number of its last applied update
+    // (PushGradientRequest.Header.sequence): a push numbered at or below
+    // it is a retry or a late duplicate and is not applied again.
+    std::map<int, uint64_t> last_sequence;
+    // Pushes not applied for that reason.
+    uint64_t duplicates = 0;
     // As the group last reported it (NextDataUnit, Heartbeat).
     std::optional<v1::GroupTelemetry> telemetry;
 

@@ -4,6 +4,7 @@
 // StopRules.
 #include "server/core/job.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -123,6 +124,17 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
         absl::StrCat("job ", id_, " is ", v1::JobState_Name(state_),
                      " and takes no more updates"));
   }
+  if (update.sequence != 0) {
+    const auto last = group->last_sequence.find(update.rank);
+    if (last != group->last_sequence.end() && update.sequence <= last->second) {
+      // Applied already (a retry after a lost reply) or overtaken by a
+      // newer push of the same rank: the current weights, not applied.
+      group->last_seen = now;
+      ++group->duplicates;
+      if (applied != nullptr) *applied = UnappliedLocked();
+      return std::shared_ptr<const WeightsSnapshot>(weights_);
+    }
+  }
   MPILEARN_RETURN_IF_ERROR(
       CheckUpdate(update, non_finite, spec_, id_, *weights_));
   group->last_seen = now;
@@ -138,10 +150,10 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   std::shared_ptr<const WeightsSnapshot> reply;
   if (rule_->replies_with_previous()) {
     reply = weights_;
-    weights_ = std::make_shared<WeightsSnapshot>(*weights_);
+    CopyOnWriteLocked();
   } else if (weights_.use_count() > 1) {
     // Copy-on-write: a reply may still be encoding the current snapshot.
-    weights_ = std::make_shared<WeightsSnapshot>(*weights_);
+    CopyOnWriteLocked();
   }
   // The update itself, timed for the metrics and the trace.
   const absl::Time apply_start = absl::Now();
@@ -156,6 +168,7 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   weights_->header.set_version(version + 1);
   stats_.Applied(*staleness);
   ++group->updates_applied;
+  if (update.sequence != 0) group->last_sequence[update.rank] = update.sequence;
   checkpoints_.Changed();
   if (reply == nullptr) reply = weights_;
   if (applied != nullptr) {
@@ -170,6 +183,62 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     applied->optimizer = update_rule_;
   }
   return reply;
+}
+
+void Job::CopyOnWriteLocked() {
+  // At most this many snapshots are kept for reuse: one per reply in
+  // flight is enough for a few ranks; more would only hold memory.
+  constexpr size_t kMaxSpareSnapshots = 4;
+  std::shared_ptr<WeightsSnapshot> copy;
+  for (std::shared_ptr<WeightsSnapshot>& spare : spare_snapshots_) {
+    if (spare.use_count() == 1 && spare != weights_) {
+      copy = spare;
+      break;
+    }
+  }
+  if (copy == nullptr) {
+    copy = std::make_shared<WeightsSnapshot>(*weights_);
+    if (spare_snapshots_.size() < kMaxSpareSnapshots) {
+      spare_snapshots_.push_back(copy);
+    }
+  } else {
+    // Same layout (a job's layout never changes): copy in place.
+    copy->header = weights_->header;
+    for (size_t t = 0; t < copy->values.size(); ++t) {
+      std::copy(weights_->values[t].begin(), weights_->values[t].end(),
+                copy->values[t].begin());
+    }
+  }
+  weights_ = std::move(copy);
+}
+
+std::vector<std::vector<float>> Job::TakeUpdateBuffers(
+    const std::vector<int64_t>& counts) {
+  std::vector<std::vector<float>> buffers;
+  {
+    absl::MutexLock lock(&scratch_mu_);
+    for (auto it = scratch_.begin(); it != scratch_.end(); ++it) {
+      bool fits = it->size() == counts.size();
+      for (size_t t = 0; fits && t < counts.size(); ++t) {
+        fits = static_cast<int64_t>((*it)[t].size()) == counts[t];
+      }
+      if (fits) {
+        buffers = std::move(*it);
+        scratch_.erase(it);
+        return buffers;
+      }
+    }
+  }
+  buffers.reserve(counts.size());
+  for (int64_t count : counts) buffers.emplace_back(static_cast<size_t>(count));
+  return buffers;
+}
+
+void Job::ReturnUpdateBuffers(std::vector<std::vector<float>> buffers) {
+  // One set per rank pushing at once is plenty.
+  constexpr size_t kMaxScratchSets = 4;
+  absl::MutexLock lock(&scratch_mu_);
+  if (scratch_.size() < kMaxScratchSets) scratch_.push_back(std::move(buffers));
 }
 
 AppliedUpdate Job::UnappliedLocked() const {

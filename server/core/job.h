@@ -164,6 +164,14 @@ class Job {
       const GradientUpdate& update, absl::Time now,
       AppliedUpdate* applied = nullptr);
 
+  // Buffers for an incoming update of `counts[i]` floats per tensor, reused
+  // from earlier updates when their sizes match (contents unspecified), so
+  // a push does not pay for fresh pages (tens of MB for large models). Give
+  // them back with ReturnUpdateBuffers once the update was applied.
+  std::vector<std::vector<float>> TakeUpdateBuffers(
+      const std::vector<int64_t>& counts);
+  void ReturnUpdateBuffers(std::vector<std::vector<float>> buffers);
+
   // The data queue (see the class comment and NextDataUnitRequest in the
   // proto): records the units the group completed and hands it the next
   // one (the one reserved for it by its last answer, if any), plus with
@@ -282,6 +290,10 @@ class Job {
   // FAILED_PRECONDITION (ERROR_REASON_JOB_STATE) naming the job.
   absl::Status NoWeightsError() const;
   // An AppliedUpdate that applied nothing: the current weights and counts.
+  // Makes weights_ a snapshot nobody else holds, with the same contents
+  // (reusing a spare one when possible); the previous one stays with its
+  // holders.
+  void CopyOnWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AppliedUpdate UnappliedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<JobCheckpoint> CheckpointLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -338,6 +350,12 @@ class Job {
   // UpdateRuleName(spec_), for AppliedUpdate.
   const std::string update_rule_;
 
+  // Update buffers given back (TakeUpdateBuffers); their own lock, taken
+  // alone, so receiving a push never waits for an update being applied.
+  absl::Mutex scratch_mu_;
+  std::vector<std::vector<std::vector<float>>> scratch_
+      ABSL_GUARDED_BY(scratch_mu_);
+
   mutable absl::Mutex mu_;
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_QUEUED;
   std::string message_ ABSL_GUARDED_BY(mu_);
@@ -346,6 +364,12 @@ class Job {
   // update changes weights_ in place only while nobody else holds it and
   // copies it first otherwise (copy-on-write).
   std::shared_ptr<WeightsSnapshot> weights_ ABSL_GUARDED_BY(mu_);
+  // Snapshots handed out earlier, kept for reuse by copy-on-write once
+  // nobody else holds them (use_count 1: only this list, and nothing can
+  // take a new reference to them), so an update does not allocate and
+  // fault in a fresh copy of the weights.
+  std::vector<std::shared_ptr<WeightsSnapshot>> spare_snapshots_
+      ABSL_GUARDED_BY(mu_);
   std::unique_ptr<UpdateRule> rule_ ABSL_GUARDED_BY(mu_);
   // Updates applied and refused, staleness.
   UpdateStats stats_ ABSL_GUARDED_BY(mu_);

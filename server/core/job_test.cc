@@ -292,6 +292,83 @@ TEST(JobAlgorithmTest, ElasticAlphaScalesWithStaleness) {
 }
 
 // GEM: the delta is added as is (scaled for staleness with "inverse").
+// Replies are immutable snapshots; the job reuses a snapshot's memory only
+// once nobody holds it. Held replies keep their values while later updates
+// go on, and every update starts from the newest weights, whichever buffer
+// it lands in (checked against a plain SGD sum kept here).
+TEST(JobSnapshotTest, ReusedSnapshotsNeverChangeUnderTheirHolders) {
+  auto job = JobWithWeights(PlainSgd(), {1, 2});
+  std::vector<float> expected = {1, 2};
+  std::vector<std::shared_ptr<const WeightsSnapshot>> held;
+  std::vector<std::vector<float>> held_values;
+  for (int step = 0; step < 12; ++step) {
+    const std::vector<float> gradient = {0.25f * step, -0.5f};
+    GradientUpdate update =
+        UpdateOf(v1::UPDATE_KIND_GRADIENT, static_cast<uint64_t>(step), gradient);
+    // The update's buffers come from the job's pool, as a push's do.
+    std::vector<std::vector<float>> buffers = job->TakeUpdateBuffers({2});
+    buffers[0] = gradient;
+    update.values = std::move(buffers);
+    auto reply = job->ApplyGradient(update, absl::Now());
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    job->ReturnUpdateBuffers(std::move(update.values));
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] -= 0.5f * gradient[i];
+    EXPECT_EQ((*reply)->values[0], expected) << "step " << step;
+    // Hold every third reply for a while, drop the others at once.
+    if (step % 3 == 0) {
+      held.push_back(*reply);
+      held_values.push_back((*reply)->values[0]);
+    }
+    if (held.size() > 2) {
+      held.erase(held.begin());
+      held_values.erase(held_values.begin());
+    }
+    for (size_t h = 0; h < held.size(); ++h) {
+      EXPECT_EQ(held[h]->values[0], held_values[h]) << "step " << step;
+    }
+  }
+}
+
+// A push is applied once per (group, rank, sequence): a retry of the same
+// number, or an older number arriving late, gets the current weights back
+// and changes nothing; another rank's numbers are its own.
+TEST(JobSequenceTest, RetriedOrReorderedPushIsAppliedOnce) {
+  auto job = JobWithWeights(PlainSgd(), {1, 2});
+  auto push = [&](int rank, uint64_t sequence, std::vector<float> gradient) {
+    GradientUpdate update = UpdateOf(v1::UPDATE_KIND_GRADIENT,
+                                     job->Weights().value()->header.version(),
+                                     std::move(gradient));
+    update.rank = rank;
+    update.sequence = sequence;
+    AppliedUpdate applied;
+    auto reply = job->ApplyGradient(update, absl::Now(), &applied);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return applied.applied;
+  };
+  EXPECT_TRUE(push(0, 1, {2, 2}));   // w = {0, 1}
+  EXPECT_FALSE(push(0, 1, {2, 2}));  // the retry
+  EXPECT_EQ(CurrentWeights(*job), (std::vector<float>{0, 1}));
+  EXPECT_TRUE(push(0, 3, {2, 0}));   // w = {-1, 1}
+  EXPECT_FALSE(push(0, 2, {8, 8}));  // late: 3 was applied already
+  EXPECT_TRUE(push(1, 1, {0, 2}));   // rank 1 counts on its own: w = {-1, 0}
+  EXPECT_TRUE(push(0, 0, {2, 2}));   // 0: not tracked, always applied
+  EXPECT_EQ(CurrentWeights(*job), (std::vector<float>{-2, -1}));
+  EXPECT_EQ(job->Weights().value()->header.version(), 4u);
+}
+
+// A buffer set of another layout is not handed out for an update.
+TEST(JobSnapshotTest, UpdateBuffersMatchTheAskedSizes) {
+  auto job = JobWithWeights(PlainSgd(), {1, 2});
+  job->ReturnUpdateBuffers({std::vector<float>(5)});
+  std::vector<std::vector<float>> buffers = job->TakeUpdateBuffers({2, 3});
+  ASSERT_EQ(buffers.size(), 2u);
+  EXPECT_EQ(buffers[0].size(), 2u);
+  EXPECT_EQ(buffers[1].size(), 3u);
+  job->ReturnUpdateBuffers(std::move(buffers));
+  std::vector<std::vector<float>> again = job->TakeUpdateBuffers({2, 3});
+  EXPECT_EQ(again[1].size(), 3u);
+}
+
 TEST(JobAlgorithmTest, DeltaIsAdded) {
   v1::JobSpec spec;
   spec.set_algorithm("gem");

@@ -11,14 +11,27 @@
 
 namespace mpilearn::server {
 
-absl::StatusOr<PendingTensors> PendingTensors::ForCall(CallHeader call) {
+absl::StatusOr<PendingTensors> PendingTensors::ForCall(CallHeader call,
+                                                      Job* job) {
   PendingTensors pending(std::move(call));
+  const v1::TensorSetHeader& tensors = pending.tensors();
   MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
-                            TensorSetAssembler::ByteSizes(pending.tensors()));
-  pending.values_.reserve(sizes.size());
-  for (size_t bytes : sizes) {
-    pending.values_.emplace_back(bytes / sizeof(float));
-    pending.bytes_ += bytes;
+                            TensorSetAssembler::ByteSizes(tensors));
+  std::vector<int64_t> counts;
+  counts.reserve(sizes.size());
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    // ByteSizes checked the dtype and the shape.
+    counts.push_back(static_cast<int64_t>(
+        sizes[t] / *DTypeSize(tensors.tensors(static_cast<int>(t)).dtype())));
+    pending.bytes_ += sizes[t];
+  }
+  if (job != nullptr) {
+    pending.values_ = job->TakeUpdateBuffers(counts);
+  } else {
+    pending.values_.reserve(counts.size());
+    for (int64_t count : counts) {
+      pending.values_.emplace_back(static_cast<size_t>(count));
+    }
   }
   return pending;
 }
@@ -36,21 +49,29 @@ const v1::TensorSetHeader& PendingTensors::tensors() const {
   return std::get<v1::PushGradientRequest::Header>(call_).gradient();
 }
 
-absl::Status PendingTensors::AddChunk(const v1::TensorChunk& chunk) {
+absl::StatusOr<TensorSetAssembler*> PendingTensors::Assembler() {
   if (copied_) {
     return InvalidRequestError("tensors were already copied in whole");
   }
   if (!assembler_.has_value()) {
-    std::vector<absl::Span<char>> destinations;
+    std::vector<absl::Span<float>> destinations;
     destinations.reserve(values_.size());
     for (std::vector<float>& v : values_) {
-      destinations.push_back(AsWritableBytes(absl::MakeSpan(v)));
+      destinations.push_back(absl::MakeSpan(v));
     }
-    MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
-                              TensorSetAssembler::Create(tensors(), destinations));
-    assembler_.emplace(std::move(assembler));
+    absl::StatusOr<TensorSetAssembler> assembler =
+        TensorSetAssembler::Create(tensors(), std::move(destinations));
+    if (!assembler.ok()) {
+      return WithReason(assembler.status(), v1::ERROR_REASON_INVALID_REQUEST);
+    }
+    assembler_.emplace(std::move(*assembler));
   }
-  return WithReason(assembler_->Add(chunk), v1::ERROR_REASON_INVALID_REQUEST);
+  return &*assembler_;
+}
+
+absl::Status PendingTensors::AddChunk(const v1::TensorChunk& chunk) {
+  MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler * assembler, Assembler());
+  return WithReason(assembler->Add(chunk), v1::ERROR_REASON_INVALID_REQUEST);
 }
 
 absl::Status PendingTensors::CopyFrom(
@@ -169,7 +190,7 @@ absl::StatusOr<PendingTensors> MasterCore::BeginPush(
   MPILEARN_RETURN_IF_ERROR(WithReason(CheckSameLayout(*layout, header.gradient()),
                                       v1::ERROR_REASON_INVALID_REQUEST));
   MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
-                            PendingTensors::ForCall(header));
+                            PendingTensors::ForCall(header, job.get()));
   pending.job_ = std::move(job);
   return pending;
 }
@@ -188,10 +209,14 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::CommitPush(
   update.rank = header->rank();
   update.kind = header->kind();
   update.base_version = header->gradient().version();
+  update.sequence = header->sequence();
   update.samples = header->samples();
   update.train_loss = header->train_loss();
   update.values = std::move(pending.values_);
-  return registry_->ApplyGradient(*pending.job_, update);
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> reply =
+      registry_->ApplyGradient(*pending.job_, update);
+  pending.job_->ReturnUpdateBuffers(std::move(update.values));
+  return reply;
 }
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(

@@ -61,6 +61,10 @@ class PendingTensors {
   // Copies the next chunk into place (chunks in order, as the protocol
   // sends them). INVALID_ARGUMENT for a chunk that does not fit.
   absl::Status AddChunk(const v1::TensorChunk& chunk);
+  // The assembler that chunks go into (created on first use), for
+  // transports that read chunk bytes themselves (common/tensor_wire.h).
+  // Its errors are INVALID_ARGUMENT without a reason; AddChunk adds one.
+  absl::StatusOr<TensorSetAssembler*> Assembler();
   // Copies whole tensors, one span per tensor of the header.
   // INVALID_ARGUMENT for a count or size that does not match.
   absl::Status CopyFrom(absl::Span<const absl::Span<const float>> values);
@@ -74,7 +78,9 @@ class PendingTensors {
 
   // Sizes the buffers for the call's tensors; INVALID_ARGUMENT for a header
   // whose sizes cannot be computed.
-  static absl::StatusOr<PendingTensors> ForCall(CallHeader call);
+  // `job`, when given, lends its reusable update buffers.
+  static absl::StatusOr<PendingTensors> ForCall(CallHeader call,
+                                                Job* job = nullptr);
   // The tensors' header inside the call's header.
   const v1::TensorSetHeader& tensors() const;
   // OK once every tensor arrived in full (by chunks or CopyFrom).

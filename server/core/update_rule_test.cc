@@ -223,6 +223,33 @@ TEST(UpdateRuleTest, FirstNonFiniteFindsNanAndInf) {
   EXPECT_EQ(FirstNonFinite(values), 0);
 }
 
+// Every position of a tensor (the scan's unrolled body and its tail), each
+// kind of non-finite value, and the extreme finite ones, against
+// std::isfinite.
+TEST(UpdateRuleTest, FirstNonFiniteAtEveryPosition) {
+  const float specials[] = {std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::nanf(""), -std::nanf("1")};
+  const float finite[] = {std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min(), -0.0f};
+  for (size_t n : {size_t{1}, size_t{3}, size_t{64}, size_t{65}, size_t{130}}) {
+    for (size_t at = 0; at < n; ++at) {
+      for (float bad : specials) {
+        Floats values = {std::vector<float>(n, 1.0f), std::vector<float>(n, 1.0f)};
+        values[1][at] = bad;
+        EXPECT_FALSE(std::isfinite(values[1][at]));
+        EXPECT_EQ(FirstNonFinite(values), 1) << n << " " << at << " " << bad;
+      }
+      for (float good : finite) {
+        Floats values = {std::vector<float>(n, 1.0f)};
+        values[0][at] = good;
+        EXPECT_EQ(FirstNonFinite(values), -1) << n << " " << at << " " << good;
+      }
+    }
+  }
+}
+
 TEST(UpdateRuleTest, InitialWeightsAreChecked) {
   const v1::TensorSetHeader header =
       MakeFloat32Header(0, {"w", "b"}, {{7}, {3}});
