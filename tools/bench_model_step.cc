@@ -11,6 +11,9 @@
 //   zoo:    the built-in model (worker/model.h: generated TorchScript) under
 //           the simple graph executor the worker uses (UseSimpleGraphExecutor);
 // both with identical weights, timed interleaved in rounds after a warm-up.
+// The eager CNN keeps LibTorch's default NCHW activations; the zoo's runs
+// them channels-last on the CPU (worker/model.cc, BuildCnn), so the cnn
+// ratio includes what that layout buys (issue 14: about 1.2-1.4x).
 // Prints ms per step and zoo/eager throughput ratios; --json prints one JSON
 // object with the same figures.
 #include <algorithm>

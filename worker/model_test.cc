@@ -222,6 +222,53 @@ TEST(ModelBuildTest, BackwardReachesEveryParameter) {
   }
 }
 
+// The CNN runs its activations channels-last on the CPU (model.cc,
+// BuildCnn): outputs and every gradient still equal those of the same
+// layers in NCHW, computed in double precision by eager LibTorch calls.
+TEST(ModelBuildTest, CnnMatchesDoublePrecisionNchwReference) {
+  for (const int64_t channels_in : {int64_t{1}, int64_t{3}}) {
+    SCOPED_TRACE(absl::StrCat(channels_in, " input channel(s)"));
+    ModelSpec spec = Spec("cnn");
+    spec.add_channels(4);
+    spec.add_channels(6);
+    spec.set_dense(16);
+    Model model = MustBuild(spec, {channels_in, 12, 12}, 5);
+    model.SetTraining(true);
+    const torch::Tensor x = torch::rand({7, channels_in, 12, 12});
+    const torch::Tensor out = model.Forward(x);
+    out.square().sum().backward();
+
+    // conv1.weight, conv1.bias, conv2.weight, conv2.bias, fc.weight,
+    // fc.bias, out.weight, out.bias.
+    std::vector<torch::Tensor> p;
+    for (const torch::Tensor& t : model.parameters()) {
+      p.push_back(t.detach().to(torch::kDouble).requires_grad_(true));
+    }
+    ASSERT_EQ(p.size(), 8u);
+    namespace F = torch::nn::functional;
+    torch::Tensor h = x.to(torch::kDouble);
+    for (int layer = 0; layer < 2; ++layer) {
+      h = torch::conv2d(h, p[2 * layer], p[2 * layer + 1], 1, 1);
+      h = torch::max_pool2d(torch::relu(h), 2);
+    }
+    h = torch::relu(torch::linear(h.flatten(1), p[4], p[5]));
+    const torch::Tensor reference = torch::linear(h, p[6], p[7]);
+    reference.square().sum().backward();
+
+    EXPECT_TRUE(torch::allclose(out.to(torch::kDouble), reference, 1e-5, 1e-6));
+    const std::vector<std::string> names = model.state_names();
+    for (size_t i = 0; i < p.size(); ++i) {
+      const torch::Tensor grad = model.parameters()[i].grad();
+      ASSERT_TRUE(grad.defined()) << names[i];
+      // The exchange reads gradients as the parameters' NCHW memory.
+      EXPECT_TRUE(grad.is_contiguous()) << names[i];
+      EXPECT_TRUE(torch::allclose(grad.to(torch::kDouble), p[i].grad(), 1e-4, 1e-5))
+          << names[i] << ": max difference "
+          << (grad.to(torch::kDouble) - p[i].grad()).abs().max().item<double>();
+    }
+  }
+}
+
 TEST(ModelBuildTest, RefusesBadSpecsAndHugeModels) {
   EXPECT_THAT(Model::Build(Spec("resnet"), {4}, 2).status().message(),
               HasSubstr("unknown model 'resnet'"));

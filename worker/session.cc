@@ -34,9 +34,20 @@
 namespace mpilearn::worker {
 namespace {
 
-// Debian's LibTorch does its matrix products in OpenBLAS, which starts one
-// thread per core in every rank unless told otherwise.
-void SetBlasThreads(int threads) {
+// Every pool of compute threads a rank's LibTorch may start, sized to
+// `threads`, so the ranks of a node never oversubscribe its cores: ATen's
+// intra-op threads (OpenMP, which oneDNN's convolutions use too), the
+// inter-op pool (TorchScript fork, at::launch; one per core by default,
+// and settable only once per process, before any inter-op work), and
+// OpenBLAS (Debian's LibTorch does its matrix products there; the pthread
+// build starts one thread per core unless told otherwise).
+void SetComputeThreads(int threads) {
+  torch::set_num_threads(threads);
+  try {
+    at::set_num_interop_threads(threads);
+  } catch (const c10::Error&) {
+    // Already set (or started) in this process: keep what it has.
+  }
   using SetThreads = void (*)(int);
   if (auto fn = reinterpret_cast<SetThreads>(
           dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
@@ -132,8 +143,7 @@ int GroupSession::Run(int* argc, char*** argv) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     threads_ = std::max(1, cores / std::max(1, mpi_ ? mpi_->local_size() : 1));
   }
-  torch::set_num_threads(threads_);
-  SetBlasThreads(threads_);
+  SetComputeThreads(threads_);
   // TorchScript without the profiling executor's slow first iterations.
   UseSimpleGraphExecutor();
 
@@ -457,6 +467,8 @@ GroupSession::JobEnd GroupSession::TrainJob(
   // on from the master's weights; every rank sees the same status, so the
   // whole group does this together.
   const TrainingData splits = std::move(data).value();
+  // The job's wire precision for pushes and pulls (JobSpec.exchange).
+  master.UseWireFormat(registration.spec().exchange());
   absl::StatusOr<TrainResult> result;
   // Whether a failure left every rank together (see Trainer::failed_together).
   bool together = true;
