@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared set-up of the benchmark scripts (sourced by tools/bench_*.sh, not
 # run): finds the binaries in the Bazel runfiles (or next to the sources),
 # checks for the data, makes a work directory, and on exit ends every process
