@@ -92,6 +92,14 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &server->port_);
   if (!options.listen_unix.empty()) {
+    // sun_path holds 108 bytes with the terminating NUL.
+    constexpr size_t kMaxSocketPath = 107;
+    if (options.listen_unix.size() > kMaxSocketPath) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen_unix: the socket path is ", options.listen_unix.size(),
+          " bytes; Unix sockets take at most ", kMaxSocketPath,
+          ": choose a shorter path, e.g. /run/mpilearn.sock"));
+    }
     // A socket file left by a previous master would make the bind fail.
     struct stat st;
     if (::stat(options.listen_unix.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {

@@ -6,9 +6,13 @@
 // samples, so 0.75 leaves room for run-to-run variation while any broken
 // piece (gradients not applied, weights not returned, ranks training on the
 // same shard, a wrong average) stays far below it.
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
 
 #include "common/master_client.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
 
@@ -78,6 +82,55 @@ TEST_P(TrainingTest, TwoRanksTrainWellAboveChance) {
       ReadFileOrDie(dir + "/jobs/" + *job_id + "/history.json");
   EXPECT_NE(history.find("JOB_STATE_COMPLETED"), std::string::npos);
   EXPECT_FALSE(ReadFileOrDie(dir + "/jobs/" + *job_id + "/weights.pb").empty());
+}
+
+// The exchange's other paths end to end: the group reaches the master over
+// its Unix socket (--listen_unix, --master unix:PATH) and pushes and pulls in
+// bf16 with error feedback. It must train as well as the fp32 runs above,
+// and every push must be applied exactly once (numbered pushes: none lost,
+// none applied twice).
+TEST(TrainingWireTest, Bf16OverUnixSocketTrainsWell) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  const std::string dir = NewTempDir("training_bf16_unix");
+  // A socket path must fit sun_path (108 bytes); the test's temporary
+  // directory may not.
+  const std::string socket =
+      absl::StrCat("/tmp/mpilearn-test-", getpid(), ".sock");
+  auto master = MasterProcess::Start(dir, {"--listen_unix=" + socket});
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto client = MasterClient::Connect("unix:" + socket);
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::JobSpec spec = FashionMnistSubset("downpour", kTrainLimit, kEpochs);
+  spec.mutable_exchange()->set_update_dtype(v1::DTYPE_BFLOAT16);
+  spec.mutable_exchange()->set_weights_dtype(v1::DTYPE_BFLOAT16);
+  auto job_id = (*client)->SubmitJob(spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  auto workers = StartWorkers(2, "unix:" + socket,
+                              {"--job_id=" + *job_id, "--threads=1"},
+                              dir + "/workers.log");
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  const std::optional<int> exit_code = (*workers)->Wait(absl::Seconds(300));
+  ASSERT_TRUE(exit_code.has_value()) << "workers did not finish in 300 s:\n"
+                                     << (*workers)->Log();
+  ASSERT_EQ(*exit_code, 0) << (*workers)->Log();
+  auto status = (*client)->GetJobStatus(*job_id);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::JOB_STATE_COMPLETED) << status->message();
+  EXPECT_EQ(status->spec().exchange().update_dtype(), v1::DTYPE_BFLOAT16);
+  ASSERT_TRUE(status->has_test_accuracy());
+  EXPECT_GE(status->test_accuracy(), kMinAccuracy);
+  const int64_t train = kTrainLimit - 2000;
+  int64_t steps_per_rank = 0;
+  for (int64_t begin = 0; begin < train; begin += 2048) {
+    const int64_t unit = std::min<int64_t>(2048, train - begin);
+    steps_per_rank += ((unit + 1) / 2 + kBatch - 1) / kBatch;
+  }
+  EXPECT_EQ(status->updates_applied(),
+            static_cast<uint64_t>(2 * steps_per_rank * kEpochs));
+  (*master)->process().Stop();
+  std::remove(socket.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, TrainingTest,
