@@ -14,14 +14,6 @@
 namespace mpilearn {
 namespace {
 
-std::vector<absl::Span<const char>> ByteViews(
-    absl::Span<const absl::Span<const float>> values) {
-  std::vector<absl::Span<const char>> bytes;
-  bytes.reserve(values.size());
-  for (const auto& v : values) bytes.push_back(AsBytes(v));
-  return bytes;
-}
-
 // Sends header-then-chunks messages of type Request through `writer`.
 template <typename Request, typename Writer, typename SetHeader>
 absl::Status WriteTensorStream(Writer& writer, SetHeader set_header,
@@ -32,7 +24,7 @@ absl::Status WriteTensorStream(Writer& writer, SetHeader set_header,
     return absl::UnavailableError("master closed the stream");
   }
   request.Clear();
-  return ForEachChunk(ByteViews(values), kDefaultChunkBytes,
+  return ForEachChunk(values, v1::DTYPE_FLOAT32, kDefaultChunkBytes,
                       [&](v1::TensorChunk& chunk) -> absl::Status {
                         request.mutable_chunk()->Swap(&chunk);
                         if (!writer.Write(request)) {
@@ -60,14 +52,10 @@ absl::StatusOr<uint64_t> ReadRawWeights(
       TensorSetAssembler assembler,
       TensorSetAssembler::Create(
           header, std::vector<absl::Span<float>>(weights.begin(), weights.end())));
-  v1::TensorSetHeader unexpected;
   while (reader.Read(&message)) {
-    absl::StatusOr<TensorPart> part =
-        ReadTensorPart(message, &unexpected, &assembler, "weight stream");
-    if (!part.ok()) return absl::InternalError(part.status().message());
-    if (*part != TensorPart::kChunk) {
-      return absl::InternalError("weight stream: expected chunks after header");
-    }
+    absl::Status read =
+        ReadTensorPart(message, nullptr, &assembler, "weight stream").status();
+    if (!read.ok()) return absl::InternalError(read.message());
   }
   // The stream's final status is checked by the caller (Finish); an error
   // there explains a short stream better than "incomplete".
@@ -78,6 +66,12 @@ absl::StatusOr<uint64_t> ReadRawWeights(
 
 bool IsReduced(v1::DType dtype) {
   return dtype == v1::DTYPE_BFLOAT16 || dtype == v1::DTYPE_FLOAT16;
+}
+
+// The wire dtype for a JobSpec.exchange setting: a reduced one as given,
+// anything else fp32.
+v1::DType WireDType(v1::DType setting) {
+  return IsReduced(setting) ? setting : v1::DTYPE_FLOAT32;
 }
 
 // Adds "master at <address>" context to transport errors.
@@ -198,13 +192,10 @@ absl::StatusOr<uint64_t> MasterClient::PushGradient(
     absl::Span<const absl::Span<const float>> gradient,
     absl::Span<const absl::Span<float>> weights) {
   v1::PushGradientRequest::Header header = header_in;
-  const v1::DType dtype = IsReduced(wire_.update_dtype()) ? wire_.update_dtype()
-                                                          : v1::DTYPE_FLOAT32;
+  const v1::DType dtype = WireDType(wire_.update_dtype());
   SetWireDType(header.mutable_gradient(), dtype);
   if (header.reply_dtype() == v1::DTYPE_UNSPECIFIED) {
-    header.set_reply_dtype(IsReduced(wire_.weights_dtype())
-                               ? wire_.weights_dtype()
-                               : v1::DTYPE_FLOAT32);
+    header.set_reply_dtype(WireDType(wire_.weights_dtype()));
   }
   if (header.sequence() == 0) header.set_sequence(++push_sequence_);
   // Error feedback carries rounding error between gradients (and gem's
@@ -236,7 +227,7 @@ absl::StatusOr<uint64_t> MasterClient::PushGradient(
   }
   MPILEARN_RETURN_IF_ERROR(ForEachChunkMessage(
       gradient, dtype, kDefaultChunkBytes, nullptr,
-      [&](grpc::ByteBuffer& message) {
+      [&](grpc::ByteBuffer& message, size_t) {
         messages.push_back(std::move(message));
         return absl::OkStatus();
       },
@@ -270,8 +261,7 @@ absl::StatusOr<uint64_t> MasterClient::PullWeights(
   v1::PullWeightsRequest request;
   request.set_job_id(job_id);
   request.set_group_id(group_id);
-  request.set_dtype(IsReduced(wire_.weights_dtype()) ? wire_.weights_dtype()
-                                                     : v1::DTYPE_FLOAT32);
+  request.set_dtype(WireDType(wire_.weights_dtype()));
   return Retrying([&]() -> absl::StatusOr<uint64_t> {
     auto context = NewContext();
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
@@ -411,15 +401,11 @@ absl::StatusOr<bool> SnapshotStream::Next(
   MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler assembler,
                             TensorSetAssembler::Create(header->weights(), dest));
   // The header gives the size, so the snapshot ends after its last byte.
-  v1::SnapshotHeader unexpected;
-  while (!assembler.Finish().ok()) {
+  while (!assembler.complete()) {
     if (!reader_->Read(&message)) return ended();
-    absl::StatusOr<TensorPart> part =
-        ReadTensorPart(message, &unexpected, &assembler, "snapshot stream");
-    if (!part.ok()) return absl::InternalError(part.status().message());
-    if (*part != TensorPart::kChunk) {
-      return absl::InternalError("snapshot stream: expected chunks after the header");
-    }
+    absl::Status read =
+        ReadTensorPart(message, nullptr, &assembler, "snapshot stream").status();
+    if (!read.ok()) return absl::InternalError(read.message());
   }
   return true;
 }

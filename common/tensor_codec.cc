@@ -338,7 +338,7 @@ absl::Status TensorSetAssembler::Add(uint32_t tensor_index,
 }
 
 absl::Status TensorSetAssembler::Finish() const {
-  if (tensor_ < tensors_.size()) {
+  if (!complete()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "incomplete tensor set: tensor ", tensor_, " has ", received_, " of ",
         tensors_[tensor_].wire_bytes, " bytes (", tensors_.size() - tensor_,

@@ -131,7 +131,10 @@ class TensorSetAssembler {
   absl::Status Add(uint32_t tensor_index, uint64_t byte_offset,
                    absl::Span<const char> data);
 
-  // OK once every tensor has been received in full.
+  // Whether every tensor has been received in full.
+  bool complete() const { return tensor_ >= tensors_.size(); }
+
+  // OK once complete(); otherwise INVALID_ARGUMENT saying what is missing.
   absl::Status Finish() const;
 
  private:

@@ -261,7 +261,7 @@ absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
 absl::Status ForEachChunkMessage(
     absl::Span<const absl::Span<const float>> values, v1::DType dtype,
     size_t max_chunk_bytes, std::shared_ptr<const void> keep_alive,
-    const std::function<absl::Status(grpc::ByteBuffer&)>& emit,
+    const std::function<absl::Status(grpc::ByteBuffer&, size_t data_bytes)>& emit,
     absl::Span<const absl::Span<float>> residual) {
   MPILEARN_ASSIGN_OR_RETURN(const size_t element_bytes, DTypeSize(dtype));
   const bool feedback = !residual.empty() && dtype != v1::DTYPE_FLOAT32;
@@ -305,7 +305,7 @@ absl::Status ForEachChunkMessage(
         slices[1] = grpc::Slice(data, grpc::Slice::STEAL_REF);
       }
       grpc::ByteBuffer message(slices, 2);
-      MPILEARN_RETURN_IF_ERROR(emit(message));
+      MPILEARN_RETURN_IF_ERROR(emit(message, bytes));
     }
   }
   return absl::OkStatus();
@@ -334,6 +334,10 @@ absl::StatusOr<TensorPart> ReadTensorPart(const grpc::ByteBuffer& buffer,
         return Malformed(what, "truncated field");
       }
       if (field == kHeaderField) {
+        if (header == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": expected only chunks after the header"));
+        }
         std::string bytes;
         cursor.ReadString(length, &bytes);
         if (!header->ParseFromString(bytes)) {

@@ -53,7 +53,8 @@ absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
 // in field 2, passed to `emit` in order. `keep_alive`, when given, owns the
 // memory `values` point into: fp32 chunks then reference that memory (no
 // copy), holding a reference to it until gRPC is done with the bytes.
-// Without it every chunk is a copy. `residual`, when given (one span per
+// Without it every chunk is a copy. `emit` also gets the chunk's data bytes
+// (the tensor bytes it carries, without the message's framing). `residual`, when given (one span per
 // tensor, sized as `values`), turns on error feedback for a reduced dtype:
 // each value is sent as value + residual and the residual becomes what
 // rounding lost (EncodeFloatsWithFeedback). Stops at the first error of
@@ -61,15 +62,17 @@ absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
 absl::Status ForEachChunkMessage(
     absl::Span<const absl::Span<const float>> values, v1::DType dtype,
     size_t max_chunk_bytes, std::shared_ptr<const void> keep_alive,
-    const std::function<absl::Status(grpc::ByteBuffer&)>& emit,
+    const std::function<absl::Status(grpc::ByteBuffer&, size_t data_bytes)>& emit,
     absl::Span<const absl::Span<float>> residual = {});
 
 // What one received stream message held.
 enum class TensorPart { kHeader, kChunk };
 
 // Reads one stream message: a header (field 1) is parsed into `header`; a
-// chunk's bytes go into `assembler` (which must exist by then: a chunk
-// before the header is INVALID_ARGUMENT). Errors name `what` (the RPC).
+// chunk's bytes go into `assembler`. Pass a null `assembler` before the
+// header has arrived (a chunk is then INVALID_ARGUMENT: the stream must
+// start with a header) and a null `header` after it (a second header is
+// INVALID_ARGUMENT: only chunks may follow). Errors name `what` (the RPC).
 absl::StatusOr<TensorPart> ReadTensorPart(const grpc::ByteBuffer& buffer,
                                           google::protobuf::MessageLite* header,
                                           TensorSetAssembler* assembler,

@@ -83,11 +83,12 @@ TEST(TensorWireTest, ChunkMessagesAreValidProtobuf) {
     int messages = 0;
     ASSERT_TRUE(ForEachChunkMessage(
                     Views(tensors), v1::DTYPE_FLOAT32, 1024, keep_alive,
-                    [&](grpc::ByteBuffer& buffer) -> absl::Status {
+                    [&](grpc::ByteBuffer& buffer, size_t data_bytes) -> absl::Status {
                       v1::WeightsPart part;
                       EXPECT_TRUE(part.ParseFromString(Flatten(buffer)));
                       EXPECT_TRUE(part.has_chunk());
                       const v1::TensorChunk& chunk = part.chunk();
+                      EXPECT_EQ(data_bytes, chunk.data().size());
                       EXPECT_LE(chunk.data().size(), 1024u);
                       EXPECT_EQ(chunk.byte_offset() % 4, 0u);
                       std::memcpy(reinterpret_cast<char*>(
@@ -178,7 +179,7 @@ TEST(TensorWireTest, ReducedPrecisionRoundTrip) {
     ASSERT_TRUE(assembler.ok()) << assembler.status();
     v1::TensorSetHeader unused;
     ASSERT_TRUE(ForEachChunkMessage(Views(tensors), dtype, 999, nullptr,
-                                    [&](grpc::ByteBuffer& buffer) {
+                                    [&](grpc::ByteBuffer& buffer, size_t) {
                                       // Odd cuts split 2-byte elements.
                                       const std::string m = Flatten(buffer);
                                       return ReadTensorPart(
@@ -254,6 +255,14 @@ TEST(TensorWireTest, MalformedMessagesAreInvalidArgument) {
   // A chunk before any header.
   auto early = ReadTensorPart(Resliced(good, {}), &header, nullptr, "PushGradient");
   EXPECT_EQ(early.status().code(), absl::StatusCode::kInvalidArgument);
+  // A header where only chunks may follow.
+  v1::WeightsPart second;
+  *second.mutable_header() = HeaderFor({2}, v1::DTYPE_FLOAT32);
+  auto again = ReadTensorPart(Resliced(second.SerializeAsString(), {}), nullptr,
+                              &*assembler, "PushGradient");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(again.status().message().find("expected only chunks"),
+            std::string::npos);
   // An empty message.
   auto empty = ReadTensorPart(Resliced("", {}), &header, &*assembler, "x");
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);

@@ -34,24 +34,15 @@ absl::Status ReceiveChunks(Reader& reader, absl::string_view rpc,
 }
 
 // The raw twin of ReceiveChunks: chunk bytes go from gRPC's buffers into
-// the pending tensors. `Header` is the stream's header type (a second
-// header is refused).
-template <typename Header>
+// the pending tensors (a second header is refused).
 absl::Status ReceiveRawChunks(MasterServiceImpl::RawStream& stream,
                               absl::string_view rpc, PendingTensors& pending) {
   MPILEARN_ASSIGN_OR_RETURN(TensorSetAssembler * assembler, pending.Assembler());
   grpc::ByteBuffer message;
-  Header unexpected;
   while (stream.Read(&message)) {
-    absl::StatusOr<TensorPart> part =
-        ReadTensorPart(message, &unexpected, assembler, rpc);
-    if (!part.ok()) {
-      return WithReason(part.status(), v1::ERROR_REASON_INVALID_REQUEST);
-    }
-    if (*part != TensorPart::kChunk) {
-      return InvalidRequestError(
-          absl::StrCat(rpc, ": expected only chunks after the header"));
-    }
+    MPILEARN_RETURN_IF_ERROR(
+        WithReason(ReadTensorPart(message, nullptr, assembler, rpc).status(),
+                   v1::ERROR_REASON_INVALID_REQUEST));
   }
   return absl::OkStatus();
 }
@@ -61,11 +52,9 @@ absl::StatusOr<v1::DType> ReplyDType(v1::DType requested) {
   if (requested == v1::DTYPE_UNSPECIFIED) return v1::DTYPE_FLOAT32;
   absl::Status supported = DTypeSize(requested).status();
   if (!supported.ok()) {
-    return WithReason(
-        absl::InvalidArgumentError(absl::StrCat(
-            "reply dtype: ", supported.message(),
-            " (DTYPE_FLOAT32, DTYPE_BFLOAT16 or DTYPE_FLOAT16)")),
-        v1::ERROR_REASON_INVALID_REQUEST);
+    return WithReason(absl::InvalidArgumentError(
+                          absl::StrCat("reply dtype: ", supported.message())),
+                      v1::ERROR_REASON_INVALID_REQUEST);
   }
   return requested;
 }
@@ -89,13 +78,12 @@ absl::Status SendRawWeights(const Part& first,
   for (const std::vector<float>& v : weights->values) values.push_back(v);
   return ForEachChunkMessage(
       values, dtype, kDefaultChunkBytes, weights,
-      [&](grpc::ByteBuffer& message) -> absl::Status {
-        const size_t bytes = message.Length();
+      [&](grpc::ByteBuffer& message, size_t data_bytes) -> absl::Status {
         if (!stream.Write(message)) {
           return absl::UnavailableError(
               "client went away while receiving weights");
         }
-        *sent += bytes;
+        *sent += data_bytes;
         return absl::OkStatus();
       });
 }
@@ -213,8 +201,7 @@ grpc::Status MasterServiceImpl::PushGradientRaw(grpc::ServerContext*,
     MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending, core_.BeginPush(header));
     const std::string job_id = pending.job_id();
     TraceSpan receive(trace_, "receive", "master");
-    MPILEARN_RETURN_IF_ERROR(ReceiveRawChunks<v1::PushGradientRequest::Header>(
-        *stream, "PushGradient", pending));
+    MPILEARN_RETURN_IF_ERROR(ReceiveRawChunks(*stream, "PushGradient", pending));
     receive.Arg("bytes", static_cast<int64_t>(pending.bytes()));
     receive.End();
     if (metrics_ != nullptr) metrics_->AddReceivedBytes(job_id, pending.bytes());

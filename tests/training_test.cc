@@ -24,6 +24,18 @@ constexpr int64_t kTrainLimit = 12000;  // 10,000 train + 2,000 validation
 constexpr int kEpochs = 2;
 constexpr int kBatch = 32;
 
+// Steps each of two ranks trains per epoch of `train` samples: the master
+// hands out units of data_unit_size (default 2048) samples, and each rank
+// trains its half of a unit in ceil(half / batch) steps.
+int64_t StepsPerRank(int64_t train) {
+  int64_t steps = 0;
+  for (int64_t begin = 0; begin < train; begin += 2048) {
+    const int64_t unit = std::min<int64_t>(2048, train - begin);
+    steps += ((unit + 1) / 2 + kBatch - 1) / kBatch;
+  }
+  return steps;
+}
+
 class TrainingTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainingTest, TwoRanksTrainWellAboveChance) {
@@ -64,13 +76,7 @@ TEST_P(TrainingTest, TwoRanksTrainWellAboveChance) {
   EXPECT_EQ(status->samples_trained(), static_cast<uint64_t>(train * kEpochs));
   // Downpour: each rank pushes each of its batches; sync: the leader pushes
   // one averaged gradient per step.
-  // The master hands out units of data_unit_size (default 2048) samples;
-  // each rank trains its half of a unit in ceil(half / batch) steps.
-  int64_t steps_per_rank = 0;
-  for (int64_t begin = 0; begin < train; begin += 2048) {
-    const int64_t unit = std::min<int64_t>(2048, train - begin);
-    steps_per_rank += ((unit + 1) / 2 + kBatch - 1) / kBatch;
-  }
+  const int64_t steps_per_rank = StepsPerRank(train);
   const int64_t expected_updates =
       (algorithm == "downpour" ? 2 : 1) * steps_per_rank * kEpochs;
   EXPECT_EQ(status->updates_applied(), static_cast<uint64_t>(expected_updates));
@@ -122,11 +128,7 @@ TEST(TrainingWireTest, Bf16OverUnixSocketTrainsWell) {
   ASSERT_TRUE(status->has_test_accuracy());
   EXPECT_GE(status->test_accuracy(), kMinAccuracy);
   const int64_t train = kTrainLimit - 2000;
-  int64_t steps_per_rank = 0;
-  for (int64_t begin = 0; begin < train; begin += 2048) {
-    const int64_t unit = std::min<int64_t>(2048, train - begin);
-    steps_per_rank += ((unit + 1) / 2 + kBatch - 1) / kBatch;
-  }
+  const int64_t steps_per_rank = StepsPerRank(train);
   EXPECT_EQ(status->updates_applied(),
             static_cast<uint64_t>(2 * steps_per_rank * kEpochs));
   (*master)->process().Stop();

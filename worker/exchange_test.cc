@@ -395,6 +395,31 @@ TEST(SyncExchangeTest, LeaderFailureReachesEveryRankWithItsReason) {
 // ---------------------------------------------------------------------------
 // GEM's scaling, on a hand-made gradient and centre movement.
 
+// One rank whose model is a single parameter tensor `p`, starting at `w0`
+// like the FakeMaster's centre.
+struct SingleParameterRig {
+  explicit SingleParameterRig(const std::vector<float>& w0)
+      : master(MasterRules()),
+        context(group.rank(0), master, "job-1", "group-1", nullptr),
+        p(torch::tensor(w0).requires_grad_()) {
+    master.SetWeights({w0});
+    AttachParameters(context, {p}, {"p"}, 1);
+  }
+
+  // Another rank moved the master's centre to `centre`, and this rank's
+  // weights hold it (as the next push's reply would bring it).
+  void MoveCentre(const std::vector<float>& centre) {
+    master.SetWeights({centre});
+    torch::NoGradGuard no_grad;
+    std::copy(centre.begin(), centre.end(), p.data_ptr<float>());
+  }
+
+  FakeGroup group{1};
+  FakeMaster master;
+  ExchangeContext context;
+  torch::Tensor p;
+};
+
 TEST(GemExchangeTest, ScalesTheUpdateByEnergyMatching) {
   const double lr = 0.1, momentum = 0.9, kappa = 1.0;
   v1::JobSpec spec = SpecFor("gem");
@@ -411,13 +436,10 @@ TEST(GemExchangeTest, ScalesTheUpdateByEnergyMatching) {
   const std::vector<float> moved = {0, 0.05f, 1.0f, 0.02f, 0, 0.01f};
   const double n1 = 2, n2 = 4;
 
-  FakeGroup group(1);
-  FakeMaster master(MasterRules());
-  master.SetWeights({w0});
-  ExchangeContext context(group.rank(0), master, "job-1", "group-1", nullptr);
-  torch::Tensor p = torch::tensor(w0).requires_grad_();
-  AttachParameters(context, {p}, {"p"}, 1);
-  auto exchange = MakeExchange(spec, context);
+  SingleParameterRig rig(w0);
+  FakeMaster& master = rig.master;
+  torch::Tensor& p = rig.p;
+  auto exchange = MakeExchange(spec, rig.context);
   ASSERT_TRUE(exchange.ok());
   ASSERT_TRUE((*exchange)->Start().ok());
 
@@ -427,11 +449,7 @@ TEST(GemExchangeTest, ScalesTheUpdateByEnergyMatching) {
   // brings w1 = w0 + moved.
   std::vector<float> w1(w0.size());
   for (size_t k = 0; k < w0.size(); ++k) w1[k] = w0[k] + moved[k];
-  {
-    torch::NoGradGuard no_grad;
-    std::copy(w1.begin(), w1.end(), p.data_ptr<float>());
-  }
-  master.SetWeights({w1});
+  rig.MoveCentre(w1);
   // Window 2 in two batches: the gradients add up.
   std::vector<float> half(g2.size());
   for (size_t k = 0; k < g2.size(); ++k) half[k] = g2[k] / 2;
@@ -506,13 +524,10 @@ TEST(GemExchangeTest, MatchesTheCollectiveMovementOverExchanges) {
       {0.0f, 0.0f, 0.0f, 0.0f}};
   const double samples = 2;
 
-  FakeGroup group(1);
-  FakeMaster master(MasterRules());
-  master.SetWeights({w0});
-  ExchangeContext context(group.rank(0), master, "job-1", "group-1", nullptr);
-  torch::Tensor p = torch::tensor(w0).requires_grad_();
-  AttachParameters(context, {p}, {"p"}, 1);
-  auto exchange = MakeExchange(spec, context);
+  SingleParameterRig rig(w0);
+  FakeMaster& master = rig.master;
+  torch::Tensor& p = rig.p;
+  auto exchange = MakeExchange(spec, rig.context);
   ASSERT_TRUE(exchange.ok());
   ASSERT_TRUE((*exchange)->Start().ok());
 
@@ -541,9 +556,7 @@ TEST(GemExchangeTest, MatchesTheCollectiveMovementOverExchanges) {
     // its next reply (set directly here).
     std::vector<float> moved_centre = master.weights()[0];
     for (size_t k = 0; k < n; ++k) moved_centre[k] += others[t][k];
-    master.SetWeights({moved_centre});
-    torch::NoGradGuard no_grad;
-    std::copy(moved_centre.begin(), moved_centre.end(), p.data_ptr<float>());
+    rig.MoveCentre(moved_centre);
   }
 
   const std::vector<FakeMaster::Push> pushes = master.pushes();

@@ -55,8 +55,6 @@ class GroupTable {
     // (PushGradientRequest.Header.sequence): a push numbered at or below
     // it is a retry or a late duplicate and is not applied again.
     std::map<int, uint64_t> last_sequence;
-    // Pushes not applied for that reason.
-    uint64_t duplicates = 0;
     // As the group last reported it (NextDataUnit, Heartbeat).
     std::optional<v1::GroupTelemetry> telemetry;
 

@@ -130,7 +130,6 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
       // Applied already (a retry after a lost reply) or overtaken by a
       // newer push of the same rank: the current weights, not applied.
       group->last_seen = now;
-      ++group->duplicates;
       if (applied != nullptr) *applied = UnappliedLocked();
       return std::shared_ptr<const WeightsSnapshot>(weights_);
     }
@@ -191,7 +190,7 @@ void Job::CopyOnWriteLocked() {
   constexpr size_t kMaxSpareSnapshots = 4;
   std::shared_ptr<WeightsSnapshot> copy;
   for (std::shared_ptr<WeightsSnapshot>& spare : spare_snapshots_) {
-    if (spare.use_count() == 1 && spare != weights_) {
+    if (spare.use_count() == 1) {
       copy = spare;
       break;
     }

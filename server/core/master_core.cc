@@ -14,17 +14,11 @@ namespace mpilearn::server {
 absl::StatusOr<PendingTensors> PendingTensors::ForCall(CallHeader call,
                                                       Job* job) {
   PendingTensors pending(std::move(call));
-  const v1::TensorSetHeader& tensors = pending.tensors();
   MPILEARN_ASSIGN_OR_RETURN(std::vector<size_t> sizes,
-                            TensorSetAssembler::ByteSizes(tensors));
-  std::vector<int64_t> counts;
-  counts.reserve(sizes.size());
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    // ByteSizes checked the dtype and the shape.
-    counts.push_back(static_cast<int64_t>(
-        sizes[t] / *DTypeSize(tensors.tensors(static_cast<int>(t)).dtype())));
-    pending.bytes_ += sizes[t];
-  }
+                            TensorSetAssembler::ByteSizes(pending.tensors()));
+  MPILEARN_ASSIGN_OR_RETURN(std::vector<int64_t> counts,
+                            TensorSetAssembler::ElementCounts(pending.tensors()));
+  for (size_t bytes : sizes) pending.bytes_ += bytes;
   if (job != nullptr) {
     pending.values_ = job->TakeUpdateBuffers(counts);
   } else {

@@ -105,6 +105,21 @@ struct EventDestroy {
 using Stream = std::unique_ptr<CUstream_st, StreamDestroy>;
 using Event = std::unique_ptr<CUevent_st, EventDestroy>;
 
+// A non-blocking stream on the current device.
+absl::StatusOr<Stream> NewStream() {
+  cudaStream_t stream = nullptr;
+  MPILEARN_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+      "cudaStreamCreate");
+  return Stream(stream);
+}
+
+// Copies of `bytes` to time for a bandwidth figure: about 1 GiB in all,
+// and at least a few.
+int CopyTimingIterations(size_t bytes) {
+  return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 1000));
+}
+
 // Copies flat elements [begin, end) of the concatenation of `tensors`
 // (tensor i starting at offsets[i]) to or from `flat`.
 template <typename T>
@@ -391,11 +406,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(
       "cudaDeviceGetAttribute");
   impl->max_blocks = std::max(1, sms * kBlocksPerSm);
 
-  cudaStream_t stream = nullptr;
-  MPILEARN_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-      "cudaStreamCreate");
-  impl->stream.reset(stream);
+  MPILEARN_ASSIGN_OR_RETURN(impl->stream, NewStream());
   impl->chunks = (impl->total + impl->chunk - 1) / impl->chunk;
   impl->copy_threads = std::max<size_t>(
       1, std::min({impl->chunks, kMaxCopyThreads,
@@ -604,14 +615,8 @@ absl::StatusOr<double> CudaEngine::MeasureCopyBandwidthGBps(size_t bytes,
   MPILEARN_ASSIGN_OR_RETURN(DeviceFloats src, AllocateDevice(floats));
   MPILEARN_ASSIGN_OR_RETURN(DeviceFloats dst, AllocateDevice(floats));
   MPILEARN_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0, bytes), "cudaMemset");
-  cudaStream_t raw_stream = nullptr;
-  MPILEARN_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking),
-      "cudaStreamCreate");
-  const Stream stream(raw_stream);
-  // About 1 GiB copied in all, and at least a few copies.
-  const int iterations =
-      static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 1000));
+  MPILEARN_ASSIGN_OR_RETURN(const Stream stream, NewStream());
+  const int iterations = CopyTimingIterations(bytes);
   float milliseconds = 0;
   MPILEARN_CUDA_RETURN_IF_ERROR(
       cuda::TimeCopies(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice,
@@ -633,14 +638,8 @@ CudaEngine::MeasureHostTransferGBps(size_t bytes, int device) {
   MPILEARN_ASSIGN_OR_RETURN(DeviceFloats on_device, AllocateDevice(floats));
   MPILEARN_ASSIGN_OR_RETURN(PinnedFloats on_host, AllocatePinned(floats));
   std::memset(on_host.get(), 0, bytes);
-  cudaStream_t raw_stream = nullptr;
-  MPILEARN_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking),
-      "cudaStreamCreate");
-  const Stream stream(raw_stream);
-  // About 1 GiB each way, and at least a few copies.
-  const int iterations =
-      static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 1000));
+  MPILEARN_ASSIGN_OR_RETURN(const Stream stream, NewStream());
+  const int iterations = CopyTimingIterations(bytes);  // each way
   HostTransferGBps result;
   for (const bool to_device : {true, false}) {
     float milliseconds = 0;
