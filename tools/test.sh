@@ -3,12 +3,15 @@
 # whole test suite: unit tests beside the code and the integration tests in
 # tests/ (real master on loopback, real mpirun groups). Then checks locking:
 # tools/check_thread_safety.sh builds the same targets with clang-14 and
-# -Wthread-safety (in its own Bazel output base). The exit code is non-zero
-# when either fails; the last line is always the test count.
+# -Wthread-safety (in its own Bazel output base), and tools/fuzz.sh runs
+# each libFuzzer target of tests/fuzz for a short while (clang-14, ASan,
+# UBSan, its own output base too). The exit code is non-zero when any of
+# them fails; the last line is always the test count.
 #
 #   tools/test.sh                 # everything
 #   tools/test.sh //common/...    # a subset (any bazel target patterns)
 #   MPILEARN_TSA=0 tools/test.sh  # skip the clang build (a quick local run)
+#   MPILEARN_FUZZ=0 tools/test.sh # skip the fuzz run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +35,14 @@ if [ "${MPILEARN_TSA:-1}" != 0 ]; then
 else
   echo "test.sh: thread-safety check skipped (MPILEARN_TSA=0)"
 fi
+fuzz_rc=0
+if [ "${MPILEARN_FUZZ:-1}" != 0 ] && [ $# -eq 0 ]; then
+  tools/fuzz.sh --seconds "${MPILEARN_FUZZ_SECONDS:-15}" || fuzz_rc=$?
+else
+  echo "test.sh: fuzz run skipped (MPILEARN_FUZZ=0 or a subset of targets)"
+fi
 [ "$rc" -ne 0 ] || rc=$tsa_rc
+[ "$rc" -ne 0 ] || rc=$fuzz_rc
 
 # One plain closing line, counted per test target.
 passed=$(grep -cE '^//.* PASSED in' "$log" || true)
