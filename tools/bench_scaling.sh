@@ -11,6 +11,7 @@
 #   bazel run -c opt //tools:bench_scaling -- [--json | --json_file FILE]
 #       [--models "mlp cnn"] [--train N] [--cnn_train N] [--epochs E]
 #       [--ranks "1 2"] [--algorithms "downpour sync easgd gem"] [--no_peer]
+#       [--seed S]
 #
 # Every configuration: Fashion-MNIST, the built-in model with its defaults,
 # batch 64 per rank, Adam at the default rate, one compute thread per
@@ -20,6 +21,12 @@
 # samples/s / the same model's local samples/s; wait = (master + MPI) share
 # of the ranks' summed step time. The peer (tools/bench_torch_peer.py) runs
 # under /usr/bin/python3 (Debian's python3-torch); --no_peer leaves it out.
+# Every run, the peer's included, uses the job seed S (default 1): the peer
+# draws the same initial weights and trains in the same sample order (the
+# epoch's permutation cut into the same data units), so the plain loop
+# computes what the local baseline does and DDP what `sync` does with as
+# many ranks, up to float rounding. Their test accuracies are a paired
+# comparison (accuracy_gaps); across seeds the MLP's moves by about a point.
 #
 # --json prints one object instead of the table (--json_file writes it to
 # FILE and prints the table too): "machine"; "results", the first model's
@@ -30,7 +37,10 @@
 # <algorithm>_<R>, torch_plain, ddp_<R>), best_2rank, ratios
 # (best_2rank_vs_local, best_2rank_vs_ddp, downpour_2_vs_ddp, sync_2_vs_ddp,
 # local_vs_torch_plain; null where a row is missing) and wait_share
-# (<algorithm>_2: master + MPI share of the 2 ranks' summed step time).
+# (<algorithm>_2: master + MPI share of the 2 ranks' summed step time),
+# accuracy_gaps (local_vs_torch_plain and sync_<R>_vs_ddp_<R>: our test
+# accuracy minus the peer's, same seed and order; null where a row is
+# missing).
 set -euo pipefail
 
 json=false
@@ -43,6 +53,9 @@ algorithms="downpour sync easgd gem"
 ranks_list="1 2"
 models="mlp cnn"
 peer=true
+seed=1
+# The spec's default data_unit_size, set in the spec and given to the peer.
+unit_size=2048
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=true ;;
@@ -54,11 +67,13 @@ while [ $# -gt 0 ]; do
     --ranks) ranks_list=$2; shift ;;
     --models) models=$2; shift ;;
     --no_peer) peer=false ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --seed) seed=$2; shift ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "bench_scaling: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+[[ "$seed" =~ ^[0-9]+$ ]] || { echo "bench_scaling: --seed takes an integer >= 0, got '$seed'" >&2; exit 2; }
 for model in $models; do
   case "$model" in
     mlp|cnn) ;;
@@ -96,7 +111,8 @@ spec() {  # spec MODEL ALGORITHM FILE
           "test_images": "$data/t10k-images-idx3-ubyte.gz",
           "test_labels": "$data/t10k-labels-idx1-ubyte.gz",
           "train_limit": $(($(samples_of "$1") + 2000)), "validation_count": 2000},
- "algorithm": "$2", "epochs": $epochs, "batch_size": 64, "seed": 1}
+ "algorithm": "$2", "epochs": $epochs, "batch_size": 64, "seed": $seed,
+ "data_unit_size": $unit_size}
 JSON
 }
 
@@ -136,7 +152,7 @@ run_peer() {  # run_peer MODEL RANKS
   mode=$([ "$ranks" -eq 1 ] && echo torch_plain || echo ddp)
   out=$("$python" "$peer_py" --model "$model" --train "$(samples_of "$model")" \
         --validation_count 2000 --ranks "$ranks" --epochs "$epochs" --batch 64 \
-        --lr 0.001 --seed 1 2>"$log") \
+        --lr 0.001 --seed "$seed" --data_unit_size "$unit_size" 2>"$log") \
     || { echo "bench_scaling: the PyTorch peer ($model, $mode, $ranks) failed:" >&2
          tail -5 "$log" >&2; exit 1; }
   summary["$model/$mode/$ranks"]=$out
@@ -182,6 +198,28 @@ ratio() {
 }
 or_null() { if [ -n "$1" ]; then echo "$1"; else echo null; fi; }
 joined() { local IFS=,; echo "$*"; }
+# acc_of KEY: test accuracy of summary[KEY], or empty when that run is missing.
+acc_of() { if [ -n "${summary[$1]:-}" ]; then field "${summary[$1]}" test_accuracy; fi; }
+# gap A B: A - B to 4 places, or null when either is missing.
+gap() {
+  if [ -n "$1" ] && [ -n "$2" ]; then
+    awk -v a="$1" -v b="$2" 'BEGIN{printf "%.4f", a - b}'
+  else
+    echo null
+  fi
+}
+# accuracy_gaps MODEL: the JSON members of MODEL's "accuracy_gaps" (ours
+# minus the peer's run of the same computation: local against the plain
+# loop, sync against DDP with as many ranks).
+accuracy_gaps() {
+  local ranks gaps=()
+  gaps+=("\"local_vs_torch_plain\": $(gap "$(acc_of "$1/local/1")" "$(acc_of "$1/torch_plain/1")")")
+  for ranks in $ranks_list; do
+    [ "$ranks" -gt 1 ] || continue
+    gaps+=("\"sync_${ranks}_vs_ddp_${ranks}\": $(gap "$(acc_of "$1/sync/$ranks")" "$(acc_of "$1/ddp/$ranks")")")
+  done
+  joined "${gaps[@]}"
+}
 
 # our_keys / peer_keys MODEL: the summary keys of MODEL's runs, in order.
 our_keys() {
@@ -253,8 +291,9 @@ model_json() {
     "$(joined "${results[@]}")" "$(joined "${peers[@]:+${peers[@]}}")" "$(joined "${rows[@]}")" "$best"
   printf '"ratios": {"best_2rank_vs_local": %s, "best_2rank_vs_ddp": %s, "downpour_2_vs_ddp": %s, ' \
     "$vs_local" "$vs_ddp" "$downpour_vs_ddp"
-  printf '"sync_2_vs_ddp": %s, "local_vs_torch_plain": %s}, "wait_share": {%s}}' \
+  printf '"sync_2_vs_ddp": %s, "local_vs_torch_plain": %s}, "wait_share": {%s}, ' \
     "$sync_vs_ddp" "$local_vs_torch" "$(joined "${waits[@]:+${waits[@]}}")"
+  printf '"accuracy_gaps": {%s}}' "$(accuracy_gaps "$model")"
 }
 
 print_json() {
@@ -300,6 +339,8 @@ print_table() {
     printf 'best 2-rank (%s) vs local %s, vs DDP %s; downpour 2 vs DDP %s; sync 2 vs DDP %s;' \
       "$best" "$vs_local" "$vs_ddp" "$downpour_vs_ddp" "$sync_vs_ddp"
     printf ' local vs PyTorch plain %s\n' "$local_vs_torch"
+    printf 'test accuracy, ours minus the peer (same seed, same order): %s\n' \
+      "$(accuracy_gaps "$model" | tr -d '"' | sed 's/,/, /g')"
   done
 }
 

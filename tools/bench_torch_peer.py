@@ -6,20 +6,32 @@ Run it with Debian's /usr/bin/python3 (python3-torch 1.13, CPU).
 
     /usr/bin/python3 tools/bench_torch_peer.py --model cnn --train 20000 \
         [--ranks 1|2] [--epochs 1] [--validation_count 2000] [--batch 64] \
-        [--lr 0.001] [--seed 1]
+        [--lr 0.001] [--seed 1] [--data_unit_size 2048]
 
 The models mirror worker/model.cc with their defaults (no dropout, no batch
 norm): mlp is flatten, dense 256, relu, dense 128, relu, dense 10; cnn is
 conv 3x3 'same' 32, relu, max pool 2, conv 3x3 'same' 64, relu, max pool 2,
 flatten, dense 128, relu, dense 10. Like the worker: uint8 pixels scaled by
 1/255, the first `--train` of the first train + validation_count training
-images trained and the next validation_count held out, shuffled each epoch,
-cross entropy on the logits, Adam with the job spec's default rate
-(common/job_spec.cc: 1e-3, betas 0.9/0.999, eps 1e-8).
+images trained and the next validation_count held out, cross entropy on
+the logits, Adam with the job spec's default rate (common/job_spec.cc:
+1e-3, betas 0.9/0.999, eps 1e-8).
+
+Same seed, same run: the initial weights come from torch.manual_seed(seed)
+(as the worker's, drawn layer by layer in the same order), and every epoch
+trains in the worker's order (epoch_batches: the epoch's permutation of
+docs/protocol.md, seeded seed * 1000003 + epoch, cut into data units of
+--data_unit_size, the spec's data_unit_size). So the plain loop computes
+what `mpilearn-worker --local` computes, and DDP what a `sync` group of
+as many ranks does, up to float rounding: their test accuracies are a
+paired comparison, not two draws of the data order. (After one short
+epoch the order alone moves the MLP's test accuracy by about a point, SD
+over seeds.)
 
 --ranks 1 is a plain loop. --ranks N > 1 starts N copies of this script as
 DistributedDataParallel ranks (env:// rendezvous on a free loopback port);
-each trains its own 1/N of the shuffled samples with `--batch` per rank.
+each trains its share of every data unit with `--batch` per rank, the
+group's mean gradient per step.
 
 Prints one JSON object: parameters, samples, train_s and samples_per_s over
 the training loop only (from the first batch to the last optimizer step;
@@ -101,6 +113,34 @@ def accuracy(model, x, y, batch=1000):
     return correct / max(1, len(y))
 
 
+def epoch_batches(args, epoch, rank, world):
+    """Yields this rank's batches of 0-based `epoch` in the worker's order,
+    each as (sample indices, the whole group's samples in that step).
+
+    The order is the one docs/protocol.md (NextDataUnit) defines and
+    worker/trainer.cc draws: LibTorch's randperm of the training samples
+    with a CPU generator seeded seed * 1000003 + epoch, cut into data units
+    of data_unit_size positions, taken in order. A unit of n samples gives
+    rank r of `world` its positions [n r / world, n (r + 1) / world), in
+    batches of `batch`, and every rank runs as many steps as the largest
+    share needs (a rank past its share trains an empty batch, which DDP
+    still averages in).
+    """
+    generator = torch.Generator().manual_seed(
+        (args.seed * 1000003 + epoch) % (1 << 64))
+    order = torch.randperm(args.train, generator=generator)
+    for unit_begin in range(0, args.train, args.data_unit_size):
+        n = min(args.train - unit_begin, args.data_unit_size)
+        shares = [(unit_begin + n * r // world, unit_begin + n * (r + 1) // world)
+                  for r in range(world)]
+        largest_share = -(-n // world)  # ceil
+        for step in range(-(-largest_share // args.batch)):
+            spans = [(min(b + step * args.batch, e), min(b + (step + 1) * args.batch, e))
+                     for b, e in shares]
+            begin, end = spans[rank]
+            yield order[begin:end], sum(e - b for b, e in spans)
+
+
 def train(args, rank, world):
     """Trains one epoch as `rank` of `world`; returns the result on rank 0."""
     torch.set_num_threads(1)
@@ -115,33 +155,32 @@ def train(args, rank, world):
         model = nn.parallel.DistributedDataParallel(model)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    # One shuffled order; rank r takes every world-th sample from r, the
-    # same count on every rank (DistributedSampler's rule, drop the rest)
-    # so every rank runs the same number of steps.
-    shuffle = torch.Generator().manual_seed(args.seed)
-    orders = [torch.randperm(args.train, generator=shuffle) for _ in range(args.epochs)]
-    per_rank = args.train // world
-    loss_sum = torch.zeros(())
     if world > 1:
         dist.barrier()
     start = time.perf_counter()
-    for order in orders:
-        mine = order[rank:per_rank * world:world]
-        loss_sum.zero_()  # the last epoch's mean loss
-        for begin in range(0, per_rank, args.batch):
-            index = mine[begin:begin + args.batch]
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    trained = 0  # this rank's samples, all epochs
+    for epoch in range(args.epochs):
+        loss_sum.zero_()  # the last epoch's loss
+        for index, group_samples in epoch_batches(args, epoch, rank, world):
+            optimizer.zero_grad(set_to_none=True)
             x = x_train.index_select(0, index)
             y = y_train.index_select(0, index)
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
+            # The worker's loss: the batch's summed cross entropy over the
+            # group's samples in this step (DDP averages over the ranks,
+            # hence * world): the group's mean gradient, whatever each
+            # rank's share.
+            loss = F.cross_entropy(model(x), y, reduction="sum")
+            (loss * (world / group_samples)).backward()
             optimizer.step()
-            loss_sum += loss.detach() * len(index)
+            loss_sum += loss.detach()
+            trained += len(index)
     seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    samples = torch.tensor([per_rank * args.epochs], dtype=torch.float64)
+    samples = torch.tensor([trained], dtype=torch.float64)
     if world > 1:
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
         dist.all_reduce(samples)
+        dist.all_reduce(loss_sum)
     if rank != 0:
         return None
     # Every DDP rank holds the same weights after the last step.
@@ -155,7 +194,7 @@ def train(args, rank, world):
         "batch_size": args.batch, "epochs": args.epochs, "samples": int(samples[0]),
         "train_s": round(train_s, 4),
         "samples_per_s": round(float(samples[0]) / train_s, 3),
-        "train_loss": round(float(loss_sum) / per_rank, 4),
+        "train_loss": round(float(loss_sum) / args.train, 4),
         "val_accuracy": round(accuracy(plain, x_val, y_val), 4),
         "test_accuracy": round(accuracy(plain, x_test, y_test), 4),
     }
@@ -200,13 +239,15 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--data_unit_size", type=int, default=2048)
     parser.add_argument("--data", default=DATA)
     parser.add_argument("--timeout_s", type=float, default=1200)
     parser.add_argument("--rank_of_ddp", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.ranks < 1 or args.train < args.ranks or args.batch < 1 or args.epochs < 1:
-        sys.exit("bench_torch_peer: needs --ranks >= 1, --train >= ranks, --batch >= 1 "
-                 "and --epochs >= 1")
+    if (args.ranks < 1 or args.train < args.ranks or args.batch < 1 or args.epochs < 1
+            or args.data_unit_size < 1 or args.seed < 0):
+        sys.exit("bench_torch_peer: needs --ranks >= 1, --train >= ranks, --batch >= 1, "
+                 "--epochs >= 1, --data_unit_size >= 1 and --seed >= 0")
     if args.rank_of_ddp:
         rank = int(os.environ["RANK"])
         dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
