@@ -135,7 +135,20 @@ absl::Status WriteFileAtomically(const std::string& path,
     ::unlink(tmp.c_str());
     return status;
   }
-  return absl::OkStatus();
+  // The rename is an entry in the directory: until the directory itself is
+  // flushed, a power loss may bring back the old entry (or none, for a new
+  // file) although the file's bytes were on disk.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoError("cannot open the directory of", path);
+  const bool synced = ::fsync(dir_fd) == 0;
+  const absl::Status status =
+      synced ? absl::OkStatus() : ErrnoError("cannot flush the directory of", path);
+  ::close(dir_fd);
+  return status;
 }
 
 }  // namespace mpilearn

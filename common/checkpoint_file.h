@@ -58,9 +58,11 @@ absl::StatusOr<v1::JobCheckpointFile> ReadCheckpointFile(
 // read fails.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
-// Writes `contents` to `path` atomically: a temporary file in the same
-// directory (its name holds ".tmp."), fsync, rename. A reader sees the old or
-// the new file, never half of one; a crash may leave the temporary file.
+// Writes `contents` to `path` atomically and durably: a temporary file in
+// the same directory (its name holds ".tmp."), fsync, rename, fsync of the
+// directory. A reader sees the old or the new file, never half of one; once
+// it returns OK the new file survives a power loss; a crash may leave the
+// temporary file.
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& contents);
 

@@ -38,6 +38,8 @@ v1::ErrorReason DefaultReasonFor(absl::StatusCode code) {
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAborted:
       return v1::ERROR_REASON_JOB_STATE;
+    case absl::StatusCode::kResourceExhausted:
+      return v1::ERROR_REASON_LIMIT;
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kCancelled:
     case absl::StatusCode::kDeadlineExceeded:

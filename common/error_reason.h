@@ -50,6 +50,12 @@ inline absl::Status InvalidRequestError(absl::string_view message) {
   return WithReason(absl::InvalidArgumentError(message),
                     v1::ERROR_REASON_INVALID_REQUEST);
 }
+// A size, count or length over one of the master's limits: the message
+// names the limit and the mpilearn-master flag that raises it.
+inline absl::Status LimitError(absl::string_view message) {
+  return WithReason(absl::ResourceExhaustedError(message),
+                    v1::ERROR_REASON_LIMIT);
+}
 
 // A reason for an error that has none, from its code alone: the default the
 // master attaches at its boundary (common/grpc_status.h) so that every error

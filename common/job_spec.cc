@@ -295,6 +295,12 @@ absl::Status NormalizeOptimizerSpec(v1::OptimizerSpec* opt) {
   }
   MPILEARN_RETURN_IF_ERROR(
       CheckNonNegativeFinite("optimizer.weight_decay", opt->weight_decay()));
+  // Every optimizer: absent or 0 means no clipping (not defaulted, so a
+  // stored spec says whether it was asked for).
+  if (opt->has_clip_grad_norm()) {
+    MPILEARN_RETURN_IF_ERROR(CheckNonNegativeFinite("optimizer.clip_grad_norm",
+                                                    opt->clip_grad_norm()));
+  }
   if (sgd) {
     if (!opt->has_momentum()) opt->set_momentum(0.0);
     if (!opt->has_nesterov()) opt->set_nesterov(false);
@@ -689,6 +695,75 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
                         absl::StrCat(path, ": ", spec.status().message()));
   }
   return spec;
+}
+
+namespace {
+
+// Saturating arithmetic for MinModelParameters.
+uint64_t SatAdd(uint64_t a, uint64_t b) {
+  uint64_t sum;
+  return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  uint64_t product;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+}
+
+// Weights and biases of a dense layer `in` -> `out`.
+uint64_t DenseParameters(uint64_t in, uint64_t out) {
+  return SatAdd(SatMul(in, out), out);
+}
+
+uint64_t NonNegative(int64_t value) {
+  return value > 0 ? static_cast<uint64_t>(value) : 0;
+}
+
+}  // namespace
+
+uint64_t MinModelParameters(const v1::ModelSpec& model) {
+  const std::string& name = model.name();
+  uint64_t total = 0;
+  if (name == "mlp") {
+    uint64_t in = 1;  // the input's size, at least 1
+    for (int32_t width : model.hidden()) {
+      total = SatAdd(total, DenseParameters(in, NonNegative(width)));
+      in = NonNegative(width);
+    }
+    return SatAdd(total, DenseParameters(in, 1));  // to at least one output
+  }
+  if (name == "cnn" || name == "cnn1d") {
+    const uint64_t kernel = NonNegative(model.kernel_size());
+    const uint64_t window = name == "cnn" ? SatMul(kernel, kernel) : kernel;
+    uint64_t in = 1;  // input channels, at least 1
+    for (int32_t channels : model.channels()) {
+      total = SatAdd(total, DenseParameters(SatMul(in, window),
+                                            NonNegative(channels)));
+      in = NonNegative(channels);
+    }
+    const uint64_t dense = NonNegative(model.dense());
+    if (dense > 0) {
+      total = SatAdd(total, DenseParameters(in, dense));
+      in = dense;
+    }
+    return SatAdd(total, DenseParameters(in, 1));
+  }
+  if (name == "gru" || name == "lstm") {
+    const uint64_t gates = name == "lstm" ? 4 : 3;
+    uint64_t in = 1;
+    for (int32_t units : model.recurrent()) {
+      const uint64_t u = NonNegative(units);
+      // weight_ih, weight_hh and two biases per gate row.
+      total = SatAdd(total, SatMul(SatMul(gates, u), SatAdd(SatAdd(in, u), 2)));
+      in = u;
+    }
+    const uint64_t dense = NonNegative(model.dense());
+    if (dense > 0) {
+      total = SatAdd(total, DenseParameters(in, dense));
+      in = dense;
+    }
+    return SatAdd(total, DenseParameters(in, 1));
+  }
+  return 0;  // TorchScript: only the workers know
 }
 
 std::string JobSpecToJson(const v1::JobSpec& spec) {

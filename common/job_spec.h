@@ -9,6 +9,7 @@
 #ifndef MPILEARN_COMMON_JOB_SPEC_H_
 #define MPILEARN_COMMON_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -47,6 +48,14 @@ v1::Algorithm AlgorithmOf(const v1::JobSpec& spec);
 // What pushes to a job of `algorithm` carry: an elastic exchange (easgd), a
 // delta (gem), else a gradient.
 v1::UpdateKind UpdateKindOf(v1::Algorithm algorithm);
+
+// A lower bound on the parameters of a normalized spec's built-in model,
+// from the spec alone: the data's input size and class count are known
+// only to the workers, so each counts as 1 (and a convolution's spatial
+// size as 1). 0 for a TorchScript model. Saturates at UINT64_MAX. The
+// master refuses a spec whose bound, as fp32 bytes, is over its
+// --max_model_mib before queueing it.
+uint64_t MinModelParameters(const v1::ModelSpec& model);
 
 // Pretty JSON of a spec, with field names as in the .proto.
 std::string JobSpecToJson(const v1::JobSpec& spec);

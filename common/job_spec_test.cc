@@ -750,3 +750,52 @@ TEST(JobSpecTest, AlgorithmNamesMapToTheEnum) {
 
 }  // namespace
 }  // namespace mpilearn
+
+namespace mpilearn {
+namespace {
+
+// The bound counts the layers a spec fixes, with one input feature and one
+// output: what nn.Linear(1, 256), nn.Linear(256, 128), nn.Linear(128, 1)
+// hold (PyTorch's counts, written out).
+TEST(JobSpecTest, MinModelParametersOfBuiltInModels) {
+  v1::ModelSpec mlp;
+  mlp.set_name("mlp");
+  mlp.add_hidden(256);
+  mlp.add_hidden(128);
+  EXPECT_EQ(MinModelParameters(mlp),
+            (1 * 256 + 256) + (256 * 128 + 128) + (128 * 1 + 1));
+  // nn.GRU(1, 64): weight_ih 192x1, weight_hh 192x64, two biases of 192.
+  v1::ModelSpec gru;
+  gru.set_name("gru");
+  gru.add_recurrent(64);
+  EXPECT_EQ(MinModelParameters(gru), (192 + 192 * 64 + 2 * 192) + (64 + 1));
+  // nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3), dense 128, one output.
+  v1::ModelSpec cnn;
+  cnn.set_name("cnn");
+  cnn.add_channels(32);
+  cnn.add_channels(64);
+  cnn.set_kernel_size(3);
+  cnn.set_dense(128);
+  EXPECT_EQ(MinModelParameters(cnn), (9 * 32 + 32) + (32 * 9 * 64 + 64) +
+                                         (64 * 128 + 128) + (128 + 1));
+  v1::ModelSpec scripted;
+  scripted.set_name("torchscript");
+  scripted.set_torchscript("model.pt");
+  EXPECT_EQ(MinModelParameters(scripted), 0u);
+}
+
+TEST(JobSpecTest, MinModelParametersOfAHugeModelIsAtLeastItsLargestLayer) {
+  v1::ModelSpec mlp;
+  mlp.set_name("mlp");
+  mlp.add_hidden(1 << 20);
+  mlp.add_hidden(1 << 20);
+  EXPECT_GE(MinModelParameters(mlp), uint64_t{1} << 40);
+  // 16 LSTM layers of 2^16 units do not wrap around.
+  v1::ModelSpec lstm;
+  lstm.set_name("lstm");
+  for (int i = 0; i < 16; ++i) lstm.add_recurrent(1 << 16);
+  EXPECT_GE(MinModelParameters(lstm), uint64_t{15} * 4 * (1 << 16) * (1 << 17));
+}
+
+}  // namespace
+}  // namespace mpilearn

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/channel_args.h"
 #include "common/error_reason.h"
@@ -36,30 +37,36 @@ absl::Status WriteTensorStream(Writer& writer, SetHeader set_header,
 }
 
 // Reads a raw WeightsPart stream (header, then chunks) into `weights`,
-// decoding the wire dtype the header names; returns the version.
+// decoding the wire dtype the header names; returns the version. A stream
+// that does not fit `weights` (another layout, bad bytes) is cancelled
+// through `context` at once, so that the caller's Finish does not wait for
+// the master to send the rest of it.
 absl::StatusOr<uint64_t> ReadRawWeights(
     grpc::internal::ReaderInterface<grpc::ByteBuffer>& reader,
-    absl::Span<const absl::Span<float>> weights) {
+    grpc::ClientContext& context, absl::Span<const absl::Span<float>> weights) {
   grpc::ByteBuffer message;
   if (!reader.Read(&message)) {
     return absl::UnavailableError("weight stream ended before its header");
   }
+  auto abandon = [&context](absl::Status status) {
+    context.TryCancel();
+    return status;
+  };
   v1::TensorSetHeader header;
   absl::StatusOr<TensorPart> first =
       ReadTensorPart(message, &header, nullptr, "weight stream");
-  if (!first.ok()) return absl::InternalError(first.status().message());
-  MPILEARN_ASSIGN_OR_RETURN(
-      TensorSetAssembler assembler,
-      TensorSetAssembler::Create(
-          header, std::vector<absl::Span<float>>(weights.begin(), weights.end())));
+  if (!first.ok()) return abandon(absl::InternalError(first.status().message()));
+  absl::StatusOr<TensorSetAssembler> assembler = TensorSetAssembler::Create(
+      header, std::vector<absl::Span<float>>(weights.begin(), weights.end()));
+  if (!assembler.ok()) return abandon(assembler.status());
   while (reader.Read(&message)) {
     absl::Status read =
-        ReadTensorPart(message, nullptr, &assembler, "weight stream").status();
-    if (!read.ok()) return absl::InternalError(read.message());
+        ReadTensorPart(message, nullptr, &*assembler, "weight stream").status();
+    if (!read.ok()) return abandon(absl::InternalError(read.message()));
   }
   // The stream's final status is checked by the caller (Finish); an error
   // there explains a short stream better than "incomplete".
-  absl::Status complete = assembler.Finish();
+  absl::Status complete = assembler->Finish();
   if (!complete.ok()) return absl::UnavailableError(complete.message());
   return header.version();
 }
@@ -95,16 +102,24 @@ absl::StatusOr<std::unique_ptr<MasterClient>> MasterClient::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   SetBulkTransferArgs(&args);
-  auto channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> created =
+      CreateMasterChannel(address, options.security, args);
+  if (!created.ok()) return created.status();
+  std::shared_ptr<grpc::Channel> channel = *std::move(created);
   const auto deadline = std::chrono::system_clock::now() +
                         absl::ToChronoMilliseconds(options.connect_timeout);
   if (!channel->WaitForConnected(deadline)) {
+    const bool tls = !options.security.tls_ca.empty() &&
+                     !absl::StartsWith(address, "unix:");
     return absl::UnavailableError(absl::StrCat(
         "cannot reach mpilearn-master at ", address, " within ",
         absl::FormatDuration(options.connect_timeout),
         "; is it running (mpilearn-master --listen ", address,
-        ") and is the address right?"));
+        ") and is the address right?",
+        tls ? " With --tls_ca: does the master serve TLS, does its "
+              "certificate name this host and is it signed by that CA (and "
+              "with mutual TLS, is --tls_cert signed by its --tls_client_ca)?"
+            : " If the master serves TLS, give --tls_ca (docs/security.md)."));
   }
   return std::unique_ptr<MasterClient>(new MasterClient(address, options, channel));
 }
@@ -248,8 +263,12 @@ absl::StatusOr<uint64_t> MasterClient::PushGradient(
     }
     stream->WritesDone();
     absl::StatusOr<uint64_t> version =
-        sent.ok() ? ReadRawWeights(*stream, weights) : sent;
+        sent.ok() ? ReadRawWeights(*stream, *context, weights) : sent;
     grpc::Status status = stream->Finish();
+    // Cancelled here: the local error says why.
+    if (!version.ok() && status.error_code() == grpc::StatusCode::CANCELLED) {
+      return version;
+    }
     if (!status.ok()) return Annotate(status);
     return version;
   });
@@ -267,8 +286,12 @@ absl::StatusOr<uint64_t> MasterClient::PullWeights(
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
             channel_.get(), pull_method_, context.get(), request));
-    absl::StatusOr<uint64_t> version = ReadRawWeights(*reader, weights);
+    absl::StatusOr<uint64_t> version = ReadRawWeights(*reader, *context, weights);
     grpc::Status status = reader->Finish();
+    // Cancelled here: the local error says why.
+    if (!version.ok() && status.error_code() == grpc::StatusCode::CANCELLED) {
+      return version;
+    }
     if (!status.ok()) return Annotate(status);
     return version;
   });
@@ -339,11 +362,43 @@ absl::StatusOr<v1::JobStatus> MasterClient::GetJobStatus(
   return Call(&Stub::GetJobStatus, request);
 }
 
-absl::StatusOr<std::vector<v1::JobStatus>> MasterClient::ListJobs() {
-  MPILEARN_ASSIGN_OR_RETURN(v1::ListJobsResponse response,
-                            Call(&Stub::ListJobs, v1::ListJobsRequest()));
-  return std::vector<v1::JobStatus>(response.jobs().begin(),
-                                    response.jobs().end());
+absl::StatusOr<std::vector<v1::JobStatus>> MasterClient::ListJobs(
+    const std::vector<v1::JobState>& states, uint32_t* left_out) {
+  v1::ListJobsRequest request;
+  for (const v1::JobState state : states) request.add_states(state);
+  std::vector<v1::JobStatus> jobs;
+  uint32_t skipped = 0;
+  while (true) {
+    MPILEARN_ASSIGN_OR_RETURN(v1::ListJobsResponse response,
+                              ListJobsPage(request));
+    for (v1::JobStatus& job : *response.mutable_jobs()) {
+      jobs.push_back(std::move(job));
+    }
+    skipped += response.left_out();
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  if (left_out != nullptr) *left_out = skipped;
+  return jobs;
+}
+
+absl::StatusOr<v1::ListJobsResponse> MasterClient::ListJobsPage(
+    const v1::ListJobsRequest& request) {
+  return Call(&Stub::ListJobs, request);
+}
+
+absl::StatusOr<v1::JobStatus> MasterClient::CancelJob(
+    const std::string& job_id, const std::string& reason) {
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  return Call(&Stub::CancelJob, request);
+}
+
+absl::Status MasterClient::DeleteJob(const std::string& job_id) {
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  return Call(&Stub::DeleteJob, request).status();
 }
 
 SnapshotStream::~SnapshotStream() {

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "grpcpp/grpcpp.h"
+#include "common/client_security.h"
 #include "common/master_connection.h"
 #include "proto/mpilearn.grpc.pb.h"
 
@@ -95,9 +96,13 @@ class MasterClient final : public MasterConnection {
     // sequence number, so the master applies it once even when the first
     // attempt's reply was lost.
     absl::Duration reconnect_timeout = absl::ZeroDuration();
+    // TLS and the bearer token (common/client_security.h); the default
+    // speaks plaintext and sends no token.
+    ClientSecurity security;
   };
 
-  // UNAVAILABLE with a hint when nothing answers at `address` in time.
+  // UNAVAILABLE with a hint when nothing answers at `address` in time;
+  // INVALID_ARGUMENT when options.security's files cannot be read.
   static absl::StatusOr<std::unique_ptr<MasterClient>> Connect(
       const std::string& address, const Options& options);
   static absl::StatusOr<std::unique_ptr<MasterClient>> Connect(
@@ -161,7 +166,20 @@ class MasterClient final : public MasterConnection {
       const v1::SubscribeSnapshotsRequest& request);
 
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override;
-  absl::StatusOr<std::vector<v1::JobStatus>> ListJobs();
+  // Every job (in `states`, all when empty), following ListJobs' pages;
+  // `left_out`, when given, receives how many jobs the master left out as
+  // too large to list (GetJobStatus shows them).
+  absl::StatusOr<std::vector<v1::JobStatus>> ListJobs(
+      const std::vector<v1::JobState>& states = {},
+      uint32_t* left_out = nullptr);
+  // One page of the list (ListJobsRequest's paging).
+  absl::StatusOr<v1::ListJobsResponse> ListJobsPage(
+      const v1::ListJobsRequest& request);
+  // Ends a QUEUED or RUNNING job as CANCELLED; returns its status.
+  absl::StatusOr<v1::JobStatus> CancelJob(const std::string& job_id,
+                                          const std::string& reason);
+  // Removes an ended job from the master and its state directory.
+  absl::Status DeleteJob(const std::string& job_id);
 
   v1::Master::StubInterface& stub() { return *stub_; }
 

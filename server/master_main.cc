@@ -20,7 +20,8 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port for the gRPC service. Port 0 picks a free port (see "
-          "--port_file). Use 0.0.0.0:PORT to serve other machines.");
+          "--port_file). Use 0.0.0.0:PORT to serve other machines (a non-"
+          "loopback address needs --tokens_file or --insecure).");
 ABSL_FLAG(std::string, listen_unix, "",
           "Also serve on this Unix domain socket (a path; workers on the same "
           "machine then use --master unix:PATH). Tensor transfers over a "
@@ -53,10 +54,54 @@ ABSL_FLAG(int, metrics_ended_jobs, 20,
           "Ended (completed or failed) jobs whose series the metrics keep, "
           "the most recently ended ones; queued and running jobs always have "
           "theirs. Bounds the series of a master that runs many jobs. >= 0.");
-ABSL_FLAG(int64_t, max_model_mib, 4096,
+// The limits (MasterLimits in server/core/master_core.h says what each
+// bounds). Each refusal is RESOURCE_EXHAUSTED and names its flag.
+ABSL_FLAG(int64_t, max_model_mib, 512,
           "Largest model a job may have, in MiB of fp32 weights (parameters "
-          "and buffers): larger initial weights are refused with "
-          "RESOURCE_EXHAUSTED before the master takes memory for them.");
+          "and buffers): larger initial weights, and specs whose built-in "
+          "model needs more, are refused with RESOURCE_EXHAUSTED before the "
+          "master takes memory for them. Also bounds each tensor. Above "
+          "about 680, a job with Adam's state cannot be checkpointed "
+          "(protobuf's 2 GiB limit on one checkpoint file).");
+ABSL_FLAG(int, max_tensors_per_set, 65536,
+          "Most tensors in one set of initial weights.");
+ABSL_FLAG(int, max_queued_jobs, 1000,
+          "Most jobs waiting for a group (QUEUED); SubmitJob refuses more. 0: "
+          "no bound.");
+ABSL_FLAG(int, max_string_bytes, 4096,
+          "Longest string the master stores from a request (spec names and "
+          "paths, host names, validation sources, metric names, subscriber "
+          "labels); such strings must also hold no control characters. A "
+          "group's error message is cut to this length instead.");
+ABSL_FLAG(int, max_subscriptions, 256,
+          "Most SubscribeSnapshots streams (validation pools) open at once; "
+          "each holds a server thread while it lasts. 0: no bound.");
+ABSL_FLAG(int, max_message_mib, 4,
+          "Largest request message the master receives, in MiB (gRPC's "
+          "receive limit; tensors travel in 1 MiB chunks). Larger ones are "
+          "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) of this master: with --tls_key, the "
+          "--listen port speaks TLS only (clients give --tls_ca). "
+          "docs/security.md shows how to make one with openssl.");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM private key (unencrypted) of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "Mutual TLS: require every client on the --listen port to present "
+          "a certificate signed by this PEM CA (clients give --tls_cert and "
+          "--tls_key). Needs --tls_cert and --tls_key.");
+ABSL_FLAG(std::string, tokens_file, "",
+          "Bearer tokens and their roles, one 'ROLE NAME TOKEN' a line "
+          "(roles admin, worker, reader; # comments): every call must then "
+          "carry a token whose role allows it (docs/security.md). Clients "
+          "give --token_file or $MPILEARN_TOKEN. Without it nothing is "
+          "checked and --listen must be a loopback address (or --insecure). "
+          "The --listen_unix socket is plaintext either way (its file "
+          "permissions guard it); tokens are checked there too.");
+ABSL_FLAG(bool, insecure, false,
+          "Serve a non-loopback --listen address without --tokens_file: "
+          "anyone who reaches the port may do anything. For trusted "
+          "networks only.");
 ABSL_FLAG(std::string, trace, "",
           "If set, write a Chrome trace of the master's work to this file: "
           "receive, apply, send, pull, next_unit, snapshot_send, checkpoint "
@@ -95,6 +140,10 @@ int main(int argc, char** argv) {
       "MPI Learn master: holds jobs' weights and applies workers' gradients.\n"
       "\n"
       "  mpilearn-master --listen 127.0.0.1:7070 --state_dir /var/lib/mpilearn\n"
+      "\n"
+      "To serve other machines, give TLS and tokens (docs/security.md):\n"
+      "  mpilearn-master --listen 0.0.0.0:7070 --tls_cert server.pem \\\n"
+      "      --tls_key server.key --tokens_file tokens.txt ...\n"
       "\n"
       "Then submit a job (mpilearnctl submit SPEC.json) and start workers:\n"
       "  mpirun -np 2 mpilearn-worker --master 127.0.0.1:7070\n"
@@ -155,6 +204,11 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_ended_jobs = absl::GetFlag(FLAGS_metrics_ended_jobs);
   options.trace_file = absl::GetFlag(FLAGS_trace);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
   const int64_t max_model_mib = absl::GetFlag(FLAGS_max_model_mib);
   if (max_model_mib < 1 || max_model_mib > (int64_t{1} << 30)) {
     std::fprintf(stderr,
@@ -163,7 +217,25 @@ int main(int argc, char** argv) {
                  static_cast<long long>(max_model_mib));
     return 2;
   }
-  options.max_model_bytes = static_cast<uint64_t>(max_model_mib) << 20;
+  options.limits.max_model_bytes = static_cast<uint64_t>(max_model_mib) << 20;
+  const int max_tensors = absl::GetFlag(FLAGS_max_tensors_per_set);
+  const int max_queued = absl::GetFlag(FLAGS_max_queued_jobs);
+  const int max_string = absl::GetFlag(FLAGS_max_string_bytes);
+  const int max_message_mib = absl::GetFlag(FLAGS_max_message_mib);
+  if (max_tensors < 1 || max_queued < 0 || max_string < 64 ||
+      max_message_mib < 1 || max_message_mib > 2047) {
+    std::fprintf(stderr,
+                 "mpilearn-master: --max_tensors_per_set must be >= 1, "
+                 "--max_queued_jobs >= 0, --max_string_bytes >= 64 and "
+                 "--max_message_mib in [1, 2047]\n");
+    return 2;
+  }
+  options.limits.max_tensors_per_set = max_tensors;
+  const int max_subscriptions = absl::GetFlag(FLAGS_max_subscriptions);
+  options.limits.max_subscriptions = max_subscriptions > 0 ? max_subscriptions : 0;
+  options.limits.max_queued_jobs = max_queued;
+  options.limits.max_string_bytes = static_cast<size_t>(max_string);
+  options.max_message_bytes = max_message_mib << 20;
   auto server = mpilearn::server::MasterServer::BuildAndStart(options);
   if (!server.ok()) {
     std::fprintf(stderr, "mpilearn-master: %s\n",
@@ -171,7 +243,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   LOG(INFO) << "mpilearn-master serving on port " << (*server)->port()
-            << " (state in " << options.state_dir << "; optimizers on "
+            << (options.tls_cert.empty() ? " (plaintext"
+                : options.tls_client_ca.empty() ? " (TLS"
+                                                : " (mutual TLS")
+            << (options.tokens_file.empty() ? ", no tokens;" : ", tokens;")
+            << " state in " << options.state_dir << "; optimizers on "
             << options.engine.device
             << (options.engine.device == "cpu"
                     ? absl::StrCat(", ", threads, " thread(s)")

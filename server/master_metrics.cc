@@ -55,7 +55,8 @@ const std::vector<double>& RpcBuckets() {
 }
 
 bool Ended(v1::JobState state) {
-  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED;
+  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
 }
 
 // "job-000012" -> 12; 0 when the id has no number.
@@ -76,6 +77,7 @@ const char* StateLabel(v1::JobState state) {
     case v1::JOB_STATE_RUNNING: return "running";
     case v1::JOB_STATE_COMPLETED: return "completed";
     case v1::JOB_STATE_FAILED: return "failed";
+    case v1::JOB_STATE_CANCELLED: return "cancelled";
     default: return "unspecified";
   }
 }
@@ -332,7 +334,8 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
   std::map<v1::JobState, int> by_state = {{v1::JOB_STATE_QUEUED, 0},
                                           {v1::JOB_STATE_RUNNING, 0},
                                           {v1::JOB_STATE_COMPLETED, 0},
-                                          {v1::JOB_STATE_FAILED, 0}};
+                                          {v1::JOB_STATE_FAILED, 0},
+                                          {v1::JOB_STATE_CANCELLED, 0}};
   for (const JobMetricsView& job : all) {
     auto state = by_state.find(job.status.state());
     if (state != by_state.end()) ++state->second;

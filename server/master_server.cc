@@ -1,21 +1,169 @@
 #include "server/master_server.h"
 
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <exception>
+#include <fstream>
+#include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/channel_args.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace mpilearn::server {
+namespace {
+
+// The whole of a PEM file named by `flag`; an error names both.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path,
+                                        absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read '", path, "'"));
+  }
+  if (!absl::StrContains(text.str(), "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": '", path, "' is not a PEM file (no -----BEGIN line)"));
+  }
+  return text.str();
+}
+
+struct BioFree {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+struct X509Free {
+  void operator()(X509* cert) const { X509_free(cert); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+};
+
+std::unique_ptr<X509, X509Free> ParseCertificate(const std::string& pem) {
+  std::unique_ptr<BIO, BioFree> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (bio == nullptr) return nullptr;
+  return std::unique_ptr<X509, X509Free>(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+}
+
+// Checks what gRPC would only report as a failed start: that the
+// certificate and the key parse and belong together, and that the client
+// CA parses. Messages name the flags.
+absl::Status CheckServerTls(const std::string& cert_pem,
+                            const std::string& key_pem,
+                            const std::string& client_ca_pem,
+                            const MasterServer::Options& options) {
+  std::unique_ptr<X509, X509Free> cert = ParseCertificate(cert_pem);
+  std::unique_ptr<BIO, BioFree> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  std::unique_ptr<EVP_PKEY, KeyFree> key(
+      key_bio == nullptr
+          ? nullptr
+          : PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  absl::Status status;
+  if (cert == nullptr) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "--tls_cert: '", options.tls_cert, "' holds no PEM certificate"));
+  } else if (key == nullptr) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "--tls_key: '", options.tls_key,
+        "' holds no PEM private key (or it is encrypted; the master takes "
+        "an unencrypted key)"));
+  } else if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "--tls_key: '", options.tls_key, "' is not the key of the "
+        "certificate in --tls_cert '", options.tls_cert, "'"));
+  } else if (!client_ca_pem.empty() && ParseCertificate(client_ca_pem) == nullptr) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "--tls_client_ca: '", options.tls_client_ca,
+        "' holds no PEM certificate"));
+  }
+  ERR_clear_error();  // gRPC shares OpenSSL's error queue
+  return status;
+}
+
+// The credentials of the `listen` port: TLS when a certificate is given.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
+    const MasterServer::Options& options) {
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs both --tls_cert and --tls_key");
+  }
+  if (options.tls_cert.empty()) {
+    if (!options.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_client_ca needs --tls_cert and --tls_key (mutual TLS is "
+          "TLS with client certificates)");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  MPILEARN_ASSIGN_OR_RETURN(const std::string cert,
+                            ReadPemFile(options.tls_cert, "--tls_cert"));
+  MPILEARN_ASSIGN_OR_RETURN(const std::string key,
+                            ReadPemFile(options.tls_key, "--tls_key"));
+  std::string client_ca;
+  if (!options.tls_client_ca.empty()) {
+    MPILEARN_ASSIGN_OR_RETURN(
+        client_ca, ReadPemFile(options.tls_client_ca, "--tls_client_ca"));
+  }
+  MPILEARN_RETURN_IF_ERROR(CheckServerTls(cert, key, client_ca, options));
+  grpc::SslServerCredentialsOptions ssl(
+      client_ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = client_ca;
+  ssl.pem_key_cert_pairs.push_back({key, cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+bool IsLoopbackListen(const std::string& listen) {
+  absl::string_view host = listen;
+  const size_t colon = host.rfind(':');
+  if (colon != absl::string_view::npos) host = host.substr(0, colon);
+  if (absl::ConsumePrefix(&host, "[")) absl::ConsumeSuffix(&host, "]");
+  return host == "localhost" || host == "::1" ||
+         absl::StartsWith(host, "127.");
+}
 
 absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     const Options& options) {
   auto server = std::unique_ptr<MasterServer>(new MasterServer());
+  // Security first: a bad file or an open address fails the start before
+  // anything else is set up.
+  if (options.tokens_file.empty() && !options.insecure &&
+      !IsLoopbackListen(options.listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to serve '", options.listen,
+        "' (not loopback) without --tokens_file: anyone who reaches the "
+        "port could submit, push into and end jobs. Give --tokens_file FILE "
+        "(and --tls_cert/--tls_key; docs/security.md), or --insecure to "
+        "serve it open anyway"));
+  }
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                            ListenCredentials(options));
+  if (options.tokens_file.empty()) {
+    server->auth_ = std::make_unique<Authorizer>();
+  } else {
+    MPILEARN_ASSIGN_OR_RETURN(TokenTable tokens,
+                              TokenTable::Load(options.tokens_file));
+    LOG(INFO) << "tokens: " << tokens.size() << " from " << options.tokens_file;
+    server->auth_ =
+        std::make_unique<Authorizer>(std::move(tokens), options.group_timeout);
+  }
   if (!options.trace_file.empty()) {
     MPILEARN_ASSIGN_OR_RETURN(
         server->trace_, TraceRecorder::ToFile(options.trace_file, /*pid=*/0,
@@ -39,10 +187,11 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   core_options.registry.state_dir = options.state_dir;
   core_options.registry.group_timeout = options.group_timeout;
   core_options.registry.engine = options.engine;
-  core_options.max_model_bytes = options.max_model_bytes;
+  core_options.limits = options.limits;
   MPILEARN_ASSIGN_OR_RETURN(server->core_, MasterCore::Create(core_options));
   server->service_ = std::make_unique<MasterServiceImpl>(
-      *server->core_, server->metrics_.get(), server->trace_.get());
+      *server->core_, server->metrics_.get(), server->trace_.get(),
+      server->auth_.get());
   server->trial_jobs_ = std::make_unique<CoreTrialJobs>(*server->core_);
   opt::StudyTable::Options study_options;
   study_options.state_dir = options.state_dir;
@@ -59,7 +208,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     });
   }
   server->study_service_ =
-      std::make_unique<StudyServiceImpl>(*server->studies_, server->metrics_.get());
+      std::make_unique<StudyServiceImpl>(*server->studies_, server->metrics_.get(),
+                                         server->auth_.get());
 
   // Metrics before gRPC: a bad --metrics_listen fails the start before any
   // client could have been served.
@@ -89,8 +239,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
 
   grpc::ServerBuilder builder;
   SetBulkTransferArgs(&builder);
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.AddListeningPort(options.listen, credentials, &server->port_);
   if (!options.listen_unix.empty()) {
     // sun_path holds 108 bytes with the terminating NUL.
     constexpr size_t kMaxSocketPath = 107;

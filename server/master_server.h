@@ -27,6 +27,7 @@
 #include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
+#include "server/auth.h"
 #include "server/core/master_core.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"
@@ -35,6 +36,10 @@
 #include "server/core/optimizer.h"
 
 namespace mpilearn::server {
+
+// True when `listen` ("host:port") names a loopback host: 127.0.0.0/8,
+// [::1] or localhost.
+bool IsLoopbackListen(const std::string& listen);
 
 class MasterServer {
  public:
@@ -57,12 +62,33 @@ class MasterServer {
     // If set, a Chrome trace of the master's work is streamed to this file
     // (complete once Shutdown returns).
     std::string trace_file;
-    // Largest model the master accepts (MasterCore::Options).
-    uint64_t max_model_bytes = uint64_t{4} << 30;
+    // What clients may make the master hold (master_core.h: each limit's
+    // flag and what it bounds).
+    MasterLimits limits;
+    // The largest request message gRPC takes (--max_message_mib); larger
+    // ones are refused with RESOURCE_EXHAUSTED by the library itself.
+    int max_message_bytes = 4 << 20;
+
+    // Security (docs/security.md). With tls_cert and tls_key (PEM files)
+    // the `listen` port speaks TLS only; with tls_client_ca as well it
+    // requires and verifies a client certificate signed by that CA (mutual
+    // TLS). The Unix socket (listen_unix) stays plaintext: its file
+    // permissions guard it. Tokens are checked on both.
+    std::string tls_cert;
+    std::string tls_key;
+    std::string tls_client_ca;
+    // A tokens file (server/auth.h): every call must carry a token of a
+    // role allowed to make it. Empty: no checks, everyone is an admin.
+    std::string tokens_file;
+    // Without a tokens file the master refuses a `listen` address other
+    // than loopback unless this is set.
+    bool insecure = false;
   };
 
   // Errors say what to change: a trace file that cannot be written, a
-  // --listen or --metrics_listen address that cannot be bound.
+  // --listen or --metrics_listen address that cannot be bound, TLS files
+  // that cannot be read or do not match, a bad tokens file (with its line),
+  // a non-loopback --listen without tokens or --insecure.
   static absl::StatusOr<std::unique_ptr<MasterServer>> BuildAndStart(
       const Options& options);
 
@@ -83,7 +109,9 @@ class MasterServer {
   MasterServer() = default;
 
   // The trace and the metrics are declared first: the registry and the
-  // service record into them, so they outlive both.
+  // service record into them, so they outlive both. So is the authorizer,
+  // which both services use.
+  std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<TraceRecorder> trace_;
   std::shared_ptr<MasterMetrics> metrics_;
   // Declared before the service (streams hold its subscriptions), so it

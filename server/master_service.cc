@@ -12,6 +12,7 @@
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/support/method_handler.h"
 #include "glog/logging.h"
+#include "server/call_guard.h"
 #include "server/rpc_scope.h"
 
 namespace mpilearn::server {
@@ -131,8 +132,8 @@ int MasterMethodIndex(const std::string& method) {
 }  // namespace
 
 MasterServiceImpl::MasterServiceImpl(MasterCore& core, MasterMetrics* metrics,
-                                     TraceRecorder* trace)
-    : core_(core), metrics_(metrics), trace_(trace) {
+                                     TraceRecorder* trace, Authorizer* auth)
+    : core_(core), metrics_(metrics), trace_(trace), auth_(auth) {
   // The tensor streams take byte buffers instead of messages: the handler
   // is swapped for one of the same (bidirectional) shape on ByteBuffers;
   // clients see the same protocol.
@@ -146,28 +147,50 @@ MasterServiceImpl::MasterServiceImpl(MasterCore& core, MasterMetrics* metrics,
                      new Handler(&MasterServiceImpl::SubscribeSnapshotsRaw, this));
 }
 
-grpc::Status MasterServiceImpl::SubmitJob(grpc::ServerContext*,
+grpc::Status MasterServiceImpl::SubmitJob(grpc::ServerContext* context,
                                           const v1::SubmitJobRequest* request,
                                           v1::SubmitJobResponse* response) {
   RpcScope rpc(metrics_, "SubmitJob");
-  return rpc.Finish(Reply(core_.SubmitJob(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("SubmitJob", [&] {
+    return Reply(core_.SubmitJob(*request), response);
+  }));
 }
 
 grpc::Status MasterServiceImpl::RegisterGroup(
-    grpc::ServerContext*, const v1::RegisterGroupRequest* request,
+    grpc::ServerContext* context, const v1::RegisterGroupRequest* request,
     v1::RegisterGroupResponse* response) {
   RpcScope rpc(metrics_, "RegisterGroup");
-  return rpc.Finish(Reply(core_.RegisterGroup(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  const grpc::Status status = GuardCall("RegisterGroup", [&] {
+    return Reply(core_.RegisterGroup(*request), response);
+  });
+  if (status.ok()) {
+    // The group id is bound to the caller's token: no other token may act
+    // for this group.
+    const absl::Status bound = rpc.BindGroup(response->group_id());
+    if (!bound.ok()) return rpc.Finish(ToGrpcStatus(bound));
+  }
+  return rpc.Finish(status);
 }
 
 grpc::Status MasterServiceImpl::InitWeights(
-    grpc::ServerContext*, grpc::ServerReader<v1::InitWeightsRequest>* reader,
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::InitWeightsRequest>* reader,
     v1::InitWeightsResponse* response) {
   RpcScope rpc(metrics_, "InitWeights", /*streaming=*/true);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
   auto handle = [&]() -> absl::Status {
     v1::InitWeightsRequest first;
     MPILEARN_RETURN_IF_ERROR(
         ExpectHeader(reader->Read(&first) && first.has_header(), "InitWeights"));
+    MPILEARN_RETURN_IF_ERROR(rpc.OwnsGroup(first.header().group_id()));
     MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
                               core_.BeginInitWeights(first.header()));
     TraceSpan receive(trace_, "receive", "master");
@@ -181,12 +204,15 @@ grpc::Status MasterServiceImpl::InitWeights(
                               core_.CommitInitWeights(std::move(pending)));
     return absl::OkStatus();
   };
-  return rpc.Finish(ToGrpcStatus(handle()));
+  return rpc.Finish(GuardCall("InitWeights", handle));
 }
 
-grpc::Status MasterServiceImpl::PushGradientRaw(grpc::ServerContext*,
+grpc::Status MasterServiceImpl::PushGradientRaw(grpc::ServerContext* context,
                                                 RawStream* stream) {
   RpcScope rpc(metrics_, "PushGradient", /*streaming=*/true);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
   auto handle = [&]() -> absl::Status {
     grpc::ByteBuffer message;
     v1::PushGradientRequest::Header header;
@@ -196,6 +222,7 @@ grpc::Status MasterServiceImpl::PushGradientRaw(grpc::ServerContext*,
     if (!first.ok()) {
       return WithReason(first.status(), v1::ERROR_REASON_INVALID_REQUEST);
     }
+    MPILEARN_RETURN_IF_ERROR(rpc.OwnsGroup(header.group_id()));
     MPILEARN_ASSIGN_OR_RETURN(const v1::DType reply_dtype,
                               ReplyDType(header.reply_dtype()));
     MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending, core_.BeginPush(header));
@@ -221,16 +248,24 @@ grpc::Status MasterServiceImpl::PushGradientRaw(grpc::ServerContext*,
     if (metrics_ != nullptr) metrics_->AddSentBytes(job_id, sent);
     return status;
   };
-  return rpc.Finish(ToGrpcStatus(handle()));
+  return rpc.Finish(GuardCall("PushGradient", handle));
 }
 
-grpc::Status MasterServiceImpl::PullWeightsRaw(grpc::ServerContext*,
+grpc::Status MasterServiceImpl::PullWeightsRaw(grpc::ServerContext* context,
                                                RawStream* stream) {
   RpcScope rpc(metrics_, "PullWeights", /*streaming=*/true);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
   TraceSpan pull(trace_, "pull", "master");
   auto handle = [&]() -> absl::Status {
     v1::PullWeightsRequest request;
     MPILEARN_RETURN_IF_ERROR(ReadRequest(*stream, &request, "PullWeights"));
+    // A pull without a group (a worker token reading a job's weights) names
+    // no group to own.
+    if (!request.group_id().empty()) {
+      MPILEARN_RETURN_IF_ERROR(rpc.OwnsGroup(request.group_id()));
+    }
     MPILEARN_ASSIGN_OR_RETURN(const v1::DType dtype, ReplyDType(request.dtype()));
     MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
                               core_.PullWeights(request));
@@ -242,16 +277,24 @@ grpc::Status MasterServiceImpl::PullWeightsRaw(grpc::ServerContext*,
     if (metrics_ != nullptr) metrics_->AddSentBytes(request.job_id(), sent);
     return status;
   };
-  return rpc.Finish(ToGrpcStatus(handle()));
+  return rpc.Finish(GuardCall("PullWeights", handle));
 }
 
 grpc::Status MasterServiceImpl::NextDataUnit(
-    grpc::ServerContext*, const v1::NextDataUnitRequest* request,
+    grpc::ServerContext* context, const v1::NextDataUnitRequest* request,
     v1::NextDataUnitResponse* response) {
   RpcScope rpc(metrics_, "NextDataUnit");
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  if (absl::Status owned = rpc.OwnsGroup(request->group_id()); !owned.ok()) {
+    return rpc.Finish(ToGrpcStatus(owned));
+  }
   TraceSpan span(trace_, "next_unit", "master");
   span.Arg("completed", request->completed_size());
-  const grpc::Status status = Reply(core_.NextDataUnit(*request), response);
+  const grpc::Status status = GuardCall("NextDataUnit", [&] {
+    return Reply(core_.NextDataUnit(*request), response);
+  });
   if (status.ok()) {
     span.Arg("action", response->action());
     if (response->action() == v1::NextDataUnitResponse::TRAIN) {
@@ -262,41 +305,76 @@ grpc::Status MasterServiceImpl::NextDataUnit(
 }
 
 grpc::Status MasterServiceImpl::ReportEpoch(
-    grpc::ServerContext*, const v1::ReportEpochRequest* request,
+    grpc::ServerContext* context, const v1::ReportEpochRequest* request,
     v1::ReportEpochResponse* response) {
   RpcScope rpc(metrics_, "ReportEpoch");
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  if (absl::Status owned = rpc.OwnsGroup(request->record().group_id());
+      !owned.ok()) {
+    return rpc.Finish(ToGrpcStatus(owned));
+  }
   TraceSpan span(trace_, "validation_report", "master");
   span.Arg("epoch", request->record().epoch());
-  return rpc.Finish(Reply(core_.ReportEpoch(*request), response));
+  return rpc.Finish(GuardCall("ReportEpoch", [&] {
+    return Reply(core_.ReportEpoch(*request), response);
+  }));
 }
 
-grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext*,
+grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* context,
                                           const v1::HeartbeatRequest* request,
                                           v1::HeartbeatResponse* response) {
   RpcScope rpc(metrics_, "Heartbeat");
-  return rpc.Finish(Reply(core_.Heartbeat(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  if (absl::Status owned = rpc.OwnsGroup(request->group_id()); !owned.ok()) {
+    return rpc.Finish(ToGrpcStatus(owned));
+  }
+  return rpc.Finish(GuardCall("Heartbeat", [&] {
+    return Reply(core_.Heartbeat(*request), response);
+  }));
 }
 
-grpc::Status MasterServiceImpl::Leave(grpc::ServerContext*,
+grpc::Status MasterServiceImpl::Leave(grpc::ServerContext* context,
                                       const v1::LeaveRequest* request,
                                       v1::LeaveResponse* response) {
   RpcScope rpc(metrics_, "Leave");
-  return rpc.Finish(Reply(core_.Leave(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  if (absl::Status owned = rpc.OwnsGroup(request->group_id()); !owned.ok()) {
+    return rpc.Finish(ToGrpcStatus(owned));
+  }
+  const grpc::Status status = GuardCall("Leave", [&] {
+    return Reply(core_.Leave(*request), response);
+  });
+  if (status.ok()) rpc.UnbindGroup(request->group_id());
+  return rpc.Finish(status);
 }
 
 grpc::Status MasterServiceImpl::ReportValidation(
-    grpc::ServerContext*, const v1::ReportValidationRequest* request,
+    grpc::ServerContext* context, const v1::ReportValidationRequest* request,
     v1::ReportValidationResponse* response) {
   RpcScope rpc(metrics_, "ReportValidation");
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
   TraceSpan span(trace_, "validation_report", "master");
   span.Arg("version", static_cast<int64_t>(request->record().version()));
   span.Arg("epoch", request->record().epoch());
-  return rpc.Finish(Reply(core_.ReportValidation(*request), response));
+  return rpc.Finish(GuardCall("ReportValidation", [&] {
+    return Reply(core_.ReportValidation(*request), response);
+  }));
 }
 
 grpc::Status MasterServiceImpl::SubscribeSnapshotsRaw(
     grpc::ServerContext* context, RawStream* stream) {
   RpcScope rpc(metrics_, "SubscribeSnapshots", /*streaming=*/true);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
   v1::SubscribeSnapshotsRequest request;
   absl::Status read = ReadRequest(*stream, &request, "SubscribeSnapshots");
   if (!read.ok()) return rpc.Finish(ToGrpcStatus(read));
@@ -304,10 +382,14 @@ grpc::Status MasterServiceImpl::SubscribeSnapshotsRaw(
       absl::StrCat(request.subscriber().empty() ? "unnamed"
                                                 : request.subscriber(),
                    " at ", context->peer());
-  absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> subscribed =
-      core_.SubscribeSnapshots(request, label);
-  if (!subscribed.ok()) return rpc.Finish(ToGrpcStatus(subscribed.status()));
-  std::shared_ptr<SnapshotHub::Subscription> subscription = *subscribed;
+  std::shared_ptr<SnapshotHub::Subscription> subscription;
+  const grpc::Status subscribed = GuardCall("SubscribeSnapshots", [&] {
+    absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> made =
+        core_.SubscribeSnapshots(request, label);
+    if (made.ok()) subscription = *std::move(made);
+    return made.status();
+  });
+  if (!subscribed.ok()) return rpc.Finish(subscribed);
   // Tells the client it is subscribed: snapshots from now on reach it. The
   // key is common/master_client.h's kSubscribedMetadataKey.
   context->AddInitialMetadata("mpilearn-subscribed", "1");
@@ -335,30 +417,64 @@ grpc::Status MasterServiceImpl::SubscribeSnapshotsRaw(
     header->set_skipped(delivery->skipped);
     uint64_t sent_bytes = 0;
     // Pools always get fp32: they validate the master's exact weights.
-    const absl::Status sent =
-        SendRawWeights(part, delivery->weights, v1::DTYPE_FLOAT32, *stream,
-                       &sent_bytes);
+    const grpc::Status sent = GuardCall("SubscribeSnapshots", [&] {
+      return SendRawWeights(part, delivery->weights, v1::DTYPE_FLOAT32,
+                            *stream, &sent_bytes);
+    });
     span.Arg("version", static_cast<int64_t>(delivery->weights->header.version()));
     span.Arg("bytes", static_cast<int64_t>(sent_bytes));
     if (metrics_ != nullptr) metrics_->AddSentBytes(delivery->job_id, sent_bytes);
-    if (!sent.ok()) return rpc.Finish(ToGrpcStatus(sent));
+    if (!sent.ok()) return rpc.Finish(sent);
   }
   return rpc.Finish(ToGrpcStatus(absl::CancelledError("the subscriber cancelled")));
 }
 
 grpc::Status MasterServiceImpl::GetJobStatus(
-    grpc::ServerContext*, const v1::GetJobStatusRequest* request,
+    grpc::ServerContext* context, const v1::GetJobStatusRequest* request,
     v1::JobStatus* response) {
   RpcScope rpc(metrics_, "GetJobStatus");
-  return rpc.Finish(Reply(core_.GetJobStatus(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("GetJobStatus", [&] {
+    return Reply(core_.GetJobStatus(*request), response);
+  }));
 }
 
-grpc::Status MasterServiceImpl::ListJobs(grpc::ServerContext*,
+grpc::Status MasterServiceImpl::ListJobs(grpc::ServerContext* context,
                                          const v1::ListJobsRequest* request,
                                          v1::ListJobsResponse* response) {
   RpcScope rpc(metrics_, "ListJobs");
-  *response = core_.ListJobs(*request);
-  return rpc.Finish(grpc::Status::OK);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("ListJobs", [&] {
+    return Reply(core_.ListJobPage(*request), response);
+  }));
+}
+
+grpc::Status MasterServiceImpl::CancelJob(grpc::ServerContext* context,
+                                          const v1::CancelJobRequest* request,
+                                          v1::JobStatus* response) {
+  RpcScope rpc(metrics_, "CancelJob");
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("CancelJob", [&] {
+    return Reply(core_.CancelJob(*request), response);
+  }));
+}
+
+grpc::Status MasterServiceImpl::DeleteJob(grpc::ServerContext* context,
+                                          const v1::DeleteJobRequest* request,
+                                          v1::DeleteJobResponse* response) {
+  RpcScope rpc(metrics_, "DeleteJob");
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("DeleteJob", [&] {
+    return Reply(core_.DeleteJob(*request), response);
+  }));
 }
 
 }  // namespace mpilearn::server

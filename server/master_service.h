@@ -23,6 +23,7 @@
 #include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/mpilearn.grpc.pb.h"
+#include "server/auth.h"
 #include "server/core/master_core.h"
 #include "server/master_metrics.h"
 
@@ -40,8 +41,13 @@ class MasterServiceImpl final : public v1::Master::Service {
   // immutable snapshots without building messages around the bytes.
   // `metrics` and `trace` may be null; when given they must outlive the
   // service.
+  // `auth`, when given (it must outlive the service), checks every call's
+  // token and role and binds each registered group to the token that
+  // registered it: a call naming a group another token registered is
+  // PERMISSION_DENIED (server/auth.h). Null checks nothing.
   explicit MasterServiceImpl(MasterCore& core, MasterMetrics* metrics = nullptr,
-                             TraceRecorder* trace = nullptr);
+                             TraceRecorder* trace = nullptr,
+                             Authorizer* auth = nullptr);
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -83,11 +89,18 @@ class MasterServiceImpl final : public v1::Master::Service {
   grpc::Status ListJobs(grpc::ServerContext* context,
                         const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context,
+                         const v1::CancelJobRequest* request,
+                         v1::JobStatus* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext* context,
+                         const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse* response) override;
 
  private:
   MasterCore& core_;
   MasterMetrics* const metrics_;
   TraceRecorder* const trace_;
+  Authorizer* const auth_;
 };
 
 }  // namespace mpilearn::server

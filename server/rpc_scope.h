@@ -1,6 +1,16 @@
 // What the master's gRPC services (master_service, study_service) share:
-// RpcScope, one RPC's latency and status code into the master's metrics,
-// and Reply, a unary call's outcome as a gRPC status.
+// RpcScope, one RPC's latency and status code into the master's metrics and
+// its caller's authorization (server/auth.h), and Reply, a unary call's
+// outcome as a gRPC status.
+//
+// Every handler starts with
+//
+//   RpcScope rpc(metrics_, "SubmitJob");
+//   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+//     return rpc.Finish(denied);
+//   }
+//
+// and a handler naming a worker group checks it with rpc.OwnsGroup(id).
 #ifndef MPILEARN_SERVER_RPC_SCOPE_H_
 #define MPILEARN_SERVER_RPC_SCOPE_H_
 
@@ -8,8 +18,11 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/grpc_status.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
+#include "server/auth.h"
 #include "server/master_metrics.h"
 
 namespace mpilearn::server {
@@ -18,6 +31,8 @@ namespace mpilearn::server {
 // streaming RPC, counts it in mpilearn_open_streams while it runs. The
 // handler returns its status through Finish; an RPC that never gets there
 // counts as UNKNOWN. A no-op without metrics.
+//
+// Threading: one RpcScope belongs to one RPC's handler thread.
 class RpcScope {
  public:
   RpcScope(MasterMetrics* metrics, const char* method, bool streaming = false)
@@ -45,12 +60,42 @@ class RpcScope {
     return status;
   }
 
+  // Checks the call's bearer token against `auth` for this method
+  // (Authorizer::Authenticate): OK, or the refusal to Finish with. A null
+  // `auth` checks nothing (tests that build a service alone).
+  grpc::Status Authorize(Authorizer* auth, const grpc::ServerContext* context) {
+    auth_ = auth;
+    if (auth_ == nullptr) return grpc::Status::OK;
+    absl::StatusOr<Caller> caller = auth_->Authenticate(*context, method_);
+    if (!caller.ok()) return ToGrpcStatus(caller.status());
+    caller_ = *std::move(caller);
+    return grpc::Status::OK;
+  }
+
+  // OK when the authorized caller's token registered `group_id`
+  // (Authorizer::CheckGroup); always OK without an authorizer.
+  absl::Status OwnsGroup(absl::string_view group_id) const {
+    if (auth_ == nullptr) return absl::OkStatus();
+    return auth_->CheckGroup(group_id, caller_);
+  }
+  // Binds a group just registered to the caller (Authorizer::BindGroup).
+  absl::Status BindGroup(const std::string& group_id) const {
+    if (auth_ == nullptr) return absl::OkStatus();
+    return auth_->BindGroup(group_id, caller_);
+  }
+  // Forgets a group that left.
+  void UnbindGroup(absl::string_view group_id) const {
+    if (auth_ != nullptr) auth_->UnbindGroup(group_id);
+  }
+
  private:
   MasterMetrics* const metrics_;
   const char* const method_;
   const bool streaming_;
   const std::chrono::steady_clock::time_point start_;
   grpc::StatusCode code_ = grpc::StatusCode::UNKNOWN;
+  Authorizer* auth_ = nullptr;
+  Caller caller_;
 };
 
 // A unary call's outcome: the core's response moved into `response`, or

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "server/call_guard.h"
 #include "server/rpc_scope.h"
 
 namespace mpilearn::server {
@@ -35,32 +36,50 @@ std::optional<std::string> CoreTrialJobs::FindByName(const std::string& name) {
   return std::nullopt;
 }
 
-grpc::Status StudyServiceImpl::CreateStudy(grpc::ServerContext*,
+grpc::Status StudyServiceImpl::CreateStudy(grpc::ServerContext* context,
                                            const v1::CreateStudyRequest* request,
                                            v1::CreateStudyResponse* response) {
   RpcScope rpc(metrics_, "CreateStudy");
-  return rpc.Finish(Reply(table_.CreateStudy(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("CreateStudy", [&] {
+    return Reply(table_.CreateStudy(*request), response);
+  }));
 }
 
-grpc::Status StudyServiceImpl::GetStudy(grpc::ServerContext*,
+grpc::Status StudyServiceImpl::GetStudy(grpc::ServerContext* context,
                                         const v1::GetStudyRequest* request,
                                         v1::StudyStatus* response) {
   RpcScope rpc(metrics_, "GetStudy");
-  return rpc.Finish(Reply(table_.GetStudy(request->study_id()), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("GetStudy", [&] {
+    return Reply(table_.GetStudy(request->study_id()), response);
+  }));
 }
 
-grpc::Status StudyServiceImpl::ListStudies(grpc::ServerContext*,
+grpc::Status StudyServiceImpl::ListStudies(grpc::ServerContext* context,
                                            const v1::ListStudiesRequest*,
                                            v1::ListStudiesResponse* response) {
   RpcScope rpc(metrics_, "ListStudies");
-  *response = table_.ListStudies();
-  return rpc.Finish(grpc::Status::OK);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("ListStudies", [&] {
+    *response = table_.ListStudies();
+    return grpc::Status::OK;
+  }));
 }
 
 grpc::Status StudyServiceImpl::WatchStudy(
     grpc::ServerContext* context, const v1::WatchStudyRequest* request,
     grpc::ServerWriter<v1::StudyEvent>* writer) {
   RpcScope rpc(metrics_, "WatchStudy", /*streaming=*/true);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
   absl::StatusOr<std::unique_ptr<opt::StudyTable::Watch>> watch =
       table_.WatchStudy(request->study_id());
   if (!watch.ok()) return rpc.Finish(ToGrpcStatus(watch.status()));
@@ -81,32 +100,52 @@ grpc::Status StudyServiceImpl::WatchStudy(
   return rpc.Finish(ToGrpcStatus(absl::CancelledError("the watcher cancelled")));
 }
 
-grpc::Status StudyServiceImpl::CancelStudy(grpc::ServerContext*,
+grpc::Status StudyServiceImpl::CancelStudy(grpc::ServerContext* context,
                                            const v1::CancelStudyRequest* request,
                                            v1::StudyStatus* response) {
   RpcScope rpc(metrics_, "CancelStudy");
-  return rpc.Finish(Reply(table_.CancelStudy(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("CancelStudy", [&] {
+    return Reply(table_.CancelStudy(*request), response);
+  }));
 }
 
-grpc::Status StudyServiceImpl::CancelTrial(grpc::ServerContext*,
+grpc::Status StudyServiceImpl::CancelTrial(grpc::ServerContext* context,
                                            const v1::CancelTrialRequest* request,
                                            v1::Trial* response) {
   RpcScope rpc(metrics_, "CancelTrial");
-  return rpc.Finish(Reply(table_.CancelTrial(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("CancelTrial", [&] {
+    return Reply(table_.CancelTrial(*request), response);
+  }));
 }
 
-grpc::Status StudyServiceImpl::AskTrial(grpc::ServerContext*,
+grpc::Status StudyServiceImpl::AskTrial(grpc::ServerContext* context,
                                         const v1::AskTrialRequest* request,
                                         v1::Trial* response) {
   RpcScope rpc(metrics_, "AskTrial");
-  return rpc.Finish(Reply(table_.AskTrial(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("AskTrial", [&] {
+    return Reply(table_.AskTrial(*request), response);
+  }));
 }
 
-grpc::Status StudyServiceImpl::TellTrial(grpc::ServerContext*,
+grpc::Status StudyServiceImpl::TellTrial(grpc::ServerContext* context,
                                          const v1::TellTrialRequest* request,
                                          v1::Trial* response) {
   RpcScope rpc(metrics_, "TellTrial");
-  return rpc.Finish(Reply(table_.TellTrial(*request), response));
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("TellTrial", [&] {
+    return Reply(table_.TellTrial(*request), response);
+  }));
 }
 
 }  // namespace mpilearn::server

@@ -14,6 +14,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "proto/study.grpc.pb.h"
+#include "server/auth.h"
 #include "server/core/master_core.h"
 #include "server/master_metrics.h"
 #include "server/opt/study_table.h"
@@ -39,9 +40,12 @@ class CoreTrialJobs final : public opt::TrialJobs {
 class StudyServiceImpl final : public v1::Studies::Service {
  public:
   // `metrics` may be null; when given it must outlive the service.
+  // `auth`, when given (it must outlive the service), checks every call's
+  // token and role (server/auth.h); null checks nothing.
   explicit StudyServiceImpl(opt::StudyTable& table,
-                            MasterMetrics* metrics = nullptr)
-      : table_(table), metrics_(metrics) {}
+                            MasterMetrics* metrics = nullptr,
+                            Authorizer* auth = nullptr)
+      : table_(table), metrics_(metrics), auth_(auth) {}
 
   grpc::Status CreateStudy(grpc::ServerContext* context,
                            const v1::CreateStudyRequest* request,
@@ -74,6 +78,7 @@ class StudyServiceImpl final : public v1::Studies::Service {
  private:
   opt::StudyTable& table_;
   MasterMetrics* const metrics_;
+  Authorizer* const auth_;
 };
 
 }  // namespace mpilearn::server

@@ -212,13 +212,15 @@ TEST(ValidationPoolTest, PoolsValidateSnapshotsAndAgreeWithOneProcess) {
 // does not leave the stream to be cancelled at the end of its 5 s grace
 // period), and the pool then exits with that reason. How long the shutdown
 // takes depends on the machine, so no duration is asserted.
-TEST(ValidationPoolTest, SigtermStopsAPoolAndMasterShutdownEndsStreams) {
+TEST(ValidationPoolTest, SigtermStopsAPoolAndAPoolGivesUpOnAGoneMaster) {
   const std::string dir = NewTempDir("validation_pool_stop");
   auto master = MasterProcess::Start(dir);
   ASSERT_TRUE(master.ok()) << master.status();
+  // The orphan tries to subscribe again for 3 s after the master is gone.
   auto start_pool = [&](int ranks, const std::string& label) {
     return StartWorkers(ranks, (*master)->address(),
-                        {"--role=validate", "--pool_label=" + label, "--threads=1"},
+                        {"--role=validate", "--pool_label=" + label, "--threads=1",
+                         "--reconnect_timeout_s=3"},
                         dir + "/pool_" + label + ".log");
   };
   // One mpirun at a time (see above).
@@ -256,6 +258,73 @@ TEST(ValidationPoolTest, SigtermStopsAPoolAndMasterShutdownEndsStreams) {
   EXPECT_EQ(*orphan_exit, 1) << (*orphan)->Log();
   EXPECT_TRUE(absl::StrContains((*orphan)->Log(), "shutting down"))
       << (*orphan)->Log();
+  EXPECT_TRUE(absl::StrContains((*orphan)->Log(), "could not subscribe again"))
+      << (*orphan)->Log();
+}
+
+// A pool outlives a master restart: it subscribes again to the new master
+// (same address and state directory) and validates the snapshots of a job
+// trained after the restart.
+TEST(ValidationPoolTest, PoolRidesOutAMasterRestart) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  const std::string dir = NewTempDir("validation_pool_restart");
+  auto master = MasterProcess::Start(dir);
+  ASSERT_TRUE(master.ok()) << master.status();
+  const std::string address = (*master)->address();
+  const std::string port = address.substr(address.rfind(':') + 1);
+  auto pool = StartWorkers(1, address,
+                           {"--role=validate", "--pool_label=survivor",
+                            "--threads=1", "--reconnect_timeout_s=120"},
+                           dir + "/pool.log");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_TRUE(WaitForLog(**pool, "waiting for snapshots", absl::Seconds(120)))
+      << (*pool)->Log();
+
+  kill((*master)->process().pid(), SIGTERM);
+  const std::optional<int> master_exit = (*master)->process().Wait(absl::Seconds(30));
+  ASSERT_TRUE(master_exit.has_value()) << (*master)->process().Log();
+  ASSERT_TRUE(WaitForLog(**pool, "subscribing again", absl::Seconds(30)))
+      << (*pool)->Log();
+  auto restarted = MasterProcess::Start(dir, {"--listen=127.0.0.1:" + port});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  ASSERT_TRUE(WaitForLog(**pool, "subscribed again", absl::Seconds(60)))
+      << (*pool)->Log();
+
+  auto client = MasterClient::Connect((*restarted)->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::JobSpec spec = FashionMnistSubset("sync", 3000, 1);
+  spec.mutable_snapshots()->set_every_updates(10);
+  spec.mutable_snapshots()->set_at_epoch_end(true);
+  spec.set_inband_validation(false);
+  auto job_id = (*client)->SubmitJob(spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  auto group = StartWorkers(1, (*restarted)->address(),
+                            {"--job_id=" + *job_id, "--threads=1"},
+                            dir + "/group.log");
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::optional<int> group_exit = (*group)->Wait(absl::Seconds(300));
+  ASSERT_TRUE(group_exit.has_value()) << (*group)->Log();
+  ASSERT_EQ(*group_exit, 0) << (*group)->Log();
+
+  // The final snapshot's record arrives shortly after the group leaves.
+  size_t records = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && records == 0) {
+    auto status = (*client)->GetJobStatus(*job_id);
+    ASSERT_TRUE(status.ok()) << status.status();
+    records = RecordsFrom(*status, "pool survivor").size();
+    if (records == 0) absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_GT(records, 0u) << (*pool)->Log();
+
+  for (pid_t pid : (*pool)->Descendants()) {
+    if (absl::StrContains(CommandLine(pid), "mpilearn-worker")) kill(pid, SIGTERM);
+  }
+  const std::optional<int> pool_exit = (*pool)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(pool_exit.has_value()) << (*pool)->Log();
+  EXPECT_EQ(*pool_exit, 0) << (*pool)->Log();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ PACKAGES=(
   bazel-bootstrap            # Bazel 4.2.3 (offline builds, see WORKSPACE)
   g++ pkg-config
   clang-14                   # checked locking: tools/check_thread_safety.sh
+  libclang-rt-14-dev lld     # fuzzing: libFuzzer, ASan, UBSan (tools/fuzz.sh)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin
   libtorch-dev libopenblas0-pthread   # OpenBLAS: ~2.5x faster than reference BLAS
@@ -16,6 +17,7 @@ PACKAGES=(
   prometheus                 # a real Prometheus server for the metrics test
   libgtest-dev googletest
   zlib1g-dev
+  openssl libssl-dev          # TLS: the master checks its key (OpenSSL); tests make certificates
   libhdf5-dev                # users' data files: .h5 (worker/hdf5_file.cc, tools/convert_data)
   python3-h5py               # to write and inspect .h5 data files from Python
   dataset-fashion-mnist      # the built-in default job's data

@@ -42,6 +42,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
+#include "common/client_security_flags.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/master_client.h"
@@ -159,7 +160,11 @@ constexpr char kUsage[] =
     "  mpilearn-opt tell s-2 --trial 0 --state completed --value 0.87\n"
     "\n"
     "Exit codes: 0 ok, 1 master/RPC error, 2 usage or spec file error. The\n"
-    "master address defaults to $MPILEARN_MASTER, else 127.0.0.1:7070.";
+    "master address defaults to $MPILEARN_MASTER, else 127.0.0.1:7070.\n"
+    "\n"
+    "A master with TLS and tokens (docs/security.md) takes --tls_ca FILE\n"
+    "(and --tls_cert/--tls_key for mutual TLS) and --token_file FILE or\n"
+    "$MPILEARN_TOKEN; studies need an admin token.";
 
 // Settings of one invocation, read from the flags by main().
 struct Options {
@@ -206,13 +211,16 @@ int FailRpc(const absl::Status& status, const Options& options) {
 // service, over one channel. Thread-compatible.
 class StudiesConnection {
  public:
-  // UNAVAILABLE when nothing answers at options.master in time.
+  // UNAVAILABLE when nothing answers at options.master in time;
+  // INVALID_ARGUMENT when the TLS files cannot be read.
   static absl::StatusOr<std::unique_ptr<StudiesConnection>> Connect(
       const Options& options) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxReplyBytes);
-    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-        options.master, grpc::InsecureChannelCredentials(), args);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> created =
+        CreateMasterChannel(options.master, options.client.security, args);
+    if (!created.ok()) return created.status();
+    std::shared_ptr<grpc::Channel> channel = *std::move(created);
     const auto deadline =
         std::chrono::system_clock::now() +
         absl::ToChronoMilliseconds(options.client.connect_timeout);
@@ -220,7 +228,11 @@ class StudiesConnection {
       return absl::UnavailableError(absl::StrCat(
           "cannot reach mpilearn-master at ", options.master, " within ",
           absl::FormatDuration(options.client.connect_timeout),
-          "; is it running and is the address right?"));
+          "; is it running and is the address right?",
+          options.client.security.tls_ca.empty()
+              ? " If it serves TLS, give --tls_ca (docs/security.md)."
+              : " With --tls_ca: does it serve TLS with a certificate for "
+                "this address, signed by that CA?"));
     }
     return std::unique_ptr<StudiesConnection>(
         new StudiesConnection(options, channel));
@@ -771,6 +783,9 @@ absl::StatusOr<Options> OptionsFromFlags() {
   }
   options.client.connect_timeout = absl::Seconds(connect_s);
   options.client.rpc_timeout = absl::Seconds(rpc_s);
+  absl::StatusOr<ClientSecurity> security = ClientSecurityFromFlags();
+  if (!security.ok()) return security.status();
+  options.client.security = *std::move(security);
   options.watch = absl::GetFlag(FLAGS_watch);
   const double reconnect_s = absl::GetFlag(FLAGS_reconnect_timeout_s);
   if (!(reconnect_s >= 0)) {
@@ -801,7 +816,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(opt::kUsage);
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "tools/mpilearn_opt.cc");
+    return absl::EndsWith(path, "tools/mpilearn_opt.cc") ||
+           absl::EndsWith(path, mpilearn::kClientSecurityFlagsSource);
   };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);

@@ -1,4 +1,5 @@
-// mpilearnctl: submit, list, inspect and wait for jobs on mpilearn-master.
+// mpilearnctl: submit, list, inspect, wait for, cancel and delete jobs on
+// mpilearn-master.
 //
 //   JOB=$(mpilearnctl submit docs/examples/fashion_mnist.json)
 //   mpilearnctl wait "$JOB" --timeout_s 3600
@@ -29,13 +30,16 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
+#include "common/client_security_flags.h"
 #include "common/job_spec.h"
 #include "common/master_client.h"
 #include "google/protobuf/util/json_util.h"
@@ -56,6 +60,11 @@ ABSL_FLAG(bool, json, false,
           "status) as JSON instead of tables.");
 ABSL_FLAG(double, timeout_s, 0,
           "wait: give up (exit 3) after this many seconds; 0 waits forever.");
+ABSL_FLAG(std::string, reason, "",
+          "cancel: why, for the job's message and the master's log.");
+ABSL_FLAG(std::string, state, "",
+          "list, status: only jobs in these states (comma-separated: queued, "
+          "running, completed, failed, cancelled).");
 
 namespace mpilearn::ctl {
 namespace {
@@ -83,7 +92,16 @@ constexpr char kUsage[] =
     "                     per-epoch history and the last validations\n"
     "                     (--json: the JobStatus message as JSON)\n"
     "  wait JOB_ID        poll until the job completes (exit 0) or fails\n"
-    "                     (exit 1); --timeout_s N gives up with exit 3\n"
+    "                     or is cancelled (exit 1); --timeout_s N gives up\n"
+    "                     with exit 3\n"
+    "  cancel JOB_ID      end a queued or running job as CANCELLED (its\n"
+    "                     groups leave; its weights are checkpointed);\n"
+    "                     --reason TEXT is kept in its message\n"
+    "  delete JOB_ID      remove an ended job from the master and its files\n"
+    "                     from the state directory\n"
+    "\n"
+    "list and status follow the master's pages; --state STATE[,STATE] lists\n"
+    "only jobs in those states.\n"
     "\n"
     "Examples:\n"
     "  JOB=$(mpilearnctl submit docs/examples/fashion_mnist.json)\n"
@@ -92,10 +110,17 @@ constexpr char kUsage[] =
     "  mpilearnctl status \"$JOB\"\n"
     "  mpilearnctl status \"$JOB\" --json\n"
     "  mpilearnctl --master 10.0.0.5:7070 wait \"$JOB\" --timeout_s 3600\n"
+    "  mpilearnctl list --state running,queued\n"
+    "  mpilearnctl cancel \"$JOB\" --reason 'wrong learning rate'\n"
+    "  mpilearnctl delete \"$JOB\"\n"
     "\n"
     "Exit codes: 0 ok, 1 master/RPC error or job failed, 2 usage or spec\n"
     "error, 3 wait timed out. The master address defaults to\n"
-    "$MPILEARN_MASTER, else 127.0.0.1:7070.";
+    "$MPILEARN_MASTER, else 127.0.0.1:7070.\n"
+    "\n"
+    "A master with TLS and tokens (docs/security.md) takes --tls_ca FILE\n"
+    "(and --tls_cert/--tls_key for mutual TLS) and --token_file FILE or\n"
+    "$MPILEARN_TOKEN.";
 
 // Settings of one invocation, read from the flags by main().
 struct Options {
@@ -105,6 +130,8 @@ struct Options {
   bool skip_file_check = false;
   bool json = false;
   absl::Duration wait_timeout = absl::InfiniteDuration();
+  std::string reason;                 // cancel --reason
+  std::vector<v1::JobState> states;   // list/status --state; empty: all
 };
 
 int UsageError(absl::string_view message) {
@@ -185,12 +212,44 @@ int SubmitJob(const std::string& spec_path, const Options& options) {
   return kExitOk;
 }
 
+// Says on stderr how many jobs the master left out of its list (each too
+// large for a reply on its own).
+void NoteLeftOut(uint32_t left_out) {
+  if (left_out == 0) return;
+  absl::FPrintF(stderr,
+                "mpilearnctl: %d job(s) too large to list; `mpilearnctl "
+                "status JOB_ID` shows each\n",
+                left_out);
+}
+
 int ListJobs(const Options& options) {
   auto master = ConnectToMaster(options);
   if (!master.ok()) return FailRpc(master.status(), options);
-  absl::StatusOr<std::vector<v1::JobStatus>> jobs = (*master)->ListJobs();
+  uint32_t left_out = 0;
+  absl::StatusOr<std::vector<v1::JobStatus>> jobs =
+      (*master)->ListJobs(options.states, &left_out);
   if (!jobs.ok()) return FailRpc(jobs.status(), options);
   absl::PrintF("%s", FormatJobList(*jobs));
+  NoteLeftOut(left_out);
+  return kExitOk;
+}
+
+int CancelJob(const std::string& job_id, const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  absl::StatusOr<v1::JobStatus> job =
+      (*master)->CancelJob(job_id, options.reason);
+  if (!job.ok()) return FailRpc(job.status(), options);
+  absl::PrintF("%s %s\n", job->job_id(), StateName(job->state()));
+  return kExitOk;
+}
+
+int DeleteJob(const std::string& job_id, const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  const absl::Status deleted = (*master)->DeleteJob(job_id);
+  if (!deleted.ok()) return FailRpc(deleted, options);
+  absl::PrintF("%s deleted\n", job_id);
   return kExitOk;
 }
 
@@ -223,8 +282,11 @@ bool MayHaveHistory(const v1::JobStatus& job) {
 int ShowAllJobs(const Options& options) {
   auto master = ConnectToMaster(options);
   if (!master.ok()) return FailRpc(master.status(), options);
-  absl::StatusOr<std::vector<v1::JobStatus>> jobs = (*master)->ListJobs();
+  uint32_t left_out = 0;
+  absl::StatusOr<std::vector<v1::JobStatus>> jobs =
+      (*master)->ListJobs(options.states, &left_out);
   if (!jobs.ok()) return FailRpc(jobs.status(), options);
+  NoteLeftOut(left_out);
   if (options.json) {
     v1::ListJobsResponse response;
     for (v1::JobStatus& job : *jobs) *response.add_jobs() = std::move(job);
@@ -280,8 +342,11 @@ int WaitForJob(const std::string& job_id, const Options& options) {
       }
       return kExitOk;
     }
-    if (job->state() == v1::JOB_STATE_FAILED) {
-      absl::FPrintF(stderr, "mpilearnctl: job %s failed: %s\n", job_id,
+    if (job->state() == v1::JOB_STATE_FAILED ||
+        job->state() == v1::JOB_STATE_CANCELLED) {
+      absl::FPrintF(stderr, "mpilearnctl: job %s %s: %s\n", job_id,
+                    job->state() == v1::JOB_STATE_FAILED ? "failed"
+                                                         : "was cancelled",
                     job->message().empty() ? "(no message)" : job->message());
       return kExitError;
     }
@@ -312,6 +377,8 @@ int Run(const std::vector<std::string>& args, const Options& options) {
       {"list", "", false},
       {"status", "JOB_ID", true},
       {"wait", "JOB_ID", false},
+      {"cancel", "JOB_ID", false},
+      {"delete", "JOB_ID", false},
   };
   const Command* found = nullptr;
   for (const Command& c : kCommands) {
@@ -319,7 +386,8 @@ int Run(const std::vector<std::string>& args, const Options& options) {
   }
   if (found == nullptr) {
     return UsageError(absl::StrCat("unknown command '", command,
-                                   "'; commands: submit, list, status, wait"));
+                                   "'; commands: submit, list, status, wait, "
+                                   "cancel, delete"));
   }
   const size_t operands = found->operand.empty() ? 0 : 1;
   const size_t required = found->optional ? 0 : operands;
@@ -333,6 +401,8 @@ int Run(const std::vector<std::string>& args, const Options& options) {
   }
   if (command == "submit") return SubmitJob(args[1], options);
   if (command == "list") return ListJobs(options);
+  if (command == "cancel") return CancelJob(args[1], options);
+  if (command == "delete") return DeleteJob(args[1], options);
   if (command == "status") {
     return args.size() == 1 ? ShowAllJobs(options)
                             : ShowStatus(args[1], options);
@@ -362,9 +432,27 @@ absl::StatusOr<Options> OptionsFromFlags() {
   }
   options.client.connect_timeout = absl::Seconds(connect_s);
   options.client.rpc_timeout = absl::Seconds(rpc_s);
+  absl::StatusOr<ClientSecurity> security = ClientSecurityFromFlags();
+  if (!security.ok()) return security.status();
+  options.client.security = *std::move(security);
   options.skip_file_check = absl::GetFlag(FLAGS_skip_file_check);
   options.json = absl::GetFlag(FLAGS_json);
   if (wait_s > 0) options.wait_timeout = absl::Seconds(wait_s);
+  options.reason = absl::GetFlag(FLAGS_reason);
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_state), ',', absl::SkipEmpty())) {
+    v1::JobState state;
+    if (!v1::JobState_Parse(
+            absl::StrCat("JOB_STATE_",
+                         absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name))),
+            &state) ||
+        state == v1::JOB_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--state: unknown state '", name,
+          "'; states are queued, running, completed, failed, cancelled"));
+    }
+    options.states.push_back(state);
+  }
   return options;
 }
 
@@ -376,7 +464,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(ctl::kUsage);
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "tools/mpilearnctl.cc");
+    return absl::EndsWith(path, "tools/mpilearnctl.cc") ||
+           absl::EndsWith(path, mpilearn::kClientSecurityFlagsSource);
   };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Drives a real mpilearn-master with mpilearnctl: submit, list, status (the
-# jobs table and one job's summary and sections), wait, and every error path
+# Drives a real mpilearn-master with mpilearnctl: submit, list (--state),
+# status (the jobs table and one job's summary and sections), wait, cancel,
+# delete, and every error path
 # (bad specs, missing data, unknown job, unknown command, unreachable
 # master), then checks the master still serves.
 #
@@ -229,5 +230,30 @@ grep -Eq "^$JOB +fashion-mnist-mlp +QUEUED +0/5 " <<<"$OUTPUT" || \
 [[ "$(wc -l <<<"$OUTPUT")" == 3 ]] || fail "status: want header and two rows:"$'\n'"$OUTPUT"
 check_table "$OUTPUT"
 echo "ok: status table with two jobs"
+
+# --- cancel, delete, list --state. -----------------------------------------
+expect 1 "cancel it first: mpilearnctl cancel $JOB2" ctl delete "$JOB2"
+expect 0 "^$JOB2 CANCELLED$" ctl cancel "$JOB2" --reason "not needed"
+expect 0 "^message +cancelled: not needed$" ctl status "$JOB2"
+expect 1 "has already ended \\(JOB_STATE_CANCELLED\\); nothing to cancel" \
+  ctl cancel "$JOB2"
+expect 1 "job $JOB2 was cancelled: cancelled: not needed" ctl wait "$JOB2"
+expect 0 "^$JOB2 +CANCELLED" ctl list --state cancelled
+[[ "$(grep -c '^job-' <<<"$OUTPUT")" == 1 ]] || \
+  fail "list --state cancelled: want $JOB2 alone:"$'\n'"$OUTPUT"
+expect 0 "^$JOB +QUEUED" ctl list --state queued,running
+[[ "$(grep -c '^job-' <<<"$OUTPUT")" == 1 ]] || \
+  fail "list --state queued,running: want $JOB alone:"$'\n'"$OUTPUT"
+expect 2 "--state: unknown state 'sleeping'" ctl list --state sleeping
+expect 0 "^$JOB2 deleted$" ctl delete "$JOB2"
+expect 1 "unknown job '$JOB2'" ctl status "$JOB2"
+expect 1 "unknown job '$JOB2'" ctl delete "$JOB2"
+expect 2 "missing argument: mpilearnctl cancel JOB_ID" ctl cancel
+expect 2 "missing argument: mpilearnctl delete JOB_ID" ctl delete
+[[ -d "$TMP/state/jobs/$JOB2" ]] && fail "delete left $TMP/state/jobs/$JOB2"
+expect 0 "^$JOB +QUEUED" ctl list
+[[ "$(grep -c '^job-' <<<"$OUTPUT")" == 1 ]] || \
+  fail "after delete: want $JOB alone:"$'\n'"$OUTPUT"
+echo "ok: cancel, delete, list --state"
 
 echo "PASS"

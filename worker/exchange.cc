@@ -368,12 +368,22 @@ absl::Status PushUpdate(ExchangeContext& context, v1::UpdateKind kind,
   header.set_kind(kind);
   absl::StatusOr<uint64_t> version =
       context.master.PushGradient(header, payload, reply);
-  if (!version.ok() && IsStaleRejection(version.status())) {
-    // Dropped as too stale: continue from the newest weights.
-    ++context.stale_dropped;
-    span.Arg("stale", 1);
-    VLOG(1) << "[rank " << context.group.rank() << "] "
-            << version.status().message();
+  const bool stale = !version.ok() && IsStaleRejection(version.status());
+  const bool refused = !version.ok() && IsUpdateRejected(version.status());
+  if (stale || refused) {
+    // Not applied (too stale, or it would have made the weights NaN/Inf):
+    // continue from the newest weights. The master fails the job itself
+    // after too many refusals in a row.
+    if (stale) {
+      ++context.stale_dropped;
+      span.Arg("stale", 1);
+      VLOG(1) << "[rank " << context.group.rank() << "] "
+              << version.status().message();
+    } else {
+      span.Arg("refused", 1);
+      LOG(WARNING) << "[rank " << context.group.rank() << "] "
+                   << version.status().message();
+    }
     TraceSpan pull(context.trace, "pull", "master");
     version = context.master.PullWeights(context.job_id, context.group_id, reply);
   }

@@ -1,6 +1,8 @@
 #include "worker/job_model.h"
 
 #include <cmath>
+#include <new>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -16,8 +18,24 @@ absl::StatusOr<JobModel> BuildJobModel(const v1::JobSpec& spec,
   MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromSpec(spec));
   MPILEARN_ASSIGN_OR_RETURN(const int64_t outputs,
                             loss.OutputsFor(data.train.labels, data.num_classes));
-  MPILEARN_ASSIGN_OR_RETURN(
-      Model model, Model::FromSpec(spec.model(), data.input_shape, outputs));
+  // Building allocates the weights: a model too large for this host (a
+  // huge `hidden`) throws from LibTorch. The error goes back to the caller,
+  // which leaves the job with it, instead of ending the process.
+  std::optional<Model> built;
+  try {
+    MPILEARN_ASSIGN_OR_RETURN(
+        built, Model::FromSpec(spec.model(), data.input_shape, outputs));
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate the model's weights on this worker (", e.what(),
+        "): make the model smaller (model.hidden, model.channels)"));
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot build the model on this worker: ", ShortExceptionMessage(e),
+        " (is the model too large? make it smaller: model.hidden, "
+        "model.channels)"));
+  }
+  Model model = *std::move(built);
   std::vector<std::vector<int64_t>> shapes;
   for (const torch::Tensor& t : model.state()) {
     shapes.emplace_back(t.sizes().begin(), t.sizes().end());

@@ -1,6 +1,7 @@
 #include "worker/local_master.h"
 
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -39,6 +40,12 @@ absl::StatusOr<std::unique_ptr<LocalMaster>> LocalMaster::Create(
   // A baseline run is one job: earlier runs' jobs in the same directory
   // are not picked up again.
   options.registry.resume_jobs = false;
+  // The master's --max_* limits guard a shared service against its
+  // clients; here the one client is this process, whose own allocation is
+  // the bound (a model that does not fit fails in LibTorch, as in a group).
+  options.limits.max_model_bytes = std::numeric_limits<uint64_t>::max() / 4;
+  options.limits.max_tensors_per_set = std::numeric_limits<int>::max();
+  options.limits.max_queued_jobs = 0;
   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<server::MasterCore> core,
                             server::MasterCore::Create(options));
   return std::unique_ptr<LocalMaster>(new LocalMaster(std::move(core)));

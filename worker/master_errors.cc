@@ -12,4 +12,8 @@ bool IsStaleRejection(const absl::Status& status) {
   return ReasonOf(status) == v1::ERROR_REASON_STALE_UPDATE;
 }
 
+bool IsUpdateRejected(const absl::Status& status) {
+  return ReasonOf(status) == v1::ERROR_REASON_UPDATE_REJECTED;
+}
+
 }  // namespace mpilearn::worker

@@ -23,6 +23,13 @@ bool IsGroupUnknown(const absl::Status& status);
 // rank pulls the newest weights and goes on.
 bool IsStaleRejection(const absl::Status& status);
 
+// True when the master refused an update because applying it would have
+// made the job's weights or optimizer state NaN or Inf (guarded weights):
+// the update was not applied, so the rank pulls the weights and goes on
+// like after a stale rejection; the master fails the job after several in
+// a row.
+bool IsUpdateRejected(const absl::Status& status);
+
 }  // namespace mpilearn::worker
 
 #endif  // MPILEARN_WORKER_MASTER_ERRORS_H_

@@ -294,6 +294,9 @@ int GroupSession::RunValidationPool() {
   pool_options.exit_when_idle = options_.exit_when_idle;
   pool_options.stop_requested = &stop_requested;
   pool_options.trace = trace.get();
+  // A master restart: the pool subscribes again for as long as any client
+  // retries an unreachable master.
+  pool_options.resubscribe_for = options_.connection.reconnect_timeout;
   ValidationPool pool(group, master.get(), pool_options);
   absl::StatusOr<ValidationPoolResult> result = pool.Run();
   // The pool's ranks end Run together, whatever the outcome.

@@ -55,6 +55,39 @@ void Trainer::SetTelemetry(const double* figures) {
   telemetry_.set_resident_bytes(static_cast<uint64_t>(figures[5]));
 }
 
+namespace {
+
+// The weights of the job `registration` names were installed by another
+// client, whose layout this group may not be able to use: compare sizes
+// before pulling, so a mismatch fails at once with both sides named
+// (pulling weights of another layout fails only once the stream is read).
+// The job's status says how many values the installed weights hold; a
+// master that does not answer leaves the check to the pull.
+absl::Status CheckMasterLayout(MasterConnection& master,
+                               const v1::RegisterGroupResponse& registration,
+                               const v1::TensorSetHeader& layout) {
+  absl::StatusOr<v1::JobStatus> status =
+      master.GetJobStatus(registration.job_id());
+  if (!status.ok() || status->parameters() == 0) return absl::OkStatus();
+  uint64_t values = 0;
+  for (const v1::TensorInfo& info : layout.tensors()) {
+    uint64_t count = 1;
+    for (const int64_t d : info.shape()) count *= static_cast<uint64_t>(d);
+    values += count;
+  }
+  if (status->parameters() == values) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", registration.job_id(),
+      "'s weights on the master were installed by another client with "
+      "another layout: they hold ", status->parameters(),
+      " values, this group's model has ", values, " values in ",
+      layout.tensors_size(),
+      " tensors; every group of a job must build the same model (spec, data "
+      "shape, TorchScript file)"));
+}
+
+}  // namespace
+
 absl::Status Trainer::BuildModelAndInitWeights() {
   // Same seed on every rank and every group: the initial weights are a
   // function of the job alone.
@@ -100,15 +133,25 @@ absl::Status Trainer::BuildModelAndInitWeights() {
               << " buffers; loss " << job_->loss.name();
   }
 
-  if (leader() && !registration_.weights_initialized()) {
-    MPILEARN_ASSIGN_OR_RETURN(
-        bool accepted,
-        master_.InitWeights(registration_.job_id(), registration_.group_id(),
-                            context_.layout, ConstViews(context_.weights)));
-    LOG(INFO) << "[rank 0] initial weights "
-              << (accepted ? "installed on the master"
-                           : "from another group are used");
+  // Whether the master's weights were installed by another client (whose
+  // layout is checked before pulling; see CheckMasterLayout).
+  absl::Status layout = absl::OkStatus();
+  if (leader()) {
+    bool installed_here = false;
+    if (!registration_.weights_initialized()) {
+      MPILEARN_ASSIGN_OR_RETURN(
+          installed_here,
+          master_.InitWeights(registration_.job_id(), registration_.group_id(),
+                              context_.layout, ConstViews(context_.weights)));
+      LOG(INFO) << "[rank 0] initial weights "
+                << (installed_here ? "installed on the master"
+                                   : "from another group are used");
+    }
+    if (!installed_here) {
+      layout = CheckMasterLayout(master_, registration_, context_.layout);
+    }
   }
+  MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(layout));
   absl::Status synced = SyncToMasterWeights();
   if (!synced.ok() && synced.code() == absl::StatusCode::kInvalidArgument) {
     // The master's weights do not fit this group's model.

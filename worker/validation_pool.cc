@@ -64,7 +64,7 @@ void ValidationPool::WatchForStop() {
         LOG(INFO) << tag_ << "asked to stop";
       }
       stop_ = true;
-      stream_->Cancel();
+      if (stream_ != nullptr) stream_->Cancel();
       return;
     }
     absl::Time deadline = std::min(idle_deadline, now + kStopPollPeriod);
@@ -79,17 +79,76 @@ std::string ValidationPool::NextMessage(std::vector<std::vector<float>>* weights
     waiting_since_ = absl::Now();
     wake_.SignalAll();
   }
-  v1::SnapshotHeader header;
-  absl::StatusOr<bool> got = stream_->Next(&header, weights);
+  std::string message;
+  while (message.empty()) {
+    std::shared_ptr<SnapshotStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = stream_;
+    }
+    v1::SnapshotHeader header;
+    absl::StatusOr<bool> got = stream->Next(&header, weights);
+    if (got.ok() && *got) {
+      message = "V" + header.SerializeAsString();
+    } else {
+      message = Resubscribe(got.ok() ? std::string("the master ended the snapshot stream")
+                                     : std::string(got.status().message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  waiting_since_ = absl::InfiniteFuture();
+  return message;
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStream>> ValidationPool::Subscribe() {
+  v1::SubscribeSnapshotsRequest request;
+  for (const std::string& id : options_.job_ids) request.add_job_ids(id);
+  request.set_subscriber("pool " + options_.label);
+  absl::StatusOr<std::unique_ptr<SnapshotStream>> stream =
+      master_->SubscribeSnapshots(request);
+  if (stream.ok()) return stream;
+  std::string why(stream.status().message());
+  if (why.empty()) why = stream.status().ToString();
+  return WithReason(
+      absl::UnavailableError(absl::StrCat("cannot subscribe to snapshots: ", why)),
+      ReasonOf(stream.status()));
+}
+
+std::string ValidationPool::Resubscribe(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
-    waiting_since_ = absl::InfiniteFuture();
+    if (stop_) return "S";  // the helper cancelled the stream
   }
-  if (!got.ok()) {
-    return absl::StrCat("E", "lost the snapshot stream: ", got.status().message());
+  if (options_.resubscribe_for <= absl::ZeroDuration()) {
+    return absl::StrCat("E", "lost the snapshot stream: ", why);
   }
-  if (!*got) return "S";
-  return "V" + header.SerializeAsString();
+  LOG(WARNING) << tag_ << "lost the snapshot stream (" << why
+               << "); subscribing again for up to "
+               << absl::FormatDuration(options_.resubscribe_for);
+  const absl::Time give_up = absl::Now() + options_.resubscribe_for;
+  absl::Status last;
+  while (true) {
+    absl::StatusOr<std::unique_ptr<SnapshotStream>> fresh = Subscribe();
+    absl::MutexLock lock(&mu_);
+    if (stop_) {
+      if (fresh.ok()) (*fresh)->Cancel();
+      return "S";
+    }
+    if (fresh.ok()) {
+      stream_ = std::move(fresh).value();
+      LOG(INFO) << tag_ << "subscribed again";
+      return "";
+    }
+    last = fresh.status();
+    const absl::Time now = absl::Now();
+    if (now >= give_up) break;
+    // Stop() and the helper's stop both signal wake_.
+    wake_.WaitWithDeadline(&mu_, std::min(give_up, now + absl::Seconds(1)));
+  }
+  return absl::StrCat("E", "lost the snapshot stream (", why,
+                      ") and could not subscribe again within ",
+                      absl::FormatDuration(options_.resubscribe_for), ": ",
+                      last.message());
 }
 
 ValidationPool::JobState ValidationPool::LoadJob(const v1::JobSpec& spec) {
@@ -224,19 +283,12 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
   // The leader subscribes; every rank learns whether it could.
   absl::Status subscribed = absl::OkStatus();
   if (leader()) {
-    v1::SubscribeSnapshotsRequest request;
-    for (const std::string& id : options_.job_ids) request.add_job_ids(id);
-    request.set_subscriber("pool " + options_.label);
-    absl::StatusOr<std::unique_ptr<SnapshotStream>> stream =
-        master_->SubscribeSnapshots(request);
+    absl::StatusOr<std::unique_ptr<SnapshotStream>> stream = Subscribe();
     if (stream.ok()) {
+      absl::MutexLock lock(&mu_);
       stream_ = std::move(stream).value();
     } else {
-      std::string why(stream.status().message());
-      if (why.empty()) why = stream.status().ToString();
-      subscribed = WithReason(
-          absl::UnavailableError(absl::StrCat("cannot subscribe to snapshots: ", why)),
-          ReasonOf(stream.status()));
+      subscribed = stream.status();
     }
   }
   MPILEARN_RETURN_IF_ERROR(BroadcastStatus(group_, subscribed, 0));
@@ -319,6 +371,7 @@ absl::StatusOr<ValidationPoolResult> ValidationPool::Run() {
       wake_.SignalAll();
     }
     watcher.join();
+    absl::MutexLock lock(&mu_);
     stream_.reset();
     LOG(INFO) << tag_ << "validated " << result.validated << " snapshot(s), "
               << result.failed << " skipped or unreported";

@@ -20,8 +20,10 @@
 // its spec builds is skipped (the leader logs why), without ending the pool.
 // The pool ends cleanly on Stop() (the leader cancels its stream, then
 // broadcasts a stop so all ranks leave MPI together) or after
-// `exit_when_idle` without a snapshot; it fails when the stream fails
-// (e.g. the master shut down).
+// `exit_when_idle` without a snapshot. When the stream ends or fails
+// without being asked to (the master shut down or restarted), the leader
+// subscribes again, every second for up to `resubscribe_for`, and the pool
+// goes on with the new stream; it fails only when that time runs out.
 //
 // With options.trace set, every rank records `wait` (the leader waiting for
 // and receiving the next snapshot; the others waiting for the leader),
@@ -76,6 +78,9 @@ struct ValidationPoolOptions {
   const std::atomic<bool>* stop_requested = nullptr;
   // This rank's trace recorder (not owned); null: no tracing.
   TraceRecorder* trace = nullptr;
+  // How long the leader tries to subscribe again after losing its stream
+  // (a master restart); zero: the pool fails at once.
+  absl::Duration resubscribe_for = absl::Minutes(5);
 };
 
 // What the pool did, on the leader (other ranks: zeros).
@@ -121,6 +126,12 @@ class ValidationPool {
   bool Report(const v1::SnapshotHeader& header, const Evaluation& metrics);
   // Leader's helper thread: cancels the stream on Stop() or when idle.
   void WatchForStop();
+  // Leader: a new subscription to the pool's jobs.
+  absl::StatusOr<std::unique_ptr<SnapshotStream>> Subscribe();
+  // Leader, after its stream ended (`why`) without a stop: subscribes again
+  // (see the class comment). "" when it did, else the message for every
+  // rank ("S" when asked to stop meanwhile, "E..." when it gave up).
+  std::string Resubscribe(const std::string& why);
 
   bool leader() const { return group_.rank() == 0; }
 
@@ -132,12 +143,12 @@ class ValidationPool {
   std::map<std::string, JobState> jobs_;  // by job id; MPI thread only
   int64_t uses_ = 0;
 
-  // The leader's subscription. Set before the helper thread starts and
-  // reset after it ends; both threads use it (SnapshotStream allows Cancel
-  // from another thread).
-  std::unique_ptr<SnapshotStream> stream_;
-
   absl::Mutex mu_;
+  // The leader's subscription; replaced when it resubscribes. The MPI
+  // thread reads from a copy of the pointer outside mu_; the helper thread
+  // cancels the current one under mu_ (SnapshotStream allows Cancel from
+  // another thread).
+  std::shared_ptr<SnapshotStream> stream_ ABSL_GUARDED_BY(mu_);
   absl::CondVar wake_;  // the helper thread: stop_, finished_, waiting_since_
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Run is returning

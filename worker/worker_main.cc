@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/client_security_flags.h"
 #include "glog/logging.h"
 #include "worker/progress.h"
 #include "worker/session.h"
@@ -161,7 +162,8 @@ absl::Status CheckTracePath(const std::string& path) {
 int Main(int argc, char** argv) {
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "worker/worker_main.cc");
+    return absl::EndsWith(path, "worker/worker_main.cc") ||
+           absl::EndsWith(path, mpilearn::kClientSecurityFlagsSource);
   };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
@@ -173,6 +175,10 @@ int Main(int argc, char** argv) {
       "  mpirun -np 4 mpilearn-worker --master HOST:7070 --serve   # every one\n"
       "  mpilearn-worker --local --job spec.json   # one process, no master\n"
       "  mpirun -np 2 mpilearn-worker --master HOST:7070 --role validate\n"
+      "\n"
+      "A master with TLS and tokens (docs/security.md): --tls_ca FILE (and\n"
+      "--tls_cert/--tls_key for mutual TLS), --token_file FILE or\n"
+      "$MPILEARN_TOKEN (a worker token; every rank reads it).\n"
       "\n"
       "The job spec format is in docs/protocol.md; examples in docs/examples/.");
   absl::ParseCommandLine(argc, argv);
@@ -260,6 +266,16 @@ int Main(int argc, char** argv) {
   options.connection.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   options.connection.reconnect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
+  if (!local) {
+    absl::StatusOr<mpilearn::ClientSecurity> security =
+        mpilearn::ClientSecurityFromFlags();
+    if (!security.ok()) {
+      std::fprintf(stderr, "mpilearn-worker: %s\n",
+                   std::string(security.status().message()).c_str());
+      return 2;
+    }
+    options.connection.security = *std::move(security);
+  }
   options.job_spec_path = absl::GetFlag(FLAGS_job);
   options.job_id = absl::GetFlag(FLAGS_job_id);
   options.serve = serve;

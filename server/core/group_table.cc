@@ -1,6 +1,7 @@
 #include "server/core/group_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/bounded_text.h"
 #include "common/error_reason.h"
 
 namespace mpilearn::server {
@@ -28,13 +29,14 @@ absl::Status GroupTable::Touch(const std::string& group_id, absl::Time now,
   auto it = groups_.find(group_id);
   if (it == groups_.end()) {
     return WithReason(absl::NotFoundError(absl::StrCat(
-                          "group '", group_id, "' is not registered with job ",
+                          "group '", EchoPrefix(group_id),
+                          "' is not registered with job ",
                           job_id_, "; call RegisterGroup first")),
                       v1::ERROR_REASON_GROUP_UNKNOWN);
   }
   if (!it->second.alive) {
     return GroupUnknownError(absl::StrCat(
-        "group ", group_id, " of job ", job_id_,
+        "group ", EchoPrefix(group_id), " of job ", job_id_,
         " was declared lost or has left; restart the group to rejoin"));
   }
   it->second.last_seen = now;
@@ -47,7 +49,8 @@ absl::StatusOr<GroupTable::Group*> GroupTable::Active(
   auto it = groups_.find(group_id);
   if (it == groups_.end() || !it->second.alive) {
     return GroupUnknownError(
-        absl::StrCat("group ", group_id, " is not an active group of job ",
+        absl::StrCat("group ", EchoPrefix(group_id),
+                     " is not an active group of job ",
                      job_id_, "; restart the group to rejoin"));
   }
   return &it->second;
@@ -59,7 +62,8 @@ absl::StatusOr<GroupTable::Group*> GroupTable::Registered(
   if (group == nullptr) {
     return WithReason(
         absl::NotFoundError(absl::StrCat(
-            "group '", group_id, "' is not registered with job ", job_id_)),
+            "group '", EchoPrefix(group_id), "' is not registered with job ",
+            job_id_)),
         v1::ERROR_REASON_GROUP_UNKNOWN);
   }
   return group;

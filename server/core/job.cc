@@ -37,6 +37,15 @@ Job::Job(std::string id, v1::JobSpec spec, EngineOptions engine)
       checkpoints_(spec_.checkpoint()) {}
 
 absl::Status Job::NoWeightsError() const {
+  if (EndedLocked()) {
+    return FailedPrecondition(
+        v1::ERROR_REASON_JOB_ENDED,
+        absl::StrCat("job ", id_, " has ended (", v1::JobState_Name(state_),
+                     ") and holds no weights in memory; its last weights "
+                     "are in its checkpoint (version ",
+                     checkpoints_.written_version(), ") under the state "
+                     "directory"));
+  }
   return FailedPrecondition(
       v1::ERROR_REASON_JOB_STATE,
       absl::StrCat("job ", id_,
@@ -83,6 +92,9 @@ absl::StatusOr<bool> Job::InitWeights(v1::TensorSetHeader header,
                             CheckInitialWeights(header, values));
   absl::MutexLock lock(&mu_);
   if (weights_ != nullptr) return false;
+  // An ended job's weights may have been released (ReleaseMemory): never
+  // install fresh ones in their place.
+  if (EndedLocked()) return NoWeightsError();
   MPILEARN_ASSIGN_OR_RETURN(rule_, UpdateRule::Create(spec_, sizes, engine_));
   header.set_version(0);
   weights_ = std::make_shared<WeightsSnapshot>();
@@ -100,8 +112,10 @@ absl::StatusOr<v1::TensorSetHeader> Job::Layout() const {
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     const GradientUpdate& update, absl::Time now, AppliedUpdate* applied) {
-  // The scan is the costly part of the checks; it needs no lock.
-  const int non_finite = FirstNonFinite(update.values);
+  // The scan is the costly part of the checks; it needs no lock. Its
+  // maximum feeds the guard (below), its sums of squares the clipping.
+  const UpdateScan scan = ScanUpdate(update.values, ClipsGradients(spec_));
+  const int non_finite = scan.non_finite;
   absl::MutexLock lock(&mu_);
   // Every check comes before the first change, so a refused update leaves
   // the job as it was (except stats_.stale_rejected, which counts refusals).
@@ -145,19 +159,34 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     return staleness.status();
   }
 
-  // The reply: the new weights, or for easgd the centre before the move.
-  std::shared_ptr<const WeightsSnapshot> reply;
-  if (rule_->replies_with_previous()) {
-    reply = weights_;
-    CopyOnWriteLocked();
-  } else if (weights_.use_count() > 1) {
+  // Guarded weights: an update that would make the weights or the rule's
+  // state non-finite is undone and refused. When the rule cannot show that
+  // this one stays finite (UpdateRule::PrepareApply: never in normal
+  // training), it is applied to a copy of the weights, with a copy of the
+  // rule's state, so it can be undone; otherwise in place, and the rule's
+  // tracked magnitudes confirm it after.
+  const bool certain = rule_->PrepareApply(scan.max_abs);
+  // The weights before the update, kept when they are not updated in place.
+  std::shared_ptr<WeightsSnapshot> before;
+  if (rule_->replies_with_previous() || HeldElsewhereLocked() || !certain) {
     // Copy-on-write: a reply may still be encoding the current snapshot.
+    before = weights_;
     CopyOnWriteLocked();
   }
+  if (!certain) MPILEARN_RETURN_IF_ERROR(rule_->BeginUndoable());
+  // The reply: the new weights, or for easgd the centre before the move.
+  std::shared_ptr<const WeightsSnapshot> reply;
+  if (rule_->replies_with_previous()) reply = before;
   // The update itself, timed for the metrics and the trace.
   const absl::Time apply_start = absl::Now();
-  MPILEARN_RETURN_IF_ERROR(rule_->Apply(weights_->values, update.values,
-                                        StalenessScale(spec_, *staleness)));
+  const float scale = static_cast<float>(
+      StalenessScale(spec_, *staleness) *
+      ClipScale(spec_, scan, weights_->header));
+  MPILEARN_RETURN_IF_ERROR(rule_->Apply(weights_->values, update.values, scale));
+  if (!rule_->Finite(weights_->values)) {
+    return RejectUpdateLocked(std::move(before));
+  }
+  rejected_in_a_row_ = 0;
   // Buffers (BatchNorm's running statistics) are not trained: whatever the
   // rule did to them, the update's values replace them.
   for (int t = 0; t < weights_->header.tensors_size(); ++t) {
@@ -182,6 +211,56 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     applied->optimizer = update_rule_;
   }
   return reply;
+}
+
+absl::Status Job::RejectUpdateLocked(std::shared_ptr<WeightsSnapshot> before) {
+  ++stats_.rejected;
+  ++rejected_in_a_row_;
+  if (before == nullptr) {
+    // Applied in place because the rule showed it would stay finite, and
+    // yet it did not: nothing to go back to. Cannot happen unless a rule's
+    // bound is wrong; the job stops rather than train on NaN.
+    state_ = v1::JOB_STATE_FAILED;
+    message_ = absl::StrCat(
+        "an update made the weights non-finite and could not be undone "
+        "(internal error: the update guard's bound did not hold); lower "
+        "optimizer.learning_rate or set optimizer.clip_grad_norm and "
+        "resubmit");
+    checkpoints_.Changed();
+    return WithReason(absl::InternalError(message_), v1::ERROR_REASON_INTERNAL);
+  }
+  weights_ = std::move(before);
+  const absl::Status undone = rule_->Undo();
+  std::string message = absl::StrCat(
+      "update refused: applying it would have made job ", id_,
+      "'s weights or optimizer state NaN or Inf (it was not applied); lower "
+      "optimizer.learning_rate or set optimizer.clip_grad_norm");
+  if (!undone.ok()) {
+    // The optimizer's state could not be put back: the job cannot go on.
+    state_ = v1::JOB_STATE_FAILED;
+    message_ = absl::StrCat(message, "; restoring the optimizer state failed: ",
+                            undone.message());
+  } else if (rejected_in_a_row_ >= kMaxRejectedInARow) {
+    state_ = v1::JOB_STATE_FAILED;
+    message_ = absl::StrCat(
+        kMaxRejectedInARow,
+        " updates in a row were refused because they would have made the "
+        "weights or optimizer state NaN or Inf; the training diverges: "
+        "resubmit with a lower optimizer.learning_rate or with "
+        "optimizer.clip_grad_norm set");
+    checkpoints_.Changed();
+    message = message_;
+  }
+  return WithReason(absl::FailedPreconditionError(message),
+                    v1::ERROR_REASON_UPDATE_REJECTED);
+}
+
+bool Job::HeldElsewhereLocked() const {
+  long owners = weights_.use_count();
+  for (const std::shared_ptr<WeightsSnapshot>& spare : spare_snapshots_) {
+    if (spare == weights_) --owners;  // the list's own reference
+  }
+  return owners > 1;
 }
 
 void Job::CopyOnWriteLocked() {
@@ -237,6 +316,7 @@ void Job::ReturnUpdateBuffers(std::vector<std::vector<float>> buffers) {
   // One set per rank pushing at once is plenty.
   constexpr size_t kMaxScratchSets = 4;
   absl::MutexLock lock(&scratch_mu_);
+  if (scratch_released_) return;  // an ended job keeps no buffers
   if (scratch_.size() < kMaxScratchSets) scratch_.push_back(std::move(buffers));
 }
 
@@ -301,23 +381,19 @@ absl::Status Job::Resume(v1::JobCheckpointFile checkpoint) {
   stats_.staleness_count = checkpoint.staleness_count();
   ReplayValidationsLocked(status);
   ResumeOutcomeLocked(status);
-  if (state_ != v1::JOB_STATE_COMPLETED && state_ != v1::JOB_STATE_FAILED) {
-    state_ = v1::JOB_STATE_QUEUED;
-  }
+  if (!EndedLocked()) state_ = v1::JOB_STATE_QUEUED;
   checkpoints_.Resumed(weights_->header.version());
   return absl::OkStatus();
 }
 
 void Job::ResumeEnded(const v1::JobStatus& status) {
-  if (status.state() != v1::JOB_STATE_COMPLETED &&
-      status.state() != v1::JOB_STATE_FAILED) {
-    return;
-  }
+  if (!JobStateEnded(status.state())) return;
   absl::MutexLock lock(&mu_);
   ResumeOutcomeLocked(status);
   if (weights_ != nullptr) return;
   resumed_version_ = status.version();
   resumed_parameters_ = status.parameters();
+  checkpoints_.Written(status.checkpoint_version());
   stats_.Resume(status);
   queue_.ResumeEnded(status);
   validations_.clear();
@@ -391,6 +467,54 @@ absl::Status Job::Stop(const std::string& reason) {
   stop_finished_ = true;  // no test set: see the declaration
   checkpoints_.Changed();
   return absl::OkStatus();
+}
+
+absl::Status Job::Cancel(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (EndedLocked()) {
+    return FailedPrecondition(
+        v1::ERROR_REASON_JOB_ENDED,
+        absl::StrCat("job ", id_, " has already ended (",
+                     v1::JobState_Name(state_), "); nothing to cancel"));
+  }
+  state_ = v1::JOB_STATE_CANCELLED;
+  message_ = reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason);
+  checkpoints_.Changed();
+  return absl::OkStatus();
+}
+
+bool Job::Releasable() const {
+  absl::MutexLock lock(&mu_);
+  // A group still training gets its updates dropped with the final
+  // weights in the reply (see ApplyGradient): keep them until it leaves.
+  return EndedLocked() && (!StoppedLocked() || stop_finished_) &&
+         groups_.Live() == 0;
+}
+
+bool Job::ReleaseMemory() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!EndedLocked() || weights_ == nullptr) return false;
+    resumed_version_ = weights_->header.version();
+    uint64_t parameters = 0;
+    for (const auto& v : weights_->values) parameters += v.size();
+    resumed_parameters_ = parameters;
+    // Snapshots still held by a reply being encoded live on with it.
+    weights_.reset();
+    rule_.reset();
+    spare_snapshots_.clear();
+    spare_snapshots_.shrink_to_fit();
+  }
+  absl::MutexLock lock(&scratch_mu_);
+  scratch_released_ = true;
+  scratch_.clear();
+  scratch_.shrink_to_fit();
+  return true;
+}
+
+bool Job::MemoryReleased() const {
+  absl::MutexLock lock(&mu_);
+  return EndedLocked() && weights_ == nullptr && rule_ == nullptr;
 }
 
 absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
@@ -493,7 +617,8 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
         v1::ERROR_REASON_JOB_ENDED,
         absl::StrCat("job ", id_, " has FAILED (", message_, ")"));
   }
-  if (state_ == v1::JOB_STATE_COMPLETED) {
+  if (state_ == v1::JOB_STATE_COMPLETED ||
+      state_ == v1::JOB_STATE_CANCELLED) {
     group->last_seen = now;
     if (request.has_telemetry()) group->telemetry = request.telemetry();
     return DoneLocked(group_id, *group);
@@ -552,7 +677,10 @@ v1::NextDataUnitResponse Job::DoneLocked(const std::string& group_id,
                                          GroupTable::Group& group) {
   v1::NextDataUnitResponse response;
   response.set_action(v1::NextDataUnitResponse::DONE);
-  if (StoppedLocked()) {
+  if (state_ == v1::JOB_STATE_CANCELLED) {
+    // Nobody finishes a cancelled job; what the group held is dropped.
+    group.ReleaseUnits();
+  } else if (StoppedLocked()) {
     // A stop rule ended the job: the units the group held (trained and
     // reserved) are dropped, and one group finishes the job (test set,
     // Leave(completed)).

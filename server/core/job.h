@@ -24,19 +24,26 @@
 //
 // Errors carry a v1::ErrorReason (common/error_reason.h): GROUP_UNKNOWN for
 // a group unknown, lost or gone; STALE_UPDATE beyond max_staleness;
-// JOB_ENDED for a COMPLETED or FAILED job; JOB_STATE for no weights yet, a
+// JOB_ENDED for a COMPLETED, FAILED or CANCELLED job (also once its
+// weights were released); JOB_STATE for no weights yet, a
 // job not RUNNING or a data-queue mismatch; INVALID_REQUEST for a bad
 // layout, NaN/Inf, a wrong update kind or a bad unit; INTERNAL for a
 // checkpoint that does not fit or a failing optimizer.
 //
 // Lifecycle: QUEUED -> RUNNING (a group registered) -> COMPLETED (a group
-// left having trained every epoch) or FAILED (a group reported an error).
+// left having trained every epoch), FAILED (a group reported an error) or
+// CANCELLED (Cancel; also from QUEUED): the ended states (JobStateEnded).
 // A data error (LeaveRequest.data_error: the group could not read the unit
 // it trains, or it held bad values) fails the job only when that unit has
 // failed data.max_unit_failures times or no other group is left to retry
 // it; otherwise the group's units go back to the queue, the failed one is
 // handed out again before any fresh unit, and the job stays RUNNING
 // (JobStatus.unit_failures, last_data_error; DataQueue::UnitFailed).
+// CancelJob ends a QUEUED or RUNNING job as CANCELLED (Cancel): its groups
+// get DONE from NextDataUnit (no finish) and JOB_ENDED on pushes.
+// Once an ended job's final checkpoint is on disk, the registry calls
+// ReleaseMemory: weights, optimizer state, update buffers and spare
+// snapshots are dropped; Status() keeps reporting the job from its record.
 // A RUNNING job whose groups are all lost or gone goes back to QUEUED, keeping
 // its weights and progress, so the next group continues it.
 //
@@ -112,8 +119,19 @@
 
 namespace mpilearn::server {
 
+// COMPLETED, FAILED or CANCELLED: the job takes no more work.
+inline bool JobStateEnded(v1::JobState state) {
+  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
 class Job {
  public:
+  // Guarded weights: after this many updates in a row refused because they
+  // would have made the weights or the optimizer state non-finite, the job
+  // FAILs (its message suggests a lower learning rate or clipping).
+  static constexpr int kMaxRejectedInARow = 10;
+
   // `engine` says where the job's optimizer runs (EngineOptions).
   Job(std::string id, v1::JobSpec spec, EngineOptions engine = {});
 
@@ -154,7 +172,17 @@ class Job {
   // INVALID_ARGUMENT for a kind other than the algorithm's, tensors that do
   // not match Layout() in count or size, or NaN/Inf; FAILED_PRECONDITION
   // before InitWeights, when the job is not RUNNING or the group not active;
-  // ABORTED (counted in stale_rejected) beyond max_staleness.
+  // ABORTED (counted in stale_rejected) beyond max_staleness;
+  // FAILED_PRECONDITION with ERROR_REASON_UPDATE_REJECTED (counted in
+  // JobStatus.updates_rejected) when applying it would have made the weights
+  // or the optimizer state NaN or Inf: the job's weights and optimizer
+  // state stay exactly as they were (bit for bit), and kMaxRejectedInARow
+  // such refusals in a row FAIL the job. The guard costs no extra pass in
+  // normal training: UpdateRule::PrepareApply bounds the step from the
+  // magnitudes known from earlier ones, and only an update it cannot vouch
+  // for is applied to a copy that can be undone (the CUDA optimizer's
+  // device state is not put back; see cuda_engine.h).
+  // optimizer.clip_grad_norm scales a gradient to that L2 norm first.
   //
   // After a stop rule ended the job, an update from a group still active is
   // dropped, not refused: the reply carries the final weights and
@@ -257,6 +285,26 @@ class Job {
   // group moves on at once. MPI Opt's pruning and cancelling of trials.
   // FAILED_PRECONDITION (ERROR_REASON_JOB_ENDED) for a job that has ended.
   absl::Status Stop(const std::string& reason);
+  // Ends a QUEUED or RUNNING job as CANCELLED with message "cancelled:
+  // `reason`" (or "cancelled" without one): its groups get DONE at their
+  // next NextDataUnit (without finish) and pushes are refused with
+  // JOB_ENDED. FAILED_PRECONDITION (ERROR_REASON_JOB_ENDED) for a job that
+  // has ended.
+  absl::Status Cancel(const std::string& reason);
+  // Whether the job has ended (COMPLETED, FAILED, CANCELLED), nobody is
+  // still to finish it (a stop rule's end waits for the test result) and no
+  // group is live (a group still training gets the final weights in its
+  // replies until it leaves; one that dies keeps them until a restart), so
+  // ReleaseMemory may drop its tensors once its final checkpoint is written.
+  bool Releasable() const;
+  // Drops the weights, the update rule (optimizer state), the update
+  // buffers and the spare snapshots of an ended job; the version and
+  // parameter count stay in Status(). Weights() then fails with JOB_ENDED.
+  // No-op for a job that has not ended (returns false) or has no weights.
+  bool ReleaseMemory();
+  // Whether ReleaseMemory dropped the job's tensors (or the job was loaded
+  // ended, from its history alone).
+  bool MemoryReleased() const;
 
   // A group leaves: completed => COMPLETED, error => FAILED, else the group
   // is removed and the job re-queued if no group is left. The group's data
@@ -281,14 +329,27 @@ class Job {
 
  private:
   bool EndedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_ == v1::JOB_STATE_COMPLETED || state_ == v1::JOB_STATE_FAILED;
+    return JobStateEnded(state_);
   }
   // Ended by a stop rule: weights frozen, a group may still finish it.
   bool StoppedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_ == v1::JOB_STATE_COMPLETED && !stop_reason_.empty();
   }
-  // FAILED_PRECONDITION (ERROR_REASON_JOB_STATE) naming the job.
-  absl::Status NoWeightsError() const;
+  // FAILED_PRECONDITION naming the job: ERROR_REASON_JOB_STATE before
+  // InitWeights, ERROR_REASON_JOB_ENDED for an ended job (its weights, if
+  // any, are in its last checkpoint).
+  absl::Status NoWeightsError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Refuses an update whose Apply made the weights or the rule's state
+  // non-finite: puts back the weights `before` it (null when it was applied
+  // in place, which fails the job) and the rule's state, counts it in
+  // stats_.rejected and rejected_in_a_row_ (kMaxRejectedInARow fail the
+  // job), and returns the pusher's error (ERROR_REASON_UPDATE_REJECTED).
+  absl::Status RejectUpdateLocked(std::shared_ptr<WeightsSnapshot> before)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether anyone besides weights_ (and the spare list, which weights_
+  // joins once it came from a copy) holds the current snapshot: a reply
+  // still being encoded. Then an update must not change it in place.
+  bool HeldElsewhereLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An AppliedUpdate that applied nothing: the current weights and counts.
   // Makes weights_ a snapshot nobody else holds, with the same contents
   // (reusing a spare one when possible); the previous one stays with its
@@ -316,7 +377,7 @@ class Job {
   // the job ended); the group stops being the job's finisher.
   void ReleaseGroupLocked(const std::string& group_id, GroupTable::Group& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The answer to a NextDataUnit request of a COMPLETED job.
+  // The answer to a NextDataUnit request of a COMPLETED or CANCELLED job.
   v1::NextDataUnitResponse DoneLocked(const std::string& group_id,
                                       GroupTable::Group& group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -355,6 +416,8 @@ class Job {
   absl::Mutex scratch_mu_;
   std::vector<std::vector<std::vector<float>>> scratch_
       ABSL_GUARDED_BY(scratch_mu_);
+  // Set by ReleaseMemory: buffers given back are dropped, not kept.
+  bool scratch_released_ ABSL_GUARDED_BY(scratch_mu_) = false;
 
   mutable absl::Mutex mu_;
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_QUEUED;
@@ -373,6 +436,8 @@ class Job {
   std::unique_ptr<UpdateRule> rule_ ABSL_GUARDED_BY(mu_);
   // Updates applied and refused, staleness.
   UpdateStats stats_ ABSL_GUARDED_BY(mu_);
+  // Updates refused by the guard since the last one applied.
+  int rejected_in_a_row_ ABSL_GUARDED_BY(mu_) = 0;
   GroupTable groups_ ABSL_GUARDED_BY(mu_);
   // Units, epochs, their records, samples trained, train loss.
   DataQueue queue_ ABSL_GUARDED_BY(mu_);

@@ -1,7 +1,8 @@
-// JobRegistry (job_registry.h). About 500 lines: the job table, loading a
-// state directory at start, and when each durable write happens belong
-// together (the write policy reads as one piece); the per-job logic lives in
-// job.cc and its parts.
+// JobRegistry (job_registry.h). About 700 lines: the job table, loading a
+// state directory at start, when each durable write happens and how a job
+// ends and leaves (cancel, releasing its tensors, delete) belong together
+// (the write policy reads as one piece); the per-job logic lives in job.cc
+// and its parts.
 #include "server/core/job_registry.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/bounded_text.h"
 #include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -21,8 +23,16 @@
 namespace mpilearn::server {
 namespace {
 
-bool Ended(v1::JobState state) {
-  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED;
+bool Ended(v1::JobState state) { return JobStateEnded(state); }
+
+// "job-000041" -> 41; -1 for an id of another form.
+int64_t JobNumber(const std::string& job_id) {
+  int64_t number = 0;
+  if (absl::StartsWith(job_id, "job-") &&
+      absl::SimpleAtoi(job_id.substr(4), &number)) {
+    return number;
+  }
+  return -1;
 }
 
 // Raises `last` to the highest group number ("g-12" -> 12) in `status`.
@@ -83,6 +93,18 @@ void JobRegistry::LoadJobs() {
                    << "; using its checkpoint or spec alone";
     }
     store_->RemoveTempFiles(id);  // of writes a crash interrupted
+    if (history.ok() && Ended(history->state())) {
+      // An ended job comes back from its record alone: its tensors stay on
+      // disk (EndedWeights reads them when asked for).
+      NoteGroupNumbers(*history, &last_group);
+      auto job = std::make_shared<Job>(id, *spec, options_.engine);
+      job->ResumeEnded(*history);
+      LOG(INFO) << "job " << id << " loaded from its history.json: "
+                << v1::JobState_Name(history->state()) << ", version "
+                << history->version() << " (tensors left on disk)";
+      loaded.push_back(std::move(job));
+      continue;
+    }
     // The newest checkpoint that reads and fits. Newer ones that do not are
     // renamed *.corrupt, so that pruning never keeps them over good ones.
     std::shared_ptr<Job> job;
@@ -106,6 +128,9 @@ void JobRegistry::LoadJobs() {
       if (!renamed.ok()) LOG(WARNING) << "job " << id << ": " << renamed;
     }
     if (job == nullptr) job = std::make_shared<Job>(id, *spec, options_.engine);
+    // Ended by its checkpoint although its history had not said so yet (a
+    // crash between the two writes): the checkpoint is on disk already.
+    if (job->Releasable()) job->ReleaseMemory();
     if (history.ok()) {
       NoteGroupNumbers(*history, &last_group);
       job->ResumeEnded(*history);  // no-op unless it says the job ended
@@ -139,13 +164,32 @@ absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
   std::string id;
   {
     absl::MutexLock lock(&mu_);
+    if (options_.max_queued_jobs > 0) {
+      int queued = submits_in_flight_;
+      for (const auto& [job_id, entry] : jobs_) {
+        if (entry.job->state() == v1::JOB_STATE_QUEUED) ++queued;
+      }
+      if (queued >= options_.max_queued_jobs) {
+        return LimitError(absl::StrCat(
+            queued, " jobs are queued, the most this master holds "
+            "(mpilearn-master --max_queued_jobs); submit again once groups "
+            "have taken some"));
+      }
+    }
+    ++submits_in_flight_;
     id = absl::StrFormat("job-%06d", ++last_job_number_);
   }
   // Durable first: a job is queued only once its spec is on disk.
-  MPILEARN_RETURN_IF_ERROR(store_->WriteSpec(id, spec));
+  const absl::Status written = store_->WriteSpec(id, spec);
+  if (!written.ok()) {
+    absl::MutexLock lock(&mu_);
+    --submits_in_flight_;
+    return written;
+  }
   auto job = std::make_shared<Job>(id, std::move(spec), options_.engine);
   {
     absl::MutexLock lock(&mu_);
+    --submits_in_flight_;
     jobs_[id].job = job;
     order_.push_back(id);
   }
@@ -183,7 +227,7 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
       auto it = jobs_.find(request.job_id());
       if (it == jobs_.end()) {
         return JobUnknownError(absl::StrCat(
-            "unknown job '", request.job_id(),
+            "unknown job '", EchoPrefix(request.job_id()),
             "'; `mpilearnctl list` shows the jobs this master holds"));
       }
       job = it->second.job;
@@ -209,7 +253,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::FindJob(
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return JobUnknownError(absl::StrCat(
-        "unknown job '", job_id,
+        "unknown job '", EchoPrefix(job_id),
         "'; `mpilearnctl list` shows the jobs this master holds"));
   }
   return it->second.job;
@@ -368,6 +412,10 @@ absl::StatusOr<v1::JobState> JobRegistry::Leave(
             << request.error() << "; job is " << v1::JobState_Name(state);
   if (effect.ended || effect.test_result_recorded) {
     WriteJobEnd(*job, effect.ended, /*best=*/false);
+  } else if (job->Releasable() && !job->MemoryReleased()) {
+    // An ended job's last group left: its final state goes to disk and its
+    // tensors go.
+    WriteJobEnd(*job, /*ended_now=*/false, /*best=*/false);
   }
   PersistHistory(*job);
   if (options_.on_job_changed) options_.on_job_changed(request.job_id());
@@ -384,6 +432,66 @@ absl::Status JobRegistry::Stop(const std::string& job_id,
   return absl::OkStatus();
 }
 
+absl::Status JobRegistry::Cancel(const std::string& job_id,
+                                 const std::string& reason) {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  MPILEARN_RETURN_IF_ERROR(job->Cancel(reason));
+  LOG(INFO) << "job " << job_id << " cancelled"
+            << (reason.empty() ? "" : ": ") << reason;
+  WriteJobEnd(*job, /*ended_now=*/true, /*best=*/false);
+  PersistHistory(*job);
+  if (options_.on_job_changed) options_.on_job_changed(job_id);
+  return absl::OkStatus();
+}
+
+absl::Status JobRegistry::Delete(const std::string& job_id) {
+  std::shared_ptr<absl::Mutex> checkpoint_mu;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return JobUnknownError(absl::StrCat(
+          "unknown job '", EchoPrefix(job_id),
+          "'; `mpilearnctl list` shows the jobs this master holds"));
+    }
+    const v1::JobState state = it->second.job->state();
+    if (!Ended(state)) {
+      return WithReason(
+          absl::FailedPreconditionError(absl::StrCat(
+              "job ", job_id, " is ", v1::JobState_Name(state),
+              "; cancel it first: mpilearnctl cancel ", job_id)),
+          v1::ERROR_REASON_JOB_STATE);
+    }
+    checkpoint_mu = it->second.checkpoint_mu;
+    jobs_.erase(it);
+    order_.erase(std::find(order_.begin(), order_.end(), job_id));
+  }
+  // A checkpoint write that found the job before it left the table ends
+  // first; none starts after (WriteCheckpoint looks the job up).
+  absl::MutexLock wait(checkpoint_mu.get());
+  MPILEARN_RETURN_IF_ERROR(store_->RemoveJob(job_id));
+  LOG(INFO) << "job " << job_id << " deleted";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const WeightsSnapshot>>
+JobRegistry::EndedWeights(const Job& job) const {
+  for (const std::string& path : store_->CheckpointPaths(job.id())) {
+    absl::StatusOr<v1::JobCheckpointFile> file = JobStore::ReadCheckpoint(path);
+    if (!file.ok()) continue;
+    absl::StatusOr<DecodedCheckpoint> decoded = DecodeJobCheckpoint(
+        TakeCheckpointTensors(*file), job.spec(), EngineOptions{}, job.id());
+    if (!decoded.ok()) continue;
+    return std::make_shared<const WeightsSnapshot>(
+        std::move(decoded->weights));
+  }
+  return WithReason(
+      absl::FailedPreconditionError(absl::StrCat(
+          "job ", job.id(), " has ended and no checkpoint under '",
+          store_->CheckpointDir(job.id()), "' holds its weights")),
+      v1::ERROR_REASON_JOB_ENDED);
+}
+
 void JobRegistry::WriteJobEnd(Job& job, bool ended_now, bool best) {
   std::optional<v1::JobCheckpointFile> checkpoint =
       WriteCheckpoint(job, std::nullopt, /*wait=*/true, best);
@@ -395,6 +503,12 @@ void JobRegistry::WriteJobEnd(Job& job, bool ended_now, bool best) {
           store_->WriteOptimizerState(job.id(), checkpoint->optimizer_state());
     }
     if (!written.ok()) LOG(ERROR) << "job " << job.id() << ": " << written;
+  }
+  // The final checkpoint is on disk (or the job never had weights): the
+  // tensors go. A failed write keeps them for CheckpointAll to retry.
+  const bool on_disk = checkpoint.has_value() || !job.Weights().ok();
+  if (on_disk && job.Releasable() && job.ReleaseMemory()) {
+    VLOG(1) << "job " << job.id() << ": weights and optimizer state released";
   }
   if (ended_now && options_.snapshot_sink != nullptr) {
     options_.snapshot_sink->OnJobEnded(job.id());
@@ -478,6 +592,38 @@ std::vector<v1::JobStatus> JobRegistry::List() const {
   return out;
 }
 
+std::vector<JobRegistry::ListedJob> JobRegistry::ListPage(
+    int64_t after, const std::vector<v1::JobState>& states, size_t limit,
+    bool* more) const {
+  *more = false;
+  std::vector<std::pair<int64_t, std::shared_ptr<Job>>> candidates;
+  {
+    absl::MutexLock lock(&mu_);
+    // order_ is in ascending job number (ids are numbered as submitted).
+    auto first = std::upper_bound(
+        order_.begin(), order_.end(), after,
+        [](int64_t number, const std::string& id) {
+          return number < JobNumber(id);
+        });
+    for (auto it = first; it != order_.end(); ++it) {
+      candidates.emplace_back(JobNumber(*it), jobs_.at(*it).job);
+    }
+  }
+  std::vector<ListedJob> out;
+  for (const auto& [number, job] : candidates) {
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), job->state()) == states.end()) {
+      continue;
+    }
+    if (out.size() == limit) {
+      *more = true;
+      break;
+    }
+    out.push_back({number, job->Status(/*with_history=*/false, Now())});
+  }
+  return out;
+}
+
 std::vector<JobMetricsView> JobRegistry::ListForMetrics() const {
   const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
   std::vector<JobMetricsView> out;
@@ -522,6 +668,11 @@ void JobRegistry::CheckpointAll() {
 }
 
 void JobRegistry::PersistHistory(const Job& job) const {
+  {
+    // Deleted meanwhile: its directory is gone and stays gone.
+    absl::MutexLock lock(&mu_);
+    if (jobs_.find(job.id()) == jobs_.end()) return;
+  }
   absl::Status status =
       store_->WriteHistory(job.id(), job.Status(/*with_history=*/true, Now()));
   if (!status.ok()) LOG(ERROR) << "job " << job.id() << ": " << status;

@@ -37,7 +37,15 @@
 // with its weights, optimizer state, version, counters, history,
 // validations and data queue, or, if it had ended, as it ended. A job
 // without a usable checkpoint comes back as its history.json says if that
-// says COMPLETED or FAILED, else QUEUED from its spec with no weights.
+// says it ended, else QUEUED from its spec with no weights. A job whose
+// history.json says it ended (COMPLETED, FAILED, CANCELLED) is loaded from
+// that record alone: its checkpoints' tensors are not decoded (they stay on
+// disk for PullWeights, EndedWeights).
+//
+// Ended jobs release memory: once a job has ended and its final checkpoint
+// is written (WriteJobEnd), Job::ReleaseMemory drops its weights, optimizer
+// state and buffers; EndedWeights reads them back from disk when asked.
+// Delete removes an ended job from the table and its directory.
 // Groups do not survive a restart: a group of the previous master is unknown
 // to the new one (NOT_FOUND) and must register again. Job and group ids
 // continue after the highest found on disk.
@@ -92,6 +100,10 @@ class JobRegistry {
     // Load the jobs under <state_dir>/jobs at Create (see the class
     // comment); false starts with an empty table.
     bool resume_jobs = true;
+    // Submit refuses a job while this many are QUEUED (RESOURCE_EXHAUSTED,
+    // ERROR_REASON_LIMIT; mpilearn-master --max_queued_jobs); 0: no bound.
+    // Jobs loaded at a restart count but are never refused.
+    int max_queued_jobs = 0;
     // Injected for tests.
     std::function<absl::Time()> clock = [] { return absl::Now(); };
   };
@@ -101,6 +113,7 @@ class JobRegistry {
   static absl::StatusOr<std::unique_ptr<JobRegistry>> Create(Options options);
 
   // Validates, fills defaults, stores and queues a job; returns its id.
+  // RESOURCE_EXHAUSTED when Options::max_queued_jobs are queued already.
   absl::StatusOr<std::string> Submit(v1::JobSpec spec);
 
   // Attaches a group to the named job, or to the oldest queued job when
@@ -151,6 +164,33 @@ class JobRegistry {
   // Stops a QUEUED or RUNNING job (Job::Stop) and writes its end like a
   // stop rule's: MPI Opt's pruning and cancelling.
   absl::Status Stop(const std::string& job_id, const std::string& reason);
+
+  // Ends a QUEUED or RUNNING job as CANCELLED (Job::Cancel), writes its
+  // final checkpoint and releases its memory. FAILED_PRECONDITION
+  // (ERROR_REASON_JOB_ENDED) for a job that has ended.
+  absl::Status Cancel(const std::string& job_id, const std::string& reason);
+  // Removes an ended job from the table and its directory from the state
+  // directory. FAILED_PRECONDITION (ERROR_REASON_JOB_STATE) for a job still
+  // QUEUED or RUNNING.
+  absl::Status Delete(const std::string& job_id);
+
+  // The weights of an ended job whose memory was released, decoded from
+  // its newest checkpoint on disk. FAILED_PRECONDITION (JOB_ENDED) naming
+  // the checkpoint directory when none reads.
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> EndedWeights(
+      const Job& job) const;
+
+  // One page of the job list (ListJobs): jobs whose number ("job-000041"
+  // -> 41) is above `after`, whose state is in `states` (all when empty),
+  // in submission order, at most `limit`; `more` tells whether further
+  // matching jobs follow the last one returned.
+  struct ListedJob {
+    int64_t number = 0;
+    v1::JobStatus status;  // without history
+  };
+  std::vector<ListedJob> ListPage(int64_t after,
+                                  const std::vector<v1::JobState>& states,
+                                  size_t limit, bool* more) const;
 
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) const;
   // Every job's status without history or validations, in submission
@@ -219,6 +259,9 @@ class JobRegistry {
   // Submission order, for taking the oldest queued job.
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   int64_t last_job_number_ ABSL_GUARDED_BY(mu_) = 0;
+  // Submits past the queue check and not yet in jobs_: they count as
+  // queued, so concurrent submits cannot overshoot max_queued_jobs.
+  int submits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_group_number_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

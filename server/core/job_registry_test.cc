@@ -90,8 +90,9 @@ class JobRegistryTest : public ::testing::Test {
     registry_ = MakeRegistry();
   }
 
-  std::unique_ptr<JobRegistry> MakeRegistry() {
+  std::unique_ptr<JobRegistry> MakeRegistry(int max_queued_jobs = 0) {
     JobRegistry::Options options;
+    options.max_queued_jobs = max_queued_jobs;
     options.state_dir = state_dir_;
     options.group_timeout = absl::Seconds(10);
     options.clock = [this] { return now_; };
@@ -247,6 +248,35 @@ TEST_F(JobRegistryTest, InvalidSpecIsRejectedWithFieldName) {
   EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(submitted.status().message().find("epochs"), std::string::npos);
   EXPECT_TRUE(registry_->List().empty());
+}
+
+// --max_queued_jobs counts QUEUED jobs only: once a group takes one, the
+// next submit is accepted again.
+TEST_F(JobRegistryTest, QueuedJobsAreBounded) {
+  registry_ = MakeRegistry(/*max_queued_jobs=*/2);
+  const std::string first = registry_->Submit(SgdSpec()).value();
+  ASSERT_TRUE(registry_->Submit(SgdSpec()).ok());
+  const absl::Status full = registry_->Submit(SgdSpec()).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(ReasonOf(full), v1::ERROR_REASON_LIMIT);
+  EXPECT_NE(full.message().find("--max_queued_jobs"), std::string::npos) << full;
+  EXPECT_EQ(registry_->List().size(), 2u);
+  EXPECT_EQ(Register("").job_id(), first);  // RUNNING now
+  EXPECT_TRUE(registry_->Submit(SgdSpec()).ok());
+}
+
+// An unknown id of a megabyte is NOT_FOUND with a short echo of it.
+TEST_F(JobRegistryTest, UnknownIdsAreEchoedBounded) {
+  const std::string huge(1 << 20, 'j');
+  const absl::Status unknown = registry_->Status(huge).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(unknown.message().size(), 300u) << unknown.message().substr(0, 300);
+  EXPECT_NE(unknown.message().find("[1048576 bytes]"), std::string::npos);
+  const std::string job = registry_->Submit(SgdSpec()).value();
+  const absl::Status group =
+      registry_->Heartbeat(job, std::string(1 << 20, 'g')).status();
+  EXPECT_EQ(ReasonOf(group), v1::ERROR_REASON_GROUP_UNKNOWN);
+  EXPECT_LT(group.message().size(), 300u) << group.message().substr(0, 300);
 }
 
 TEST_F(JobRegistryTest, QueueHandsOutOldestQueuedJob) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,8 @@ absl::Status EnsureDir(const std::string& path) {
 }
 
 constexpr char kJobPrefix[] = "job-";
+// In the jobs directory: the highest job number ever removed (RemoveJob).
+constexpr char kLastJobNumberFile[] = "last_job_number";
 constexpr char kCheckpointPrefix[] = "ckpt-";
 constexpr char kCheckpointSuffix[] = ".pb";
 constexpr int kVersionDigits = 12;
@@ -77,7 +80,32 @@ int64_t JobStore::LastJobNumber() const {
       last = std::max(last, number);
     }
   }
+  const absl::StatusOr<std::string> removed =
+      ReadWholeFile((fs::path(jobs_dir_) / kLastJobNumberFile).string());
+  int64_t number = 0;
+  if (removed.ok() &&
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(*removed), &number)) {
+    last = std::max(last, number);
+  }
   return last;
+}
+
+absl::Status JobStore::RemoveJob(const std::string& job_id) {
+  int64_t number = 0;
+  if (absl::StartsWith(job_id, kJobPrefix) &&
+      absl::SimpleAtoi(job_id.substr(sizeof(kJobPrefix) - 1), &number) &&
+      number >= LastJobNumber()) {
+    MPILEARN_RETURN_IF_ERROR(WriteFileAtomically(
+        (fs::path(jobs_dir_) / kLastJobNumberFile).string(),
+        absl::StrCat(number, "\n")));
+  }
+  std::error_code ec;
+  fs::remove_all(JobDir(job_id), ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot remove '", JobDir(job_id),
+                                            "': ", ec.message()));
+  }
+  return absl::OkStatus();
 }
 
 std::string JobStore::JobDir(const std::string& job_id) const {

@@ -43,7 +43,8 @@ class JobStore {
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(
       const std::string& state_dir);
 
-  // Highest numeric suffix of an existing job directory ("job-000041" -> 41),
+  // Highest numeric suffix of an existing job directory ("job-000041" -> 41)
+  // or of a removed one (RemoveJob records it in <jobs>/last_job_number),
   // 0 if none, so a restarted master never reuses a job id.
   int64_t LastJobNumber() const;
 
@@ -79,6 +80,11 @@ class JobStore {
   // Deletes the temporary files of atomic writes (WriteFileAtomically) that
   // a crash left in the job's directories. Only while no write is under way.
   void RemoveTempFiles(const std::string& job_id);
+
+  // Deletes the job's directory and everything in it (DeleteJob), after
+  // recording its number for LastJobNumber. Only while no write of the job
+  // is under way.
+  absl::Status RemoveJob(const std::string& job_id);
 
   // Ids of the job directories ("job-000041"), in ascending number.
   std::vector<std::string> JobIds() const;

@@ -1,3 +1,6 @@
+// MasterCore (master_core.h). Over ~500 lines: every call of the Master
+// service has its checks here (limits, strings, headers) before it reaches
+// the registry, and ListJobs' paging under the reply bound.
 #include "server/core/master_core.h"
 
 #include <algorithm>
@@ -5,11 +8,67 @@
 #include <utility>
 #include <variant>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/bounded_text.h"
 #include "common/error_reason.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace mpilearn::server {
+namespace {
+
+// `bytes` in the unit a person reads best (MiB, GiB, TiB).
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 6) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrCat(bytes, " bytes")
+                   : absl::StrCat(absl::SixDigits(value), " ", units[unit]);
+}
+
+std::string ModelLimitText(uint64_t max_model_bytes) {
+  return absl::StrCat("this master takes models of at most ",
+                      HumanBytes(max_model_bytes),
+                      " of fp32 weights (mpilearn-master --max_model_mib)");
+}
+
+// The fp32 bytes `header`'s tensors take once received, saturating at
+// UINT64_MAX; INVALID_ARGUMENT for a shape that is not one.
+absl::StatusOr<uint64_t> Float32Bytes(const v1::TensorSetHeader& header) {
+  uint64_t total = 0;
+  for (const v1::TensorInfo& info : header.tensors()) {
+    absl::StatusOr<int64_t> count = ElementCount(info.shape());
+    if (!count.ok()) {
+      return InvalidRequestError(absl::StrCat(
+          "tensor '", EchoPrefix(info.name()), "': ",
+          count.status().message()));
+    }
+    uint64_t bytes;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(*count), sizeof(float),
+                               &bytes) ||
+        __builtin_add_overflow(total, bytes, &total)) {
+      return UINT64_MAX;
+    }
+  }
+  return total;
+}
+
+// The bulky parts of a listed job's status: the spec's file lists.
+void ClearFileLists(v1::JobStatus& status) {
+  v1::DataSpec* data = status.mutable_spec()->mutable_data();
+  data->clear_train_files();
+  data->clear_validation_files();
+  data->clear_test_files();
+}
+
+
+}  // namespace
 
 absl::StatusOr<PendingTensors> PendingTensors::ForCall(CallHeader call,
                                                       Job* job) {
@@ -106,7 +165,8 @@ absl::Status PendingTensors::Finish() const {
 
 absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) {
   auto core = std::unique_ptr<MasterCore>(new MasterCore());
-  core->max_model_bytes_ = options.max_model_bytes;
+  core->limits_ = options.limits;
+  options.registry.max_queued_jobs = options.limits.max_queued_jobs;
   core->snapshots_ = std::make_unique<SnapshotHub>();
   options.registry.snapshot_sink = core->snapshots_.get();
   MPILEARN_ASSIGN_OR_RETURN(core->registry_,
@@ -116,40 +176,69 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
 
 absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
     const v1::SubmitJobRequest& request) {
-  MPILEARN_ASSIGN_OR_RETURN(std::string job_id, registry_->Submit(request.spec()));
+  // Strings first (a 4 MiB name is refused, not parsed further), then the
+  // spec's own checks, then its model's size.
+  MPILEARN_RETURN_IF_ERROR(
+      CheckStringFields(request.spec(), "spec", limits_.max_string_bytes));
+  v1::JobSpec spec = request.spec();
+  MPILEARN_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
+  MPILEARN_RETURN_IF_ERROR(CheckModelBound(spec));
+  MPILEARN_ASSIGN_OR_RETURN(std::string job_id,
+                            registry_->Submit(std::move(spec)));
   v1::SubmitJobResponse response;
   response.set_job_id(std::move(job_id));
   return response;
 }
 
+absl::Status MasterCore::CheckModelBound(const v1::JobSpec& spec) const {
+  const uint64_t parameters = MinModelParameters(spec.model());
+  const uint64_t bytes =
+      parameters > UINT64_MAX / sizeof(float) ? UINT64_MAX
+                                              : parameters * sizeof(float);
+  if (bytes <= limits_.max_model_bytes) return absl::OkStatus();
+  return LimitError(absl::StrCat(
+      "model: the ", spec.model().name(), " this spec describes has at least ",
+      parameters, " parameters (", HumanBytes(bytes), " of fp32 weights); ",
+      ModelLimitText(limits_.max_model_bytes),
+      ": make the model smaller (model.hidden, model.channels, "
+      "model.recurrent, model.dense)"));
+}
+
 absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
     const v1::RegisterGroupRequest& request) {
+  // The host goes into the job's status and the master's log.
+  MPILEARN_RETURN_IF_ERROR(
+      CheckStringField("host", request.host(), limits_.max_string_bytes));
   return registry_->RegisterGroup(request);
 }
 
 absl::StatusOr<PendingTensors> MasterCore::BeginInitWeights(
     const v1::InitWeightsRequest::Header& header) {
-  MPILEARN_RETURN_IF_ERROR(registry_->FindJob(header.job_id()).status());
-  // The size is known from the header alone: refuse before allocating.
-  absl::StatusOr<std::vector<size_t>> sizes =
-      TensorSetAssembler::ByteSizes(header.weights());
-  if (!sizes.ok()) {
-    return WithReason(sizes.status(), v1::ERROR_REASON_INVALID_REQUEST);
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
+                            registry_->FindJob(header.job_id()));
+  // Only a group of the job may offer its weights: a stranger's header is
+  // refused before anything is sized for it.
+  MPILEARN_RETURN_IF_ERROR(job->Touch(header.group_id(), registry_->Now()));
+  // Everything is known from the header alone: refuse before allocating.
+  const v1::TensorSetHeader& weights = header.weights();
+  if (weights.tensors_size() > limits_.max_tensors_per_set) {
+    return LimitError(absl::StrCat(
+        "the initial weights for job ", header.job_id(), " list ",
+        weights.tensors_size(), " tensors; this master takes at most ",
+        limits_.max_tensors_per_set,
+        " per set (mpilearn-master --max_tensors_per_set)"));
   }
-  uint64_t bytes = 0;
-  for (size_t size : *sizes) {
-    // Stops past the limit, before the sum could wrap.
-    bytes += std::min<uint64_t>(size, max_model_bytes_ + 1);
-    if (bytes > max_model_bytes_) break;
+  MPILEARN_ASSIGN_OR_RETURN(const uint64_t bytes, Float32Bytes(weights));
+  if (bytes > limits_.max_model_bytes) {
+    return LimitError(absl::StrCat(
+        "the initial weights for job ", header.job_id(), " are ",
+        bytes == UINT64_MAX ? "more than 16 EiB" : HumanBytes(bytes),
+        " as fp32; ", ModelLimitText(limits_.max_model_bytes),
+        ": make the model smaller"));
   }
-  if (bytes > max_model_bytes_) {
-    return WithReason(
-        absl::ResourceExhaustedError(absl::StrCat(
-            "the model's weights for job ", header.job_id(), " are more than ",
-            max_model_bytes_, " bytes, the most this master takes",
-            " (mpilearn-master --max_model_mib): make the model smaller")),
-        v1::ERROR_REASON_INVALID_REQUEST);
-  }
+  // Tensor names are kept in the job's checkpoints.
+  MPILEARN_RETURN_IF_ERROR(
+      CheckStringFields(weights, "weights", limits_.max_string_bytes));
   return PendingTensors::ForCall(header);
 }
 
@@ -220,7 +309,12 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
   if (!request.group_id().empty()) {
     MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), registry_->Now()));
   }
-  return job->Weights();
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
+      job->Weights();
+  if (!weights.ok() && job->MemoryReleased()) {
+    return registry_->EndedWeights(*job);
+  }
+  return weights;
 }
 
 absl::StatusOr<v1::NextDataUnitResponse> MasterCore::NextDataUnit(
@@ -230,6 +324,9 @@ absl::StatusOr<v1::NextDataUnitResponse> MasterCore::NextDataUnit(
 
 absl::StatusOr<v1::ReportEpochResponse> MasterCore::ReportEpoch(
     const v1::ReportEpochRequest& request) {
+  // Metric names go into the job's history.
+  MPILEARN_RETURN_IF_ERROR(
+      CheckStringFields(request.record(), "record", limits_.max_string_bytes));
   MPILEARN_ASSIGN_OR_RETURN(
       v1::JobState state, registry_->ReportEpoch(request.job_id(), request.record()));
   v1::ReportEpochResponse response;
@@ -251,7 +348,21 @@ absl::StatusOr<v1::HeartbeatResponse> MasterCore::Heartbeat(
 
 absl::StatusOr<v1::LeaveResponse> MasterCore::Leave(
     const v1::LeaveRequest& request) {
-  MPILEARN_ASSIGN_OR_RETURN(v1::JobState state, registry_->Leave(request));
+  for (const auto& [name, value] : request.test_metrics()) {
+    MPILEARN_RETURN_IF_ERROR(
+        CheckStringField("test_metrics key", name, limits_.max_string_bytes));
+  }
+  // A group's error is never refused (the job must hear it): it is kept
+  // cut to the string limit, as one line.
+  const bool plain = request.error().size() <= limits_.max_string_bytes &&
+                     !HasControlBytes(request.error());
+  v1::LeaveRequest bounded;
+  if (!plain) {
+    bounded = request;
+    bounded.set_error(SanitizeText(request.error(), limits_.max_string_bytes));
+  }
+  MPILEARN_ASSIGN_OR_RETURN(v1::JobState state,
+                            registry_->Leave(plain ? request : bounded));
   v1::LeaveResponse response;
   response.set_state(state);
   return response;
@@ -260,16 +371,42 @@ absl::StatusOr<v1::LeaveResponse> MasterCore::Leave(
 absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>>
 MasterCore::SubscribeSnapshots(const v1::SubscribeSnapshotsRequest& request,
                                const std::string& label) {
+  MPILEARN_RETURN_IF_ERROR(CheckStringField(
+      "subscriber", request.subscriber(), limits_.max_string_bytes));
   std::vector<std::string> job_ids(request.job_ids().begin(),
                                    request.job_ids().end());
   for (const std::string& job_id : job_ids) {
     MPILEARN_RETURN_IF_ERROR(registry_->FindJob(job_id).status());
   }
-  return snapshots_->Subscribe(job_ids, label);
+  // The subscription handed out owns a Counted, so the count drops when
+  // the last reference to it goes.
+  struct Counted {
+    std::shared_ptr<SnapshotHub::Subscription> subscription;
+    std::shared_ptr<std::atomic<int>> count;
+    ~Counted() {
+      if (count != nullptr) count->fetch_sub(1);
+    }
+  };
+  auto counted = std::make_shared<Counted>();
+  const int before = subscriptions_->fetch_add(1);
+  counted->count = subscriptions_;
+  const int most = limits_.max_subscriptions;
+  if (most > 0 && before >= most) {
+    return LimitError(absl::StrCat(
+        before, " snapshot subscriptions are open, the most this master ",
+        "serves (mpilearn-master --max_subscriptions); retry once one ended"));
+  }
+  counted->subscription = snapshots_->Subscribe(job_ids, label);
+  SnapshotHub::Subscription* subscription = counted->subscription.get();
+  return std::shared_ptr<SnapshotHub::Subscription>(std::move(counted),
+                                                    subscription);
 }
 
 absl::StatusOr<v1::ReportValidationResponse> MasterCore::ReportValidation(
     const v1::ReportValidationRequest& request) {
+  // The source and metric names go into the job's history.
+  MPILEARN_RETURN_IF_ERROR(
+      CheckStringFields(request.record(), "record", limits_.max_string_bytes));
   MPILEARN_ASSIGN_OR_RETURN(
       v1::JobState state,
       registry_->ReportValidation(request.job_id(), request.record()));
@@ -291,11 +428,103 @@ absl::StatusOr<v1::JobStatus> MasterCore::GetJobStatus(
   return status;
 }
 
-v1::ListJobsResponse MasterCore::ListJobs(const v1::ListJobsRequest&) const {
+absl::StatusOr<v1::JobStatus> MasterCore::CancelJob(
+    const v1::CancelJobRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(registry_->Cancel(
+      request.job_id(),
+      SanitizeText(request.reason(), limits_.max_string_bytes)));
+  v1::GetJobStatusRequest status_request;
+  status_request.set_job_id(request.job_id());
+  return GetJobStatus(status_request);
+}
+
+absl::StatusOr<v1::DeleteJobResponse> MasterCore::DeleteJob(
+    const v1::DeleteJobRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(registry_->Delete(request.job_id()));
+  return v1::DeleteJobResponse();
+}
+
+absl::StatusOr<v1::ListJobsResponse> MasterCore::ListJobPage(
+    const v1::ListJobsRequest& request) const {
+  int64_t after = 0;
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &after) || after < 0 ||
+       absl::StrCat(after) != request.page_token())) {
+    return InvalidRequestError(absl::StrCat(
+        "page_token '", EchoPrefix(request.page_token()),
+        "' is not a token this master handed out; pass the next_page_token "
+        "of the previous ListJobs reply, or none for the first page"));
+  }
+  int page_size = request.page_size();
+  if (page_size <= 0) page_size = kDefaultPageSize;
+  page_size = std::min(page_size, kMaxPageSize);
+  std::vector<v1::JobState> states(request.states().size());
+  for (int i = 0; i < request.states_size(); ++i) {
+    states[i] = request.states(i);
+  }
+  bool more = false;
+  std::vector<JobRegistry::ListedJob> jobs =
+      registry_->ListPage(after, states, page_size, &more);
+  uint64_t total = 0;
+  for (JobRegistry::ListedJob& job : jobs) {
+    snapshots_->FillCounters(job.status);
+    total += job.status.ByteSizeLong();
+  }
+  const uint64_t budget = limits_.max_list_bytes;
+  // Over the reply's bound: without the spec's file lists, then the page
+  // ends early; a job too large on its own is left out.
+  if (total > budget) {
+    for (JobRegistry::ListedJob& job : jobs) ClearFileLists(job.status);
+  }
   v1::ListJobsResponse response;
-  for (v1::JobStatus& status : registry_->List()) {
-    snapshots_->FillCounters(status);
-    *response.add_jobs() = std::move(status);
+  // Room for the token and left_out fields.
+  constexpr uint64_t kReplyOverhead = 64;
+  uint64_t used = kReplyOverhead;
+  uint32_t left_out = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    // A repeated field's element costs its size plus tag and length.
+    const uint64_t size = jobs[i].status.ByteSizeLong() + 16;
+    if (size + kReplyOverhead > budget) {
+      ++left_out;
+      continue;
+    }
+    if (used + size > budget) {
+      // The page ends before job i; the next starts with it.
+      more = true;
+      response.set_next_page_token(absl::StrCat(jobs[i - 1].number));
+      break;
+    }
+    used += size;
+    *response.add_jobs() = std::move(jobs[i].status);
+  }
+  if (response.next_page_token().empty() && more && !jobs.empty()) {
+    response.set_next_page_token(absl::StrCat(jobs.back().number));
+  }
+  if (left_out > 0) {
+    LOG_EVERY_N(WARNING, 100)
+        << "ListJobs: " << left_out
+        << " job(s) left out, each larger than the reply bound of " << budget
+        << " bytes";
+  }
+  response.set_left_out(left_out);
+  return response;
+}
+
+v1::ListJobsResponse MasterCore::ListJobs(
+    const v1::ListJobsRequest& request) const {
+  v1::ListJobsResponse response;
+  v1::ListJobsRequest page = request;
+  page.set_page_size(kMaxPageSize);
+  page.clear_page_token();
+  while (true) {
+    absl::StatusOr<v1::ListJobsResponse> part = ListJobPage(page);
+    if (!part.ok()) break;
+    for (v1::JobStatus& job : *part->mutable_jobs()) {
+      *response.add_jobs() = std::move(job);
+    }
+    response.set_left_out(response.left_out() + part->left_out());
+    if (part->next_page_token().empty()) break;
+    page.set_page_token(part->next_page_token());
   }
   return response;
 }

@@ -27,6 +27,7 @@
 #ifndef MPILEARN_SERVER_CORE_MASTER_CORE_H_
 #define MPILEARN_SERVER_CORE_MASTER_CORE_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,16 +99,51 @@ class PendingTensors {
   std::shared_ptr<Job> job_;
 };
 
+// What the master lets clients make it hold: its --max_* flags (docs/security.md,
+// "Resource limits", lists them). Each is checked before memory is taken for
+// what it bounds; a request over one is refused with RESOURCE_EXHAUSTED,
+// reason ERROR_REASON_LIMIT, and a message naming the limit and the flag
+// that raises it. The largest message the master takes (--max_message_mib)
+// is gRPC's, set on the server (master_server.h).
+struct MasterLimits {
+  // --max_model_mib: a job's weights as fp32 (parameters and buffers):
+  // the tensors an InitWeights header announces, in any wire dtype, and the
+  // least a submitted spec's built-in model needs (MinModelParameters in
+  // common/job_spec.h). Bounds each tensor too. The default keeps a
+  // checkpoint (weights plus Adam's two moments, 3x the model) under
+  // protobuf's 2 GiB message limit (common/checkpoint_file.h).
+  uint64_t max_model_bytes = uint64_t{512} << 20;
+  // --max_tensors_per_set: tensors in one InitWeights header.
+  int max_tensors_per_set = 65536;
+  // --max_queued_jobs: jobs waiting for a group (QUEUED); SubmitJob
+  // refuses more. 0: no bound.
+  int max_queued_jobs = 1000;
+  // --max_string_bytes: each string the master stores or logs from a
+  // request (spec strings and paths, host names, validation sources,
+  // metric names, subscriber labels). Such strings must also be free of
+  // control characters. A group's error message is kept cut to this
+  // length with its control characters escaped, never refused.
+  size_t max_string_bytes = 4096;
+  // --max_subscriptions: SubscribeSnapshots streams open at once (each
+  // holds one of the server's threads for as long as it lasts; the other
+  // streams end with their call). 0: no bound.
+  int max_subscriptions = 256;
+  // ListJobs' reply, in serialized bytes (not a flag: it follows clients'
+  // default 4 MiB receive limit). A page whose jobs would outgrow it is
+  // listed without the spec's file lists; still over, the page ends early
+  // (next_page_token set). A job whose status alone is over it is left out
+  // (ListJobsResponse.left_out) and still shown by GetJobStatus.
+  uint64_t max_list_bytes = uint64_t{3} << 20;
+};
+
 class MasterCore {
  public:
   struct Options {
     // The registry's options (state directory, group timeout, engine,
     // metrics sink, trace). Its snapshot_sink is set by Create to the
-    // core's own hub.
+    // core's own hub; its max_queued_jobs by Create from `limits`.
     JobRegistry::Options registry;
-    // Initial weights larger than this (parameters and buffers, fp32) are
-    // refused with RESOURCE_EXHAUSTED before any memory is taken for them.
-    uint64_t max_model_bytes = uint64_t{4} << 30;
+    MasterLimits limits;
   };
 
   // Opens the state directory and, per Options::registry.resume_jobs,
@@ -140,7 +176,9 @@ class MasterCore {
       PendingTensors pending);
 
   // The job's current weights; a group named in the request is marked as
-  // seen (and must be an active group of the job).
+  // seen (and must be an active group of the job). For an ended job whose
+  // memory was released, the weights of its newest checkpoint, read from
+  // disk (JobRegistry::EndedWeights).
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> PullWeights(
       const v1::PullWeightsRequest& request);
 
@@ -153,7 +191,8 @@ class MasterCore {
   absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
 
   // Validation pools. Subscribe checks every job id first (NOT_FOUND for an
-  // unknown one); `label` names the subscriber in logs.
+  // unknown one); `label` names the subscriber in logs. RESOURCE_EXHAUSTED
+  // while MasterLimits::max_subscriptions subscriptions are alive.
   absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> SubscribeSnapshots(
       const v1::SubscribeSnapshotsRequest& request, const std::string& label);
   absl::StatusOr<v1::ReportValidationResponse> ReportValidation(
@@ -166,7 +205,27 @@ class MasterCore {
   // Status, with the snapshot counters filled in.
   absl::StatusOr<v1::JobStatus> GetJobStatus(
       const v1::GetJobStatusRequest& request) const;
+  // One page of the job list (ListJobsRequest: page_size, default
+  // kDefaultPageSize, at most kMaxPageSize; page_token; states), bounded
+  // by MasterLimits::max_list_bytes. The token is the number of the page's
+  // last job ("job-000041" -> "41"); INVALID_ARGUMENT for a malformed one.
+  absl::StatusOr<v1::ListJobsResponse> ListJobPage(
+      const v1::ListJobsRequest& request) const;
+  static constexpr int kDefaultPageSize = 100;
+  static constexpr int kMaxPageSize = 1000;
+  // Every job matching request.states(), unpaged and unbounded, for
+  // in-process callers (MPI Opt's study table finds trials by name).
   v1::ListJobsResponse ListJobs(const v1::ListJobsRequest& request) const;
+
+  // Ends a QUEUED or RUNNING job as CANCELLED (JobRegistry::Cancel) and
+  // returns its status. The reason is kept cut to max_string_bytes with
+  // control characters escaped. FAILED_PRECONDITION (JOB_ENDED) for a job
+  // that has ended; NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::JobStatus> CancelJob(const v1::CancelJobRequest& request);
+  // Removes an ended job (JobRegistry::Delete). FAILED_PRECONDITION for a
+  // QUEUED or RUNNING one; NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJob(
+      const v1::DeleteJobRequest& request);
   // Every job as the metrics exporter reads it, snapshot counters filled.
   std::vector<JobMetricsView> ListForMetrics() const;
 
@@ -182,7 +241,13 @@ class MasterCore {
  private:
   MasterCore() = default;
 
-  uint64_t max_model_bytes_ = 0;
+  // The model bound of MasterLimits, checked on a normalized spec.
+  absl::Status CheckModelBound(const v1::JobSpec& spec) const;
+
+  MasterLimits limits_;
+  // Subscriptions alive (handed out and not yet destroyed).
+  std::shared_ptr<std::atomic<int>> subscriptions_ =
+      std::make_shared<std::atomic<int>>(0);
   // Declared before the registry, whose sink it is, so it outlives it.
   std::unique_ptr<SnapshotHub> snapshots_;
   std::unique_ptr<JobRegistry> registry_;

@@ -1,6 +1,10 @@
 #include "server/core/optimizer.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -48,19 +52,63 @@ constexpr int kMaxThreads = 256;
 
 inline size_t MainLoopEnd(size_t n) { return n & ~(kBlock - 1); }
 
-// A kernel applies one rule to elements [0, n) of one tensor range. s0..s2
-// are the rule's state operands (StateOperands), null where unused.
-using Kernel = void (*)(float* p, const float* g, float* s0, float* s1,
-                        float* s2, size_t n, StepScalars scalars);
+// The largest magnitudes a step wrote, as the bit patterns of |x| read as
+// int32: for floats of one sign the bit patterns order as the values do,
+// and NaN and Inf (exponent all ones) are above kMaxFiniteBits. An int32 max
+// vectorises at -O2 where a float max (NaN-aware) does not.
+struct Magnitudes {
+  int32_t param = 0;
+  int32_t state = 0;
+};
+constexpr int32_t kMaxFiniteBits = 0x7f7fffff;
 
-template <typename Rule>
-void RunKernel(float* __restrict p, const float* __restrict g,
-               float* __restrict s0, float* __restrict s1, float* __restrict s2,
-               size_t n, const StepScalars scalars) {
+inline int32_t AbsBits(float x) {
+  int32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits & 0x7fffffff;
+}
+
+inline float FromBits(int32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+// A kernel applies one rule to elements [0, n) of one tensor range. s0..s2
+// are the rule's state operands (StateOperands), null where unused. With
+// kTrack it returns the largest magnitudes it wrote (Rule::kWrites says
+// which state operands it writes), tracked in the same pass; without, it
+// returns zeros. Tracking is not free (SSE2 has no int32 max: each tracked
+// array costs a compare and a blend per vector, up to twice the Adam step's
+// time on one core), so a step runs untracked whenever its result can be
+// bounded without it (CpuOptimizer::PrepareStep).
+using Kernel = Magnitudes (*)(float* p, const float* g, float* s0, float* s1,
+                              float* s2, size_t n, StepScalars scalars);
+
+template <typename Rule, bool kTrack>
+Magnitudes RunKernel(float* __restrict p, const float* __restrict g,
+                     float* __restrict s0, float* __restrict s1,
+                     float* __restrict s2, size_t n, const StepScalars scalars) {
   const size_t main_end = MainLoopEnd(n);
+  int32_t param = 0;
+  int32_t state = 0;
+  const auto track = [&](size_t i) {
+    if constexpr (!kTrack) return;
+    param = std::max(param, AbsBits(p[i]));
+    if constexpr (Rule::kWrites[0]) state = std::max(state, AbsBits(s0[i]));
+    if constexpr (Rule::kWrites[1]) state = std::max(state, AbsBits(s1[i]));
+    if constexpr (Rule::kWrites[2]) state = std::max(state, AbsBits(s2[i]));
+  };
   size_t i = 0;
-  for (; i < main_end; ++i) Rule::Update(p, g, s0, s1, s2, i, scalars);
-  for (; i < n; ++i) Rule::Update(p, g, s0, s1, s2, i, scalars);
+  for (; i < main_end; ++i) {
+    Rule::Update(p, g, s0, s1, s2, i, scalars);
+    track(i);
+  }
+  for (; i < n; ++i) {
+    Rule::Update(p, g, s0, s1, s2, i, scalars);
+    track(i);
+  }
+  return {param, state};
 }
 
 // Element i of each rule of optimizer_rules.h, with the rule's flags as
@@ -70,6 +118,7 @@ void RunKernel(float* __restrict p, const float* __restrict g,
 
 template <bool kL2Decay, bool kMomentum, bool kFirstStep, bool kNesterov>
 struct SgdKernel {
+  static constexpr bool kWrites[3] = {kMomentum, false, false};
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict,
                             float* __restrict, size_t i, const StepScalars& s) {
@@ -83,6 +132,7 @@ struct SgdKernel {
 
 template <bool kL2Decay, bool kDecoupledDecay>
 struct AdamKernel {
+  static constexpr bool kWrites[3] = {true, true, false};
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict s1,
                             float* __restrict, size_t i, const StepScalars& s) {
@@ -92,6 +142,7 @@ struct AdamKernel {
 
 template <bool kL2Decay, bool kCentered, bool kMomentum>
 struct RmspropKernel {
+  static constexpr bool kWrites[3] = {true, kCentered, kMomentum};
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict s1,
                             float* __restrict s2, size_t i,
@@ -107,6 +158,7 @@ struct RmspropKernel {
 
 template <bool kL2Decay>
 struct AdadeltaKernel {
+  static constexpr bool kWrites[3] = {true, true, false};
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict s1,
                             float* __restrict, size_t i, const StepScalars& s) {
@@ -116,6 +168,7 @@ struct AdadeltaKernel {
 
 template <bool kL2Decay>
 struct AdagradKernel {
+  static constexpr bool kWrites[3] = {true, false, false};
   static inline void Update(float* __restrict p, const float* __restrict g,
                             float* __restrict s0, float* __restrict,
                             float* __restrict, size_t i, const StepScalars& s) {
@@ -123,35 +176,38 @@ struct AdagradKernel {
   }
 };
 
-// KernelFor<Rule>::Get(a, b, ...) is &RunKernel<Rule<a, b, ...>> for runtime
-// flags a, b, ...: it instantiates every combination once.
-template <template <bool...> class Rule, bool... kFlags>
+// KernelFor<kTrack, Rule>::Get(a, b, ...) is
+// &RunKernel<Rule<a, b, ...>, kTrack> for runtime flags a, b, ...: it
+// instantiates every combination once.
+template <bool kTrack, template <bool...> class Rule, bool... kFlags>
 struct KernelFor {
-  static Kernel Get() { return &RunKernel<Rule<kFlags...>>; }
+  static Kernel Get() { return &RunKernel<Rule<kFlags...>, kTrack>; }
   template <typename... Rest>
   static Kernel Get(bool flag, Rest... rest) {
-    return flag ? KernelFor<Rule, kFlags..., true>::Get(rest...)
-                : KernelFor<Rule, kFlags..., false>::Get(rest...);
+    return flag ? KernelFor<kTrack, Rule, kFlags..., true>::Get(rest...)
+                : KernelFor<kTrack, Rule, kFlags..., false>::Get(rest...);
   }
 };
 
-// The kernel for `kind` with the flags of step scalars `s`.
+// The kernel for `kind` with the flags of step scalars `s`, tracking what
+// it writes or not.
+template <bool kTrack>
 Kernel SelectKernel(OptimizerKind kind, const StepScalars& s) {
   switch (kind) {
     case OptimizerKind::kSgd:
-      return KernelFor<SgdKernel>::Get(s.l2_decay, s.has_momentum,
+      return KernelFor<kTrack, SgdKernel>::Get(s.l2_decay, s.has_momentum,
                                        s.has_momentum && s.first_step,
                                        s.has_momentum && s.nesterov);
     case OptimizerKind::kAdam:
     case OptimizerKind::kAdamW:
-      return KernelFor<AdamKernel>::Get(s.l2_decay, s.decoupled_decay);
+      return KernelFor<kTrack, AdamKernel>::Get(s.l2_decay, s.decoupled_decay);
     case OptimizerKind::kRmsprop:
-      return KernelFor<RmspropKernel>::Get(s.l2_decay, s.centered,
+      return KernelFor<kTrack, RmspropKernel>::Get(s.l2_decay, s.centered,
                                            s.has_momentum);
     case OptimizerKind::kAdadelta:
-      return KernelFor<AdadeltaKernel>::Get(s.l2_decay);
+      return KernelFor<kTrack, AdadeltaKernel>::Get(s.l2_decay);
     case OptimizerKind::kAdagrad:
-      return KernelFor<AdagradKernel>::Get(s.l2_decay);
+      return KernelFor<kTrack, AdagradKernel>::Get(s.l2_decay);
   }
   return nullptr;  // unreachable: the config was validated
 }
@@ -175,6 +231,103 @@ absl::Status ValidateConfig(const OptimizerConfig& c) {
   spec.set_lr_decay(c.lr_decay);
   spec.set_initial_accumulator_value(c.initial_accumulator_value);
   return ResolveOptimizerConfig(spec).status();
+}
+
+// Values a guarded step may reach and still count as certainly finite: far
+// enough below FLT_MAX (3.4e38) that the fp32 rounding of the rules'
+// arithmetic cannot carry a value bounded here (in double) past it.
+constexpr double kCertainlyFiniteBound = 1e36;
+
+// True when one step of `c` with scalars `s` is certain to keep every
+// intermediate and result finite, given that the parameters are at most
+// `p`, the state values at most `state` and the gradients at most `g` in
+// magnitude. Each line bounds the magnitude of a value of the rule in
+// optimizer_rules.h by the triangle inequality; denominators are at least
+// epsilon (> 0). Loose, but any real training step is far inside it; what
+// it rejects (a gradient of 1e30, weights near 1e36) goes to the slow,
+// undoable path, which still applies the step when it stays finite.
+struct StepBounds {
+  bool certain = false;
+  double param = 0.0;  // the largest |parameter| after the step
+  double state = 0.0;  // the largest |state value| after the step
+};
+StepBounds StepBound(const OptimizerConfig& c, const StepScalars& s, double p,
+                     double state, double g) {
+  const auto f = [](float x) { return std::fabs(static_cast<double>(x)); };
+  const double lr = f(s.learning_rate);
+  const double wd = s.l2_decay ? f(s.weight_decay) : 0.0;
+  const double eps = f(s.epsilon);
+  double most = std::max({p, state, g});
+  double next_p = 0.0;
+  double next_state = 0.0;
+  switch (c.kind) {
+    case OptimizerKind::kSgd: {
+      const double d = g + wd * p;
+      const double b = f(s.momentum) * state + d;
+      const double step = s.nesterov ? d + f(s.momentum) * b
+                          : s.has_momentum ? b : d;
+      most = std::max({most, d, b, lr * step});
+      next_p = p + lr * step;
+      next_state = s.has_momentum ? b : 0.0;
+      break;
+    }
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: {
+      if (s.epsilon <= 0) return {};
+      const double param = s.decoupled_decay ? p * f(s.weight_scale) : p;
+      const double grad = g + wd * param;
+      const double m = f(s.decay) * state + grad;
+      const double v = f(s.beta2) * state + grad * grad;
+      const double ratio = m / eps;
+      most = std::max({most, param, grad, m, grad * grad, v,
+                       std::sqrt(v) * f(s.inv_bias_correction2_sqrt) + eps,
+                       ratio, f(s.step_size) * ratio});
+      next_p = param + f(s.step_size) * ratio;
+      next_state = std::max(m, v);
+      break;
+    }
+    case OptimizerKind::kRmsprop: {
+      // sqrt(square_avg - grad_avg^2) can round below zero: never certain.
+      if (s.centered || s.epsilon <= 0) return {};
+      const double grad = g + wd * p;
+      const double sq = f(s.decay) * state + grad * grad;
+      const double ratio = grad / eps;
+      const double b = f(s.momentum) * state + ratio;
+      most = std::max({most, grad, grad * grad, sq, ratio, b, lr * b});
+      next_p = p + lr * b;
+      next_state = s.has_momentum ? std::max(sq, b) : sq;
+      break;
+    }
+    case OptimizerKind::kAdadelta: {
+      if (s.epsilon <= 0) return {};
+      const double grad = g + wd * p;
+      const double sq = f(s.decay) * state + grad * grad;
+      const double delta = std::sqrt(state + eps) / std::sqrt(eps) * grad;
+      const double acc = f(s.decay) * state + delta * delta;
+      most = std::max({most, grad, grad * grad, sq + eps, delta, delta * delta,
+                       acc, lr * delta});
+      next_p = p + lr * delta;
+      next_state = std::max(sq, acc);
+      break;
+    }
+    case OptimizerKind::kAdagrad: {
+      if (s.epsilon <= 0) return {};
+      const double grad = g + wd * p;
+      const double sum = state + grad * grad;
+      const double ratio = grad / eps;
+      most = std::max({most, grad, grad * grad, sum, ratio, lr * ratio});
+      next_p = p + lr * ratio;
+      next_state = sum;
+      break;
+    }
+  }
+  most = std::max({most, next_p, next_state});
+  // A NaN bound (from a NaN input) compares false: not certain.
+  StepBounds bounds;
+  bounds.certain = most < kCertainlyFiniteBound;
+  bounds.param = next_p;
+  bounds.state = next_state;
+  return bounds;
 }
 
 // ---------------------------------------------------------------------------
@@ -289,9 +442,18 @@ class CpuOptimizer final : public Optimizer {
   absl::Status Step(absl::Span<const absl::Span<float>> params,
                     absl::Span<const absl::Span<const float>> grads) override {
     const StepScalars scalars = ComputeStepScalars(config_, state_.steps + 1);
-    const Kernel kernel = SelectKernel(config_.kind, scalars);
+    // Tracked unless PrepareStep vouched for this step with bounds that
+    // need no tracking (see there); a Step without PrepareStep runs
+    // untracked and leaves the magnitudes unknown.
+    const bool track = prepared_ && track_next_;
+    const Kernel kernel = track ? SelectKernel<true>(config_.kind, scalars)
+                                : SelectKernel<false>(config_.kind, scalars);
     ++state_.steps;
+    // One entry per slice, each written by its own thread.
+    std::array<Magnitudes, kMaxThreads> magnitudes;
     const auto run_slice = [&](int slice) {
+      Magnitudes& most = magnitudes[slice];
+      most = {};
       for (const Segment& seg : slices_[slice]) {
         std::array<float*, 3> s = {nullptr, nullptr, nullptr};
         for (size_t k = 0; k < s.size(); ++k) {
@@ -299,9 +461,12 @@ class CpuOptimizer final : public Optimizer {
             s[k] = state_.buffers[operands_[k]][seg.tensor].data() + seg.begin;
           }
         }
-        kernel(params[seg.tensor].data() + seg.begin,
-               grads[seg.tensor].data() + seg.begin, s[0], s[1], s[2],
-               seg.end - seg.begin, scalars);
+        const Magnitudes m =
+            kernel(params[seg.tensor].data() + seg.begin,
+                   grads[seg.tensor].data() + seg.begin, s[0], s[1], s[2],
+                   seg.end - seg.begin, scalars);
+        most.param = std::max(most.param, m.param);
+        most.state = std::max(most.state, m.state);
       }
     };
     if (workers_ == nullptr) {
@@ -309,8 +474,49 @@ class CpuOptimizer final : public Optimizer {
     } else {
       workers_->Run(run_slice);
     }
+    if (track) {
+      Magnitudes all;
+      for (size_t k = 0; k < slices_.size(); ++k) {
+        all.param = std::max(all.param, magnitudes[k].param);
+        all.state = std::max(all.state, magnitudes[k].state);
+      }
+      finite_ = all.param <= kMaxFiniteBits && all.state <= kMaxFiniteBits;
+      known_ = finite_;
+      bound_param_ = FromBits(all.param);
+      bound_state_ = FromBits(all.state);
+    } else if (prepared_) {
+      // Certain: finite, within the bounds PrepareStep computed.
+      finite_ = true;
+      known_ = true;
+      bound_param_ = next_.param;
+      bound_state_ = next_.state;
+    } else {
+      finite_ = true;  // not tracked: the caller checks
+      known_ = false;
+    }
+    prepared_ = false;
     return absl::OkStatus();
   }
+
+  // Bounds the step from the magnitudes known after the last one: the
+  // values a tracked step measured, or the bounds an untracked certain step
+  // carried forward (StepBound's results, which grow slowly with each
+  // untracked step; a tracked step re-anchors them on the real values).
+  // Adadelta's bound on its accumulators grows geometrically when carried
+  // forward, so its steps are always tracked (and their bound taken from
+  // the measured values).
+  bool PrepareStep(double max_grad) override {
+    prepared_ = true;
+    track_next_ = true;
+    if (!known_) return false;
+    next_ = StepBound(config_, ComputeStepScalars(config_, state_.steps + 1),
+                      std::max(bound_param_, max_grad), bound_state_, max_grad);
+    track_next_ = !next_.certain || config_.kind == OptimizerKind::kAdadelta;
+    return next_.certain;
+  }
+
+  bool LastStepFinite() const override { return finite_; }
+  bool tracks_finiteness() const override { return true; }
 
   int64_t steps() const override { return state_.steps; }
   std::string name() const override { return OptimizerKindName(config_.kind); }
@@ -345,6 +551,9 @@ class CpuOptimizer final : public Optimizer {
       }
     }
     state_ = state;
+    known_ = false;
+    prepared_ = false;
+    finite_ = true;
     return absl::OkStatus();
   }
 
@@ -399,6 +608,20 @@ class CpuOptimizer final : public Optimizer {
   std::vector<std::vector<Segment>> slices_;
   // Null when steps run on the calling thread alone.
   std::unique_ptr<SliceWorkers> workers_;
+  // Guarded steps (PrepareStep). known_: bound_param_ and bound_state_
+  // bound every parameter and state value's magnitude (false before the
+  // first tracked step, after an untracked unprepared one and after
+  // RestoreState). finite_: the last step wrote only finite values (as far
+  // as it was tracked or vouched for). prepared_: PrepareStep was called
+  // for the next Step, which is tracked when track_next_, else carries
+  // next_ forward.
+  bool known_ = false;
+  double bound_param_ = 0.0;
+  double bound_state_ = 0.0;
+  bool finite_ = true;
+  bool prepared_ = false;
+  bool track_next_ = true;
+  StepBounds next_;
 };
 
 

@@ -48,6 +48,36 @@ class Optimizer {
   virtual absl::Status Step(absl::Span<const absl::Span<float>> params,
                             absl::Span<const absl::Span<const float>> grads) = 0;
 
+  // Guarded updates (UpdateRule, Job::ApplyGradient): a step must not make
+  // the parameters or the state non-finite, and the caller undoes one that
+  // did. Undoing needs a copy taken before the step; these two calls let
+  // the caller take it only when a step could overflow.
+  //
+  // Called right before a Step whose gradients are at most `max_grad` in
+  // magnitude (the parameters being at most max(`max_grad`, what the
+  // backend knows of them): a caller may set some, like buffers, to
+  // gradient values between steps). True when that Step is certain to
+  // leave every parameter and state value finite. The CPU backend bounds
+  // the step's arithmetic from what it knows of the magnitudes: measured
+  // in the pass of the last step that tracked them, or bounded since. It
+  // answers false when it cannot tell (no tracked step since creation or
+  // RestoreState, centered rmsprop, whose sqrt(E[g^2] - E[g]^2) can round
+  // below zero, or a bound near the fp32 range), and then tracks the next
+  // Step's magnitudes in its own pass. A Step without PrepareStep is not
+  // tracked. A backend that tracks nothing answers false.
+  virtual bool PrepareStep(double /*max_grad*/) { return false; }
+
+  // Whether every parameter and state value the last Step wrote is finite:
+  // measured when that step was tracked, vouched for by PrepareStep when
+  // not. A backend that does not track answers true and leaves the check of
+  // the parameters to the caller (tracks_finiteness() false).
+  virtual bool LastStepFinite() const { return true; }
+  virtual bool tracks_finiteness() const { return false; }
+
+  // The caller changed the parameters outside Step (it undid a step): a
+  // backend holding a copy of its own (CUDA) reloads them before the next.
+  virtual void HostParamsChanged() {}
+
   // Number of steps applied (or restored) so far.
   virtual int64_t steps() const = 0;
 

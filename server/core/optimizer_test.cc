@@ -878,5 +878,98 @@ TEST(OptimizerValidationTest, AgreesWithJobSpecNormalization) {
   }
 }
 
+// Guarded updates: LastStepFinite reports what the step wrote (checked
+// against a scan of the parameters and every state buffer), and whenever
+// PrepareStep vouches for a step, the step is finite. Magnitudes
+// sweep from normal training to the edge of fp32; a normal step must be
+// vouched for (else every update would pay for the undoable path).
+TEST(OptimizerGuardTest, CertainStepsStayFiniteAndTrackingIsExact) {
+  std::vector<v1::OptimizerSpec> specs;
+  const auto add = [&](const std::string& name, auto&& set) {
+    v1::OptimizerSpec spec;
+    spec.set_name(name);
+    set(spec);
+    specs.push_back(spec);
+  };
+  add("sgd", [](v1::OptimizerSpec&) {});
+  add("sgd", [](v1::OptimizerSpec& s) {
+    s.set_momentum(0.9);
+    s.set_nesterov(true);
+    s.set_weight_decay(0.1);
+  });
+  add("adam", [](v1::OptimizerSpec& s) { s.set_weight_decay(0.01); });
+  add("adamw", [](v1::OptimizerSpec&) {});
+  add("rmsprop", [](v1::OptimizerSpec& s) { s.set_momentum(0.5); });
+  add("rmsprop", [](v1::OptimizerSpec& s) { s.set_centered(true); });
+  add("adadelta", [](v1::OptimizerSpec&) {});
+  add("adagrad", [](v1::OptimizerSpec& s) { s.set_lr_decay(0.1); });
+  const std::vector<size_t> sizes = {67, 5};
+  const auto finite_everywhere = [&](const Optimizer& optimizer,
+                                     const std::vector<std::vector<float>>& p) {
+    for (const auto& t : p) {
+      for (float v : t) {
+        if (!std::isfinite(v)) return false;
+      }
+    }
+    const OptimizerState state = optimizer.SaveState().value();
+    for (const auto& buffer : state.buffers) {
+      for (const auto& t : buffer) {
+        for (float v : t) {
+          if (!std::isfinite(v)) return false;
+        }
+      }
+    }
+    return true;
+  };
+  int vouched = 0;
+  for (const v1::OptimizerSpec& spec : specs) {
+    for (const double param_scale : {1.0, 1e10, 1e30, 1e37}) {
+      for (const double grad_scale : {1e-3, 1.0, 1e15, 1e20, 1e30, 3e38}) {
+        SCOPED_TRACE(absl::StrCat(spec.ShortDebugString(), " params ",
+                                  param_scale, " grads ", grad_scale));
+        auto optimizer = CreateOptimizer(spec, sizes).value();
+        // Nothing known yet: the first step is tracked.
+        EXPECT_FALSE(optimizer->PrepareStep(1.0));
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<double> unit(-1.0, 1.0);
+        std::vector<std::vector<float>> params, small, grads;
+        for (size_t size : sizes) {
+          params.emplace_back(size);
+          small.emplace_back(size);
+          grads.emplace_back(size);
+          for (size_t i = 0; i < size; ++i) {
+            params.back()[i] = static_cast<float>(param_scale * unit(rng));
+            small.back()[i] = static_cast<float>(unit(rng));
+            grads.back()[i] = static_cast<float>(grad_scale * unit(rng));
+          }
+        }
+        std::vector<absl::Span<float>> p(params.begin(), params.end());
+        std::vector<absl::Span<const float>> g1(small.begin(), small.end());
+        std::vector<absl::Span<const float>> g2(grads.begin(), grads.end());
+        ASSERT_TRUE(optimizer->Step(p, g1).ok());
+        EXPECT_EQ(optimizer->LastStepFinite(),
+                  finite_everywhere(*optimizer, params));
+        if (!optimizer->LastStepFinite()) continue;
+        double max_grad = 0.0;
+        for (const auto& t : grads) {
+          for (float v : t) max_grad = std::max(max_grad, std::fabs(double{v}));
+        }
+        const bool certain = optimizer->PrepareStep(max_grad);
+        ASSERT_TRUE(optimizer->Step(p, g2).ok());
+        const bool finite = finite_everywhere(*optimizer, params);
+        EXPECT_EQ(optimizer->LastStepFinite(), finite);
+        if (certain) {
+          EXPECT_TRUE(finite);
+          ++vouched;
+        }
+        if (param_scale == 1.0 && grad_scale <= 1.0 && !spec.centered()) {
+          EXPECT_TRUE(certain) << "a normal step must take the fast path";
+        }
+      }
+    }
+  }
+  EXPECT_GT(vouched, 0);
+}
+
 }  // namespace
 }  // namespace mpilearn::server

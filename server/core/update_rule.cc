@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,60 @@
 
 namespace mpilearn::server {
 namespace {
+
+// Bit patterns of |x| as int32 (see ScanUpdate): ordered as the magnitudes,
+// NaN and Inf above kMaxFiniteBits.
+constexpr int32_t kAbsMask = 0x7fffffff;
+constexpr int32_t kMaxFiniteBits = 0x7f7fffff;
+
+inline int32_t AbsBits(float x) {
+  int32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits & kAbsMask;
+}
+
+inline double FromBits(int32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return static_cast<double>(x);
+}
+
+// A guarded rule's values stay this far inside the fp32 range (3.4e38) when
+// PrepareApply says yes, so the bound (in double) covers fp32 rounding.
+constexpr double kCertainlyFiniteBound = 1e36;
+
+// The bound a guarded rule carries on its weights (see UpdateRule): the
+// largest |weight| after its last Apply, measured (tracked Apply) or
+// bounded (untracked). `known` is false before the first tracked Apply and
+// after Undo; `finite` says whether the last Apply wrote only finite
+// values. `previous_update` is the last update's largest value: the job
+// sets buffers to the update's values after an Apply, so the weights the
+// next Apply reads are bounded by it too.
+struct WeightBound {
+  bool known = false;
+  bool finite = true;
+  double weights = 0.0;
+  double previous_update = 0.0;
+};
+
+// Runs `update(c[i], x[i])` over every element of `weights` and `values`
+// and, with kTrack, returns AbsBits of the largest weight written (else 0).
+template <bool kTrack, typename Update>
+int32_t ForEachElement(std::vector<std::vector<float>>& weights,
+                       const std::vector<std::vector<float>>& values,
+                       Update update) {
+  int32_t most = 0;
+  for (size_t t = 0; t < weights.size(); ++t) {
+    float* __restrict c = weights[t].data();
+    const float* __restrict x = values[t].data();
+    const size_t n = weights[t].size();
+    for (size_t i = 0; i < n; ++i) {
+      c[i] = update(c[i], x[i]);
+      if constexpr (kTrack) most = std::max(most, AbsBits(c[i]));
+    }
+  }
+  return most;
+}
 
 // downpour, sync: one optimizer step on the (scaled) gradient.
 class GradientRule final : public UpdateRule {
@@ -49,16 +104,110 @@ class GradientRule final : public UpdateRule {
                       v1::ERROR_REASON_INTERNAL);
   }
 
+  bool PrepareApply(double max_update) override {
+    // The previous update's values may be in the buffers the step reads.
+    const double bound = std::max(max_update, previous_update_);
+    previous_update_ = max_update;
+    return optimizer_->PrepareStep(bound);
+  }
+
+  absl::Status BeginUndoable() override {
+    saved_.reset();
+    if (!optimizer_->tracks_finiteness()) return absl::OkStatus();
+    absl::StatusOr<OptimizerState> state = optimizer_->SaveState();
+    if (!state.ok()) return WithReason(state.status(), v1::ERROR_REASON_INTERNAL);
+    saved_ = *std::move(state);
+    return absl::OkStatus();
+  }
+
+  bool Finite(const std::vector<std::vector<float>>& weights) const override {
+    if (optimizer_->tracks_finiteness()) return optimizer_->LastStepFinite();
+    return FirstNonFinite(weights) < 0;
+  }
+
+  absl::Status Undo() override {
+    // The CUDA engine reloads the host weights (put back by the caller)
+    // before its next step.
+    optimizer_->HostParamsChanged();
+    if (!saved_.has_value()) return absl::OkStatus();
+    absl::Status restored = optimizer_->RestoreState(*saved_);
+    saved_.reset();
+    return WithReason(restored, v1::ERROR_REASON_INTERNAL);
+  }
+
  private:
   const std::unique_ptr<Optimizer> optimizer_;  // never null
   // Gradients scaled for staleness; reused to spare the hot path an
   // allocation per update.
   std::vector<std::vector<float>> scaled_;
+  // The optimizer's state before an undoable Apply (BeginUndoable).
+  std::optional<OptimizerState> saved_;
+  // The largest value of the last update PrepareApply saw.
+  double previous_update_ = 0.0;
+};
+
+// easgd and gem: one loop over the weights, guarded by a WeightBound.
+// PrepareApply bounds the Apply from the carried bound (`Next`); a certain
+// Apply runs untracked and carries the bound forward, any other tracks the
+// weights it writes and measures the bound afresh.
+class WeightLoopRule : public UpdateRule {
+ public:
+  bool PrepareApply(double max_update) override {
+    const double reads = std::max(max_update, bound_.previous_update);
+    bound_.previous_update = max_update;
+    next_ = bound_.known && bound_.finite
+                ? Next(std::max(bound_.weights, reads), max_update)
+                : kCertainlyFiniteBound;
+    track_ = !(next_ < kCertainlyFiniteBound);
+    prepared_ = true;
+    return !track_;
+  }
+
+  bool Finite(const std::vector<std::vector<float>>&) const override {
+    return bound_.finite;
+  }
+
+  absl::Status Undo() override {
+    bound_.known = false;
+    bound_.finite = true;
+    return absl::OkStatus();
+  }
+
+ protected:
+  // A bound on every weight after an Apply whose weights were at most `c`
+  // and update values at most `x` in magnitude (scale <= 1).
+  virtual double Next(double c, double x) const = 0;
+
+  // Runs `update` over the weights, tracked unless PrepareApply vouched
+  // for it, and updates the bound.
+  template <typename Update>
+  void Run(std::vector<std::vector<float>>& weights,
+           const std::vector<std::vector<float>>& values, Update update) {
+    const bool track = !prepared_ || track_;
+    if (track) {
+      const int32_t most = ForEachElement<true>(weights, values, update);
+      bound_.finite = most <= kMaxFiniteBits;
+      bound_.known = bound_.finite;
+      bound_.weights = FromBits(most);
+    } else {
+      ForEachElement<false>(weights, values, update);
+      bound_.finite = true;
+      bound_.known = true;
+      bound_.weights = next_;
+    }
+    prepared_ = false;
+  }
+
+ private:
+  WeightBound bound_;
+  double next_ = 0.0;
+  bool track_ = true;
+  bool prepared_ = false;
 };
 
 // easgd: c += alpha * scale * (x - c); the rank makes the opposite move
 // itself.
-class ElasticRule final : public UpdateRule {
+class ElasticRule final : public WeightLoopRule {
  public:
   explicit ElasticRule(double alpha) : alpha_(alpha) {}
 
@@ -69,12 +218,20 @@ class ElasticRule final : public UpdateRule {
                      const std::vector<std::vector<float>>& update,
                      float scale) override {
     const float alpha = static_cast<float>(alpha_ * scale);
-    for (size_t t = 0; t < weights.size(); ++t) {
-      float* c = weights[t].data();
-      const float* x = update[t].data();
-      for (size_t i = 0; i < weights[t].size(); ++i) c[i] += alpha * (x[i] - c[i]);
-    }
+    Run(weights, update,
+        [alpha](float c, float x) { return c + alpha * (x - c); });
     return absl::OkStatus();
+  }
+
+ protected:
+  // For 0 <= a <= 1 the move is a convex combination, |c'| <= max(C, X)
+  // (plus rounding); otherwise |c'| <= C + |a| (X + C).
+  double Next(double c, double x) const override {
+    const double a = std::fabs(static_cast<double>(static_cast<float>(alpha_)));
+    const double difference = x + c;  // bounds |x - c|, computed in fp32
+    if (!(difference < kCertainlyFiniteBound)) return difference;
+    const double move = c + a * difference;
+    return a <= 1.0 ? std::min(move, 1.001 * std::max(c, x)) : move;
   }
 
  private:
@@ -82,20 +239,20 @@ class ElasticRule final : public UpdateRule {
 };
 
 // gem: c += scale * delta.
-class DeltaRule final : public UpdateRule {
+class DeltaRule final : public WeightLoopRule {
  public:
   v1::UpdateKind kind() const override { return v1::UPDATE_KIND_DELTA; }
 
   absl::Status Apply(std::vector<std::vector<float>>& weights,
                      const std::vector<std::vector<float>>& update,
                      float scale) override {
-    for (size_t t = 0; t < weights.size(); ++t) {
-      float* c = weights[t].data();
-      const float* d = update[t].data();
-      for (size_t i = 0; i < weights[t].size(); ++i) c[i] += scale * d[i];
-    }
+    Run(weights, update, [scale](float c, float d) { return c + scale * d; });
     return absl::OkStatus();
   }
+
+ protected:
+  // |c + s d| <= C + D for a scale s <= 1.
+  double Next(double c, double x) const override { return c + x; }
 };
 
 v1::UpdateKind KindOf(const v1::JobSpec& spec) {
@@ -144,6 +301,74 @@ int FirstNonFinite(const std::vector<std::vector<float>>& values) {
     if (bad != 0) return static_cast<int>(t);
   }
   return -1;
+}
+
+UpdateScan ScanUpdate(const std::vector<std::vector<float>>& values,
+                      bool squares) {
+  // One int32 max over |x|'s bit patterns per tensor (vectorised like
+  // FirstNonFinite's compares): its value says both how large the tensor
+  // gets and, above kMaxFiniteBits, that it holds NaN or Inf.
+  constexpr size_t kBlock = 64;
+  UpdateScan scan;
+  int32_t most = 0;
+  for (size_t t = 0; t < values.size(); ++t) {
+    const float* x = values[t].data();
+    const size_t n = values[t].size();
+    int32_t tensor_most = 0;
+    size_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      int32_t bits[kBlock];
+      std::memcpy(bits, x + i, sizeof(bits));
+      for (size_t k = 0; k < kBlock; ++k) {
+        tensor_most = std::max(tensor_most, bits[k] & kAbsMask);
+      }
+    }
+    for (; i < n; ++i) tensor_most = std::max(tensor_most, AbsBits(x[i]));
+    if (tensor_most > kMaxFiniteBits) {
+      scan.non_finite = static_cast<int>(t);
+      return scan;
+    }
+    most = std::max(most, tensor_most);
+  }
+  scan.max_abs = FromBits(most);
+  if (squares) {
+    scan.sum_squares.reserve(values.size());
+    for (const std::vector<float>& v : values) {
+      // Four partial sums: the additions are independent, so they overlap.
+      double sum[4] = {0.0, 0.0, 0.0, 0.0};
+      size_t i = 0;
+      for (; i + 4 <= v.size(); i += 4) {
+        for (size_t k = 0; k < 4; ++k) {
+          const double x = v[i + k];
+          sum[k] += x * x;
+        }
+      }
+      for (; i < v.size(); ++i) sum[0] += static_cast<double>(v[i]) * v[i];
+      scan.sum_squares.push_back((sum[0] + sum[1]) + (sum[2] + sum[3]));
+    }
+  }
+  return scan;
+}
+
+bool ClipsGradients(const v1::JobSpec& spec) {
+  return KindOf(spec) == v1::UPDATE_KIND_GRADIENT &&
+         spec.optimizer().clip_grad_norm() > 0.0;
+}
+
+double ClipScale(const v1::JobSpec& spec, const UpdateScan& scan,
+                 const v1::TensorSetHeader& layout) {
+  if (!ClipsGradients(spec)) return 1.0;
+  double sum = 0.0;
+  for (size_t t = 0; t < scan.sum_squares.size(); ++t) {
+    const int index = static_cast<int>(t);
+    if (index < layout.tensors_size() && layout.tensors(index).buffer()) continue;
+    sum += scan.sum_squares[t];
+  }
+  // PyTorch's clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6),
+  // applied when below 1.
+  const double coefficient =
+      spec.optimizer().clip_grad_norm() / (std::sqrt(sum) + 1e-6);
+  return std::min(1.0, coefficient);
 }
 
 absl::Status NonFiniteError(absl::string_view what, absl::string_view name) {
@@ -284,6 +509,7 @@ void UpdateStats::Applied(uint64_t staleness) {
 void UpdateStats::FillStatus(v1::JobStatus* status) const {
   status->set_updates_applied(applied);
   status->set_stale_rejected(stale_rejected);
+  status->set_updates_rejected(rejected);
   status->set_max_staleness_seen(max_staleness);
   status->set_mean_staleness(staleness_count > 0
                                  ? static_cast<double>(staleness_sum) /
@@ -294,6 +520,7 @@ void UpdateStats::FillStatus(v1::JobStatus* status) const {
 void UpdateStats::Resume(const v1::JobStatus& status) {
   applied = status.updates_applied();
   stale_rejected = status.stale_rejected();
+  rejected = status.updates_rejected();
   max_staleness = status.max_staleness_seen();
 }
 

@@ -50,6 +50,32 @@ float StalenessScale(const v1::JobSpec& spec, uint64_t staleness);
 // model: callers scan before taking their lock.
 int FirstNonFinite(const std::vector<std::vector<float>>& values);
 
+// One pass over an update's values, made before the job's lock is taken:
+// what CheckUpdate, the guard and clipping need.
+struct UpdateScan {
+  // FirstNonFinite of the values.
+  int non_finite = -1;
+  // The largest |value| (meaningful when non_finite < 0).
+  double max_abs = 0.0;
+  // Per tensor, the sum of squares in double; only with `squares`.
+  std::vector<double> sum_squares;
+};
+// Scans `values` (the sums of squares too when `squares`: clipping). The
+// non-finite test and the maximum are one vectorised pass, as cheap as
+// FirstNonFinite alone.
+UpdateScan ScanUpdate(const std::vector<std::vector<float>>& values,
+                      bool squares);
+
+// The factor optimizer.clip_grad_norm scales a gradient by, as PyTorch's
+// clip_grad_norm_ computes it: with N the L2 norm over every trainable
+// tensor of the update (buffers excluded, `layout` says which),
+// min(1, clip / (N + 1e-6)); 1 when clipping is off (absent or 0) or the
+// algorithm is not downpour/sync. `scan` must hold the sums of squares
+// when clipping is on (ClipsGradients).
+bool ClipsGradients(const v1::JobSpec& spec);
+double ClipScale(const v1::JobSpec& spec, const UpdateScan& scan,
+                 const v1::TensorSetHeader& layout);
+
 // INVALID_ARGUMENT (ERROR_REASON_INVALID_REQUEST) naming tensor `name`, which
 // holds NaN or Inf; `what` names the tensors ("gradient", "update",
 // "initial weight").
@@ -88,6 +114,38 @@ class UpdateRule {
   virtual absl::Status Apply(std::vector<std::vector<float>>& weights,
                              const std::vector<std::vector<float>>& update,
                              float scale) = 0;
+
+  // Guarded updates: an Apply that makes the weights or the rule's state
+  // non-finite is undone (Job::ApplyGradient). A rule bounds each Apply
+  // beforehand from what it knows of the magnitudes (carried forward from
+  // earlier Applys); when the bound holds, the Apply runs as fast as ever,
+  // in place. Otherwise it tracks the magnitudes it writes in its own pass
+  // (which re-anchors the bound), and the caller keeps what it needs to
+  // undo it:
+  //
+  //   if (!rule->PrepareApply(scan.max_abs)) {
+  //     keep a copy of the weights; MPILEARN_RETURN_IF_ERROR(rule->BeginUndoable());
+  //   }
+  //   MPILEARN_RETURN_IF_ERROR(rule->Apply(weights, update, scale));
+  //   if (!rule->Finite(weights)) { put the weights back; rule->Undo(); }
+  //
+  // Call right before each Apply with the update's largest |value|; true
+  // when that Apply (any scale <= 1) is certain to leave the weights and
+  // the state finite. False before the first Apply, after Undo, when the
+  // bound nears the fp32 range, and always for an optimizer that tracks
+  // nothing (CUDA).
+  virtual bool PrepareApply(double max_update) = 0;
+  // Copies the rule's state for Undo (only on the undoable path). The CUDA
+  // optimizer's state is not copied (it lives on the GPU): its Undo puts
+  // back the weights only.
+  virtual absl::Status BeginUndoable() { return absl::OkStatus(); }
+  // Whether the last Apply left `weights` and the rule's state finite: from
+  // the tracked magnitudes, or a scan of `weights` for an optimizer that
+  // tracks nothing.
+  virtual bool Finite(const std::vector<std::vector<float>>& weights) const = 0;
+  // After BeginUndoable and Apply: puts the state back as it was (the
+  // caller puts the weights back first).
+  virtual absl::Status Undo() { return absl::OkStatus(); }
 };
 
 // Checks an update to the job `job_id` of `spec` (named in messages) whose
@@ -118,6 +176,9 @@ struct UpdateStats {
   uint64_t applied = 0;
   // Refused by max_staleness.
   uint64_t stale_rejected = 0;
+  // Refused because they would have made the weights or the optimizer
+  // state non-finite (JobStatus.updates_rejected).
+  uint64_t rejected = 0;
   // Staleness of the applied updates.
   uint64_t max_staleness = 0;
   uint64_t staleness_sum = 0;
@@ -125,7 +186,8 @@ struct UpdateStats {
 
   // Counts an applied update of `staleness`.
   void Applied(uint64_t staleness);
-  // updates_applied, stale_rejected, max_staleness_seen, mean_staleness.
+  // updates_applied, stale_rejected, updates_rejected, max_staleness_seen,
+  // mean_staleness.
   void FillStatus(v1::JobStatus* status) const;
   // The counters `status` shows (staleness_sum and _count, which it does
   // not, are left alone).

@@ -732,6 +732,12 @@ void StudyTable::RefreshTrialLocked(Study& study, v1::Trial& trial) {
                                     " failed: ", job->message()));
       }
       return;
+    case v1::JOB_STATE_CANCELLED:
+      // Cancelled outside the study (mpilearnctl cancel): the trial ends.
+      EndTrialLocked(study, trial, v1::TRIAL_STATE_CANCELLED,
+                     absl::StrCat("job ", trial.job_id(),
+                                  " was cancelled: ", job->message()));
+      return;
     default:
       break;
   }

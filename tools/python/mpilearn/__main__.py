@@ -1,8 +1,12 @@
-"""Command line: studies on a master, their progress, and their plots.
+"""Command line: studies on a master, their progress, and their plots;
+jobs listed, cancelled and deleted.
 
     python3 -m mpilearn --master 127.0.0.1:7070 status [STUDY_ID] [--json]
     python3 -m mpilearn --master 127.0.0.1:7070 watch STUDY_ID
     python3 -m mpilearn --master 127.0.0.1:7070 plots STUDY_ID --out DIR
+    python3 -m mpilearn --master 127.0.0.1:7070 jobs [--state S[,S]] [--json]
+    python3 -m mpilearn --master 127.0.0.1:7070 cancel JOB_ID [--reason TEXT]
+    python3 -m mpilearn --master 127.0.0.1:7070 delete JOB_ID
 
 The address may also come from $MPILEARN_MASTER (as for mpilearnctl).
 Exit status: 0 done, 1 the master refused or could not be reached, 2 usage.
@@ -20,7 +24,7 @@ from mpilearn.client import TRIAL_ENDED_STATES
 
 def _short(state):
     """"TRIAL_STATE_PRUNED" -> "PRUNED"."""
-    for prefix in ("TRIAL_STATE_", "STUDY_STATE_", "KIND_"):
+    for prefix in ("TRIAL_STATE_", "STUDY_STATE_", "JOB_STATE_", "KIND_"):
         if state.startswith(prefix):
             return state[len(prefix):]
     return state
@@ -147,6 +151,16 @@ def main(argv=None):
                         "(default $MPILEARN_MASTER)")
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="seconds per call (default 30)")
+    parser.add_argument("--tls_ca", default=None,
+                        help="PEM file of the CA of the master's "
+                        "certificate: speak TLS (docs/security.md)")
+    parser.add_argument("--tls_cert", default=None,
+                        help="mutual TLS: this client's PEM certificate")
+    parser.add_argument("--tls_key", default=None,
+                        help="mutual TLS: its PEM key")
+    parser.add_argument("--token_file", default=None,
+                        help="file holding the bearer token (default "
+                        "$MPILEARN_TOKEN)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     status = commands.add_parser("status",
                                  help="every study, or one study's trials")
@@ -159,10 +173,25 @@ def main(argv=None):
     plots = commands.add_parser("plots", help="write a study's PNG plots")
     plots.add_argument("study_id")
     plots.add_argument("--out", required=True, help="directory for the PNGs")
+    jobs = commands.add_parser("jobs", help="every job: id, state, name")
+    jobs.add_argument("--state", default="",
+                      help="only jobs in these states (comma-separated: "
+                      "queued, running, completed, failed, cancelled)")
+    jobs.add_argument("--json", action="store_true",
+                      help="print the JobStatus list as JSON")
+    cancel = commands.add_parser("cancel",
+                                 help="end a queued or running job")
+    cancel.add_argument("job_id")
+    cancel.add_argument("--reason", default="",
+                        help="why, kept in the job's message")
+    delete = commands.add_parser("delete",
+                                 help="remove an ended job from the master")
+    delete.add_argument("job_id")
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_usage(sys.stderr)
-        print("error: missing command (status, watch or plots)",
+        print("error: missing command (status, watch, plots, jobs, cancel "
+              "or delete)",
               file=sys.stderr)
         return 2
     if not args.master:
@@ -170,8 +199,19 @@ def main(argv=None):
               "$MPILEARN_MASTER", file=sys.stderr)
         return 2
 
+    token = None  # $MPILEARN_TOKEN
+    if args.token_file:
+        try:
+            with open(args.token_file) as f:
+                token = f.read().strip()
+        except OSError as e:
+            print("error: --token_file: cannot read '%s': %s" %
+                  (args.token_file, e.strerror), file=sys.stderr)
+            return 2
     try:
-        with Client(args.master, timeout=args.timeout) as client:
+        with Client(args.master, timeout=args.timeout, tls_ca=args.tls_ca,
+                    tls_cert=args.tls_cert, tls_key=args.tls_key,
+                    token=token) as client:
             if args.command == "status":
                 if args.study_id:
                     study = client.get_study(args.study_id)
@@ -185,6 +225,24 @@ def main(argv=None):
                         print(json.dumps({"studies": studies}, indent=2))
                     else:
                         _print_studies(studies)
+            elif args.command == "jobs":
+                states = [s for s in args.state.split(",") if s.strip()]
+                listed = client.list_jobs(states=[s.strip() for s in states])
+                if args.json:
+                    print(json.dumps({"jobs": listed}, indent=2))
+                else:
+                    for job in listed:
+                        print("%s\t%s\t%s" % (
+                            job.get("job_id", ""),
+                            _short(job.get("state", "")),
+                            job.get("spec", {}).get("name", "") or "-"))
+            elif args.command == "cancel":
+                job = client.cancel(args.job_id, reason=args.reason)
+                print("%s %s" % (job.get("job_id", ""),
+                                 _short(job.get("state", ""))))
+            elif args.command == "delete":
+                client.delete(args.job_id)
+                print("%s deleted" % args.job_id)
             elif args.command == "watch":
                 for event in client.watch_study(args.study_id):
                     print(_event_line(event), flush=True)

@@ -16,6 +16,11 @@ master attaches (proto ErrorReason, by name). A spec that cannot be read or
 does not match the message raises MpiLearnError with INVALID_ARGUMENT
 before anything is sent.
 
+A master with TLS and tokens (docs/security.md): pass tls_ca (the CA's PEM
+file; tls_cert and tls_key too for mutual TLS) and token (default: the
+MPILEARN_TOKEN environment variable); the token rides on every call as
+"authorization: Bearer TOKEN".
+
 Threading: a Client holds one gRPC channel; its methods may be called from
 several threads at once (gRPC channels are thread-safe). A generator from
 watch_job / watch_study belongs to the thread iterating it.
@@ -37,7 +42,8 @@ from mpilearn._stubs import study_pb2_grpc
 # master puts a serialized v1::ErrorInfo there (common/grpc_status.h).
 _ERROR_DETAILS_KEY = "grpc-status-details-bin"
 
-JOB_ENDED_STATES = frozenset(["JOB_STATE_COMPLETED", "JOB_STATE_FAILED"])
+JOB_ENDED_STATES = frozenset(
+    ["JOB_STATE_COMPLETED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"])
 STUDY_ENDED_STATES = frozenset(
     ["STUDY_STATE_COMPLETED", "STUDY_STATE_CANCELLED"])
 TRIAL_ENDED_STATES = frozenset([
@@ -168,6 +174,91 @@ def _trial_state(state):
         raise _invalid("unknown trial state '%s'" % state) from None
 
 
+class _BearerToken(grpc.UnaryUnaryClientInterceptor,
+                   grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor,
+                   grpc.StreamStreamClientInterceptor):
+    """Adds "authorization: Bearer TOKEN" to every call's metadata.
+
+    (gRPC's call credentials would only be sent over TLS; the master also
+    checks tokens on plaintext loopback and Unix-socket ports.)
+    """
+
+    def __init__(self, token):
+        self._entry = ("authorization", "Bearer " + token)
+
+    def _details(self, details):
+        metadata = list(details.metadata or []) + [self._entry]
+        return details._replace(metadata=metadata) if hasattr(
+            details, "_replace") else _CallDetails(details, metadata)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+
+class _CallDetails(grpc.ClientCallDetails):
+    """A ClientCallDetails with other metadata."""
+
+    def __init__(self, details, metadata):
+        self.method = details.method
+        self.timeout = details.timeout
+        self.metadata = metadata
+        self.credentials = details.credentials
+        self.wait_for_ready = getattr(details, "wait_for_ready", None)
+        self.compression = getattr(details, "compression", None)
+
+
+def _read_file(path, what):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise MpiLearnError(grpc.StatusCode.INVALID_ARGUMENT,
+                            "%s: cannot read '%s': %s" %
+                            (what, path, e.strerror)) from None
+
+
+def open_channel(target, tls_ca=None, tls_cert=None, tls_key=None,
+                 token=None):
+    """A channel to `target`: TLS when tls_ca is given (not for a unix:
+    target, which the master serves in plaintext), the bearer token on
+    every call when one is given (None: $MPILEARN_TOKEN, if set)."""
+    if bool(tls_cert) != bool(tls_key):
+        raise MpiLearnError(grpc.StatusCode.INVALID_ARGUMENT,
+                            "mutual TLS needs both tls_cert and tls_key")
+    if tls_cert and not tls_ca:
+        raise MpiLearnError(grpc.StatusCode.INVALID_ARGUMENT,
+                            "tls_cert and tls_key need tls_ca")
+    if token is None:
+        token = os.environ.get("MPILEARN_TOKEN", "")
+    token = token.strip()
+    if token and any(c <= " " or c > "~" for c in token):
+        raise MpiLearnError(grpc.StatusCode.INVALID_ARGUMENT,
+                            "the token has a space or a character outside "
+                            "printable ASCII")
+    if tls_ca and not target.startswith("unix:"):
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read_file(tls_ca, "tls_ca"),
+            private_key=_read_file(tls_key, "tls_key") if tls_key else None,
+            certificate_chain=(_read_file(tls_cert, "tls_cert")
+                               if tls_cert else None))
+        channel = grpc.secure_channel(target, credentials)
+    else:
+        channel = grpc.insecure_channel(target)
+    if token:
+        channel = grpc.intercept_channel(channel, _BearerToken(token))
+    return channel
+
+
 class Client:
     """Calls one mpilearn-master.
 
@@ -177,13 +268,21 @@ class Client:
         that does not answer raises DEADLINE_EXCEEDED instead of hanging).
       channel: an existing grpc.Channel to use instead of opening one
         (tests); the client then does not close it.
+      tls_ca: PEM file of the CA of the master's certificate: speak TLS.
+      tls_cert, tls_key: PEM files of this client's certificate and key
+        (mutual TLS).
+      token: the bearer token; None takes $MPILEARN_TOKEN (if set), ""
+        sends none.
     """
 
-    def __init__(self, target, timeout=30.0, channel=None):
+    def __init__(self, target, timeout=30.0, channel=None, tls_ca=None,
+                 tls_cert=None, tls_key=None, token=None):
         self.target = target
         self.timeout = timeout
         self._own_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(target)
+        self._channel = channel or open_channel(
+            target, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+            token=token)
         self._master = mpilearn_pb2_grpc.MasterStub(self._channel)
         self._studies = study_pb2_grpc.StudiesStub(self._channel)
 
@@ -222,16 +321,57 @@ class Client:
             self._call(self._master, "GetJobStatus",
                        mpilearn_pb2.GetJobStatusRequest(job_id=job_id)))
 
-    def list_jobs(self):
-        """Every job's JobStatus, without histories, as a list of dicts."""
-        response = self._call(self._master, "ListJobs",
-                              mpilearn_pb2.ListJobsRequest())
-        return [to_dict(job) for job in response.jobs]
+    def list_jobs(self, states=None, page_size=0):
+        """Every job's JobStatus, without histories, as a list of dicts,
+        following the master's pages.
+
+        states: only jobs in these states (names such as
+        "JOB_STATE_RUNNING" or "running"); None or empty: every job.
+        page_size: jobs per ListJobs call (0: the master's default, 100).
+        Jobs the master leaves out as too large to list (left_out) are
+        missing; status(job_id) shows each.
+        """
+        return [to_dict(job) for page in self.list_job_pages(states, page_size)
+                for job in page.jobs]
+
+    def list_job_pages(self, states=None, page_size=0):
+        """Yields each ListJobsResponse message of the listing in turn."""
+        request = mpilearn_pb2.ListJobsRequest(page_size=page_size)
+        for state in states or ():
+            name = state.upper()
+            if not name.startswith("JOB_STATE_"):
+                name = "JOB_STATE_" + name
+            try:
+                request.states.append(mpilearn_pb2.JobState.Value(name))
+            except ValueError:
+                raise _invalid("unknown job state '%s'" % state) from None
+        while True:
+            response = self._call(self._master, "ListJobs", request)
+            yield response
+            if not response.next_page_token:
+                return
+            request.page_token = response.next_page_token
+
+    def cancel(self, job_id, reason=""):
+        """Ends a QUEUED or RUNNING job as CANCELLED (its groups leave, its
+        weights are checkpointed); returns its JobStatus dict. Needs an
+        admin token; FAILED_PRECONDITION for a job that has ended."""
+        return to_dict(
+            self._call(self._master, "CancelJob",
+                       mpilearn_pb2.CancelJobRequest(job_id=job_id,
+                                                     reason=reason)))
+
+    def delete(self, job_id):
+        """Removes an ended job from the master and its state directory.
+        Needs an admin token; FAILED_PRECONDITION for a job still QUEUED or
+        RUNNING (cancel it first)."""
+        self._call(self._master, "DeleteJob",
+                   mpilearn_pb2.DeleteJobRequest(job_id=job_id))
 
     def watch_job(self, job_id, interval=2.0):
         """Yields the job's status when it changes (the first at once),
-        polling every `interval` seconds, until it COMPLETED or FAILED (that
-        status is the last one yielded)."""
+        polling every `interval` seconds, until it ended (COMPLETED, FAILED
+        or CANCELLED: that status is the last one yielded)."""
         last = None
         while True:
             status = self.status(job_id)

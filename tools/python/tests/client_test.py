@@ -381,5 +381,109 @@ class StudiesTest(unittest.TestCase):
         self.assertIsNone(caught.exception.method)  # refused locally
 
 
+_READER_TOKEN = "reader-token-0123456789abcdef"
+_ADMIN_TOKEN = "admin-token-0123456789abcdef"
+
+
+class TlsAndTokensTest(unittest.TestCase):
+    """A second master with TLS (certificates made with the openssl CLI, as
+    docs/security.md shows) and a tokens file."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(dir=TMP)
+        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+               "-nodes"]
+
+        def openssl(*args):
+            subprocess.run(["openssl"] + list(args), cwd=cls.dir, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem",
+                "-days", "2", "-subj", "/CN=test CA")
+        openssl("req", *key, "-keyout", "server.key", "-out", "server.csr",
+                "-subj", "/CN=localhost")
+        with open(os.path.join(cls.dir, "server.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey",
+                "ca.key", "-CAcreateserial", "-days", "2", "-extfile",
+                "server.ext", "-out", "server.pem")
+        with open(os.path.join(cls.dir, "tokens.txt"), "w") as f:
+            f.write("admin alice %s\nreader dash %s\n" %
+                    (_ADMIN_TOKEN, _READER_TOKEN))
+        cls.ca = os.path.join(cls.dir, "ca.pem")
+        port_file = os.path.join(cls.dir, "port")
+        cls.log = os.path.join(cls.dir, "master.log")
+        with open(cls.log, "wb") as log:
+            cls.master = subprocess.Popen([
+                MASTER, "--listen", "127.0.0.1:0", "--port_file", port_file,
+                "--metrics_listen=", "--state_dir",
+                os.path.join(cls.dir, "state"), "--tls_cert",
+                os.path.join(cls.dir, "server.pem"), "--tls_key",
+                os.path.join(cls.dir, "server.key"), "--tokens_file",
+                os.path.join(cls.dir, "tokens.txt")
+            ], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(port_file) and
+                   os.path.getsize(port_file) > 0):
+            if cls.master.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the TLS master did not start; see " +
+                                   cls.log)
+            time.sleep(0.1)
+        with open(port_file) as f:
+            cls.address = "127.0.0.1:%s" % f.read().strip()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.master.poll() is None:
+            cls.master.kill()
+            cls.master.wait(timeout=30)
+
+    def test_token_and_role_are_checked(self):
+        with Client(self.address, timeout=10, tls_ca=self.ca,
+                    token=_READER_TOKEN) as reader:
+            self.assertEqual(reader.list_studies(), [])
+            with self.assertRaises(MpiLearnError) as refused:
+                reader.submit(JOB_SPEC)
+            self.assertEqual(refused.exception.code,
+                             grpc.StatusCode.PERMISSION_DENIED)
+            self.assertEqual(refused.exception.reason,
+                             "ERROR_REASON_PERMISSION")
+        with Client(self.address, timeout=10, tls_ca=self.ca,
+                    token="") as anonymous:
+            with self.assertRaises(MpiLearnError) as refused:
+                anonymous.list_studies()
+            self.assertEqual(refused.exception.code,
+                             grpc.StatusCode.UNAUTHENTICATED)
+        with Client(self.address, timeout=10, tls_ca=self.ca,
+                    token=_ADMIN_TOKEN) as admin:
+            job_id = admin.submit(JOB_SPEC)
+            self.assertTrue(job_id.startswith("job-"))
+
+    def test_token_from_the_environment(self):
+        os.environ["MPILEARN_TOKEN"] = _READER_TOKEN
+        try:
+            with Client(self.address, timeout=10, tls_ca=self.ca) as client:
+                self.assertEqual(client.list_studies(), [])
+        finally:
+            del os.environ["MPILEARN_TOKEN"]
+
+    def test_plaintext_client_cannot_talk_to_the_tls_port(self):
+        with Client(self.address, timeout=3, token=_READER_TOKEN) as client:
+            with self.assertRaises(MpiLearnError) as refused:
+                client.list_studies()
+            self.assertEqual(refused.exception.code,
+                             grpc.StatusCode.UNAVAILABLE)
+
+    def test_cli_takes_tls_ca_and_token_file(self):
+        token_file = os.path.join(self.dir, "reader.token")
+        with open(token_file, "w") as f:
+            f.write(_READER_TOKEN + "\n")
+        status, output = _cli("--master", self.address, "--tls_ca", self.ca,
+                              "--token_file", token_file, "status")
+        self.assertEqual(status, 0, output)
+        self.assertIn("no studies", output)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

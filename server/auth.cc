@@ -1,0 +1,303 @@
+#include "server/auth.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/error_reason.h"
+
+namespace mpilearn::server {
+namespace {
+
+constexpr size_t kMinTokenLength = 16;
+constexpr size_t kMaxTokenLength = 512;
+constexpr size_t kMaxNameLength = 64;
+// Error messages quote at most this much of a group id from a request.
+constexpr size_t kMaxQuoted = 64;
+// BindGroup drops idle bindings once more than this many are bound.
+constexpr size_t kSweepAbove = 1024;
+
+absl::Status PermissionDenied(absl::string_view message) {
+  return WithReason(absl::PermissionDeniedError(message),
+                    v1::ERROR_REASON_PERMISSION);
+}
+
+absl::Status Unauthenticated(absl::string_view message) {
+  return WithReason(absl::UnauthenticatedError(message),
+                    v1::ERROR_REASON_PERMISSION);
+}
+
+std::string Quoted(absl::string_view text) {
+  if (text.size() <= kMaxQuoted) return absl::StrCat("'", text, "'");
+  return absl::StrCat("'", text.substr(0, kMaxQuoted), "...'");
+}
+
+bool ValidName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxNameLength) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_' && c != '.' && c != '-' &&
+        c != '@') {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<Role> ParseRole(absl::string_view name) {
+  if (name == "admin") return Role::kAdmin;
+  if (name == "worker") return Role::kWorker;
+  if (name == "reader") return Role::kReader;
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kWorker:
+      return "worker";
+    case Role::kReader:
+      return "reader";
+  }
+  return "unknown";
+}
+
+Role RequiredRole(absl::string_view method) {
+  static const auto* const kRoles =
+      new absl::flat_hash_map<absl::string_view, Role>({
+          // Master: jobs.
+          {"SubmitJob", Role::kAdmin},
+          {"CancelJob", Role::kAdmin},
+          {"DeleteJob", Role::kAdmin},
+          // Master: worker groups and validation pools.
+          {"RegisterGroup", Role::kWorker},
+          {"InitWeights", Role::kWorker},
+          {"PushGradient", Role::kWorker},
+          {"PullWeights", Role::kWorker},
+          {"NextDataUnit", Role::kWorker},
+          {"ReportEpoch", Role::kWorker},
+          {"Heartbeat", Role::kWorker},
+          {"Leave", Role::kWorker},
+          {"SubscribeSnapshots", Role::kWorker},
+          {"ReportValidation", Role::kWorker},
+          // Master: reads.
+          {"GetJobStatus", Role::kReader},
+          {"ListJobs", Role::kReader},
+          // Studies: changes need admin, reads a reader.
+          {"CreateStudy", Role::kAdmin},
+          {"CancelStudy", Role::kAdmin},
+          {"CancelTrial", Role::kAdmin},
+          {"AskTrial", Role::kAdmin},
+          {"TellTrial", Role::kAdmin},
+          {"GetStudy", Role::kReader},
+          {"ListStudies", Role::kReader},
+          {"WatchStudy", Role::kReader},
+      });
+  const auto it = kRoles->find(method);
+  return it == kRoles->end() ? Role::kAdmin : it->second;
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  // Every byte of `a` is compared (against `b` cycled), whatever matches.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  if (b.empty()) return a.empty();
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^
+            static_cast<unsigned char>(b[i % b.size()]);
+  }
+  return diff == 0;
+}
+
+absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text,
+                                             absl::string_view source) {
+  TokenTable table;
+  absl::flat_hash_set<std::string> names;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    const size_t hash = line.find('#');
+    if (hash != absl::string_view::npos) line = line.substr(0, hash);
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (fields.empty()) continue;
+    auto error = [&](absl::string_view message) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line_number, ": ", message));
+    };
+    if (fields.size() != 3) {
+      return error(absl::StrCat("want 'ROLE NAME TOKEN', got ", fields.size(),
+                                " field(s)"));
+    }
+    const std::optional<Role> role = ParseRole(fields[0]);
+    if (!role.has_value()) {
+      return error(absl::StrCat("unknown role ", Quoted(fields[0]),
+                                "; roles are admin, worker, reader"));
+    }
+    if (!ValidName(fields[1])) {
+      return error(absl::StrCat("bad name ", Quoted(fields[1]),
+                                ": 1 to 64 of A-Z a-z 0-9 _ . @ -"));
+    }
+    const absl::string_view token = fields[2];
+    if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength) {
+      return error(absl::StrCat("the token of '", fields[1], "' has ",
+                                token.size(), " characters; want ",
+                                kMinTokenLength, " to ", kMaxTokenLength,
+                                " (e.g. `openssl rand -hex 32`)"));
+    }
+    for (char c : token) {
+      if (c < 0x21 || c > 0x7e) {
+        return error(absl::StrCat("the token of '", fields[1],
+                                  "' has a character outside printable "
+                                  "ASCII"));
+      }
+    }
+    if (!names.insert(std::string(fields[1])).second) {
+      return error(absl::StrCat("name '", fields[1], "' given twice"));
+    }
+    if (table.Find(token).has_value()) {
+      return error(absl::StrCat("the token of '", fields[1],
+                                "' is also another name's token"));
+    }
+    table.entries_.push_back(
+        Entry{std::string(token), Caller{std::string(fields[1]), *role}});
+  }
+  if (table.entries_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": no tokens (want lines 'ROLE NAME TOKEN')"));
+  }
+  return table;
+}
+
+absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the tokens file '", path, "'"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the tokens file '", path, "'"));
+  }
+  return Parse(text.str(), path);
+}
+
+std::optional<Caller> TokenTable::Find(absl::string_view token) const {
+  std::optional<Caller> found;
+  for (const Entry& entry : entries_) {
+    // No early exit: every entry costs the same whether it matched or not.
+    if (ConstantTimeEquals(token, entry.token)) found = entry.caller;
+  }
+  return found;
+}
+
+std::string BearerToken(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it == metadata.end()) return "";
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&value, "Bearer ") &&
+      !absl::ConsumePrefix(&value, "bearer ")) {
+    return "";
+  }
+  return std::string(absl::StripAsciiWhitespace(value));
+}
+
+Authorizer::Authorizer(TokenTable tokens, absl::Duration group_timeout)
+    : tokens_(std::move(tokens)), group_timeout_(group_timeout) {}
+
+absl::StatusOr<Caller> Authorizer::Authenticate(
+    const grpc::ServerContext& context, absl::string_view method) const {
+  if (!tokens_.has_value()) return Caller{"", Role::kAdmin};
+  const std::string token = BearerToken(context);
+  if (token.empty()) {
+    return Unauthenticated(absl::StrCat(
+        method, ": this master requires a token; give the client "
+                "--token_file FILE or $MPILEARN_TOKEN (docs/security.md)"));
+  }
+  const std::optional<Caller> caller = tokens_->Find(token);
+  if (!caller.has_value()) {
+    return Unauthenticated(absl::StrCat(
+        method, ": unknown token; ask the master's operator for one "
+                "(docs/security.md)"));
+  }
+  const Role needed = RequiredRole(method);
+  if (caller->role < needed) {
+    return PermissionDenied(absl::StrCat(
+        method, " needs a token of role ", RoleName(needed), "; token '",
+        caller->name, "' has role ", RoleName(caller->role)));
+  }
+  return *caller;
+}
+
+absl::Status Authorizer::BindGroup(const std::string& group_id,
+                                   const Caller& caller) {
+  if (!enabled()) return absl::OkStatus();
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  // Groups lost without leaving (their ranks died) leave bindings behind:
+  // sweep them once there are more than a few.
+  if (groups_.size() >= kSweepAbove) DropIdleLocked(now);
+  if (groups_.size() >= kMaxBoundGroups) {
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "the master has ", groups_.size(),
+            " active worker groups, its most; wait for some to leave")),
+        v1::ERROR_REASON_LIMIT);
+  }
+  groups_[group_id] = Binding{caller.name, now};
+  return absl::OkStatus();
+}
+
+absl::Status Authorizer::CheckGroup(absl::string_view group_id,
+                                    const Caller& caller) {
+  if (!enabled()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  const auto it = groups_.find(group_id);
+  if (it == groups_.end()) {
+    return GroupUnknownError(absl::StrCat(
+        "group ", Quoted(group_id),
+        " is not registered with this master (lost, left, or from before a "
+        "restart): register again"));
+  }
+  if (it->second.name != caller.name) {
+    return PermissionDenied(absl::StrCat(
+        "group ", Quoted(group_id), " was registered by another token than '",
+        caller.name, "'"));
+  }
+  it->second.last_used = absl::Now();
+  return absl::OkStatus();
+}
+
+void Authorizer::UnbindGroup(absl::string_view group_id) {
+  if (!enabled()) return;
+  absl::MutexLock lock(&mu_);
+  groups_.erase(group_id);
+}
+
+size_t Authorizer::bound_groups() const {
+  absl::MutexLock lock(&mu_);
+  return groups_.size();
+}
+
+void Authorizer::DropIdleLocked(absl::Time now) {
+  const absl::Time cutoff = now - 2 * group_timeout_;
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (it->second.last_used < cutoff) {
+      groups_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace mpilearn::server

@@ -1,0 +1,182 @@
+#include "server/auth.h"
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/error_reason.h"
+#include "grpcpp/test/server_context_test_spouse.h"
+#include "gtest/gtest.h"
+
+namespace mpilearn::server {
+namespace {
+
+constexpr char kTokens[] =
+    "# role name token\n"
+    "admin  alice  aaaaaaaaaaaaaaaaaaaa\n"
+    "\n"
+    "worker rack1  wwwwwwwwwwwwwwwwwwww   # the first rack\n"
+    "worker rack2  xxxxxxxxxxxxxxxxxxxx\n"
+    "reader dash   rrrrrrrrrrrrrrrrrrrr\n";
+
+TokenTable Table() {
+  absl::StatusOr<TokenTable> table = TokenTable::Parse(kTokens, "tokens");
+  EXPECT_TRUE(table.ok()) << table.status();
+  return *std::move(table);
+}
+
+TEST(TokenTableTest, ParsesRolesAndNamesSkippingComments) {
+  const TokenTable table = Table();
+  EXPECT_EQ(table.size(), 4u);
+  std::optional<Caller> alice = table.Find("aaaaaaaaaaaaaaaaaaaa");
+  ASSERT_TRUE(alice.has_value());
+  EXPECT_EQ(alice->name, "alice");
+  EXPECT_EQ(alice->role, Role::kAdmin);
+  std::optional<Caller> rack1 = table.Find("wwwwwwwwwwwwwwwwwwww");
+  ASSERT_TRUE(rack1.has_value());
+  EXPECT_EQ(rack1->name, "rack1");
+  EXPECT_EQ(rack1->role, Role::kWorker);
+  EXPECT_EQ(table.Find("rrrrrrrrrrrrrrrrrrrr")->role, Role::kReader);
+  // A prefix, an extension and a different token of the same length.
+  EXPECT_FALSE(table.Find("aaaaaaaaaaaaaaaaaaa").has_value());
+  EXPECT_FALSE(table.Find("aaaaaaaaaaaaaaaaaaaaa").has_value());
+  EXPECT_FALSE(table.Find("aaaaaaaaaaaaaaaaaaab").has_value());
+  EXPECT_FALSE(table.Find("").has_value());
+}
+
+TEST(TokenTableTest, RefusesBadLinesWithTheirNumber) {
+  struct Case {
+    const char* text;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"admin alice\n", "f:1: want 'ROLE NAME TOKEN', got 2"},
+      {"# c\nroot alice aaaaaaaaaaaaaaaaaaaa\n", "f:2: unknown role 'root'"},
+      {"admin al/ice aaaaaaaaaaaaaaaaaaaa\n", "f:1: bad name 'al/ice'"},
+      {"admin alice short\n", "f:1: the token of 'alice' has 5 characters"},
+      {"admin alice aaaaaaaaaaaaaaaaaaaa\nworker alice bbbbbbbbbbbbbbbbbbbb\n",
+       "f:2: name 'alice' given twice"},
+      {"admin alice aaaaaaaaaaaaaaaaaaaa\nworker bob aaaaaaaaaaaaaaaaaaaa\n",
+       "f:2: the token of 'bob' is also another name's token"},
+      {"admin alice aaaaaaaaaaaaaaaaaaaa extra\n", "f:1: want 'ROLE NAME TOKEN', got 4"},
+      {"# only comments\n\n", "f: no tokens"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<TokenTable> table = TokenTable::Parse(c.text, "f");
+    ASSERT_FALSE(table.ok()) << c.text;
+    EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(table.status().message().find(c.expected), std::string::npos)
+        << table.status() << " does not contain " << c.expected;
+  }
+}
+
+TEST(TokenTableTest, LoadNamesAnUnreadableFile) {
+  absl::StatusOr<TokenTable> table = TokenTable::Load("/nonexistent/tokens");
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("/nonexistent/tokens"),
+            std::string::npos);
+}
+
+TEST(ConstantTimeEqualsTest, EqualOnlyForEqualStrings) {
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcabc"));  // cycled b
+  EXPECT_FALSE(ConstantTimeEquals("abcabc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("", "a"));
+  EXPECT_FALSE(ConstantTimeEquals("a", ""));
+}
+
+TEST(RequiredRoleTest, RolesPerMethod) {
+  EXPECT_EQ(RequiredRole("SubmitJob"), Role::kAdmin);
+  EXPECT_EQ(RequiredRole("CreateStudy"), Role::kAdmin);
+  EXPECT_EQ(RequiredRole("TellTrial"), Role::kAdmin);
+  EXPECT_EQ(RequiredRole("PushGradient"), Role::kWorker);
+  EXPECT_EQ(RequiredRole("ReportValidation"), Role::kWorker);
+  EXPECT_EQ(RequiredRole("ListJobs"), Role::kReader);
+  EXPECT_EQ(RequiredRole("WatchStudy"), Role::kReader);
+  // Unknown methods are closed to all but admins.
+  EXPECT_EQ(RequiredRole("SomeFutureCall"), Role::kAdmin);
+}
+
+// Authenticate on a server context whose client sent `authorization`.
+absl::StatusOr<Caller> Call(const Authorizer& auth, const std::string& method,
+                            const std::string& authorization) {
+  grpc::ServerContext context;
+  grpc::testing::ServerContextTestSpouse spouse(&context);
+  if (!authorization.empty()) {
+    spouse.AddClientMetadata("authorization", authorization);
+  }
+  return auth.Authenticate(context, method);
+}
+
+TEST(AuthorizerTest, ChecksTokenAndRole) {
+  Authorizer auth(Table(), absl::Seconds(60));
+  absl::StatusOr<Caller> none = Call(auth, "ListJobs", "");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ReasonOf(none.status()), v1::ERROR_REASON_PERMISSION);
+  EXPECT_EQ(Call(auth, "ListJobs", "Bearer nottherightonenottheright")
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+  // Not a bearer token.
+  EXPECT_EQ(Call(auth, "ListJobs", "Basic rrrrrrrrrrrrrrrrrrrr").status().code(),
+            absl::StatusCode::kUnauthenticated);
+
+  absl::StatusOr<Caller> reader =
+      Call(auth, "SubmitJob", "Bearer rrrrrrrrrrrrrrrrrrrr");
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ReasonOf(reader.status()), v1::ERROR_REASON_PERMISSION);
+  EXPECT_EQ(Call(auth, "PushGradient", "Bearer rrrrrrrrrrrrrrrrrrrr")
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Call(auth, "SubmitJob", "Bearer wwwwwwwwwwwwwwwwwwww")
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Roles nest: admin > worker > reader.
+  EXPECT_TRUE(Call(auth, "ListJobs", "Bearer rrrrrrrrrrrrrrrrrrrr").ok());
+  EXPECT_TRUE(Call(auth, "ListJobs", "Bearer wwwwwwwwwwwwwwwwwwww").ok());
+  EXPECT_TRUE(Call(auth, "PushGradient", "Bearer aaaaaaaaaaaaaaaaaaaa").ok());
+  absl::StatusOr<Caller> admin =
+      Call(auth, "SubmitJob", "Bearer aaaaaaaaaaaaaaaaaaaa");
+  ASSERT_TRUE(admin.ok());
+  EXPECT_EQ(admin->name, "alice");
+}
+
+TEST(AuthorizerTest, WithoutTokensEveryoneIsAnAdmin) {
+  Authorizer open;
+  EXPECT_FALSE(open.enabled());
+  absl::StatusOr<Caller> caller = Call(open, "SubmitJob", "");
+  ASSERT_TRUE(caller.ok());
+  EXPECT_EQ(caller->role, Role::kAdmin);
+  EXPECT_TRUE(open.CheckGroup("g-1", *caller).ok());
+  EXPECT_TRUE(open.BindGroup("g-1", *caller).ok());
+  EXPECT_EQ(open.bound_groups(), 0u);
+}
+
+TEST(AuthorizerTest, GroupsBelongToTheTokenThatRegisteredThem) {
+  Authorizer auth(Table(), absl::Seconds(60));
+  const Caller rack1{"rack1", Role::kWorker};
+  const Caller rack2{"rack2", Role::kWorker};
+  const Caller alice{"alice", Role::kAdmin};
+  ASSERT_TRUE(auth.BindGroup("g-1", rack1).ok());
+  EXPECT_TRUE(auth.CheckGroup("g-1", rack1).ok());
+  const absl::Status other = auth.CheckGroup("g-1", rack2);
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ReasonOf(other), v1::ERROR_REASON_PERMISSION);
+  // Not even an admin acts for another token's group.
+  EXPECT_EQ(auth.CheckGroup("g-1", alice).code(),
+            absl::StatusCode::kPermissionDenied);
+  // A group no token registered is unknown (register again).
+  EXPECT_EQ(ReasonOf(auth.CheckGroup("g-2", rack1)),
+            v1::ERROR_REASON_GROUP_UNKNOWN);
+  auth.UnbindGroup("g-1");
+  EXPECT_EQ(auth.bound_groups(), 0u);
+  EXPECT_EQ(ReasonOf(auth.CheckGroup("g-1", rack1)),
+            v1::ERROR_REASON_GROUP_UNKNOWN);
+}
+
+}  // namespace
+}  // namespace mpilearn::server

@@ -1,0 +1,421 @@
+// TLS and tokens end to end (docs/security.md): the real mpilearn-master
+// with --tls_cert/--tls_key and a --tokens_file, certificates made at test
+// time with the openssl CLI.
+//
+//   - every RPC of the Master and Studies services, found in the proto's
+//     descriptors (so an RPC added later is covered too), is refused
+//     without a token and with an unknown one (UNAUTHENTICATED), and with a
+//     token whose role is too low (PERMISSION_DENIED), each with
+//     ERROR_REASON_PERMISSION;
+//   - a plaintext client cannot talk to the TLS port; with mutual TLS a
+//     client without a certificate is refused;
+//   - one worker token cannot act for another's group;
+//   - a real group (mpirun, --tls_ca, --token_file) trains a job to the end.
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/client_security.h"
+#include "common/error_reason.h"
+#include "common/grpc_status.h"
+#include "common/master_client.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
+#include "grpcpp/impl/codegen/sync_stream.h"
+#include "gtest/gtest.h"
+#include "proto/mpilearn.grpc.pb.h"
+#include "proto/study.grpc.pb.h"
+#include "tests/test_process.h"
+
+namespace mpilearn::testing {
+namespace {
+
+constexpr char kAdminToken[] = "admin-token-0123456789abcdef";
+constexpr char kWorkerToken[] = "worker-token-0123456789abcdef";
+constexpr char kOtherWorkerToken[] = "other-worker-token-0123456789";
+constexpr char kReaderToken[] = "reader-token-0123456789abcdef";
+
+// Runs `command` in a shell; fails the test (with the output) if it fails.
+void Shell(const std::string& command, const std::string& dir) {
+  const std::string log = dir + "/openssl.log";
+  const int rc = std::system(
+      absl::StrCat("cd '", dir, "' && (", command, ") >>", log, " 2>&1").c_str());
+  ASSERT_EQ(rc, 0) << command << "\n" << ReadFileOrDie(log);
+}
+
+// A CA, a server certificate for 127.0.0.1 and localhost, and a client
+// certificate, all signed by the CA, in `dir` (ca.pem, server.pem/.key,
+// client.pem/.key). The commands are docs/security.md's.
+void MakeCertificates(const std::string& dir) {
+  const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  Shell(absl::StrCat("openssl req -x509 ", key,
+                     " -keyout ca.key -out ca.pem -days 2 -subj '/CN=test CA'"),
+        dir);
+  Shell(absl::StrCat("openssl req ", key,
+                     " -keyout server.key -out server.csr -subj '/CN=localhost'"),
+        dir);
+  WriteFileOrDie(dir + "/server.ext",
+                 "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+  Shell("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -days 2 -extfile server.ext -out server.pem",
+        dir);
+  Shell(absl::StrCat("openssl req ", key,
+                     " -keyout client.key -out client.csr -subj '/CN=worker'"),
+        dir);
+  WriteFileOrDie(dir + "/client.ext", "extendedKeyUsage=clientAuth\n");
+  Shell("openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -days 2 -extfile client.ext -out client.pem",
+        dir);
+}
+
+enum class Role { kReader = 1, kWorker = 2, kAdmin = 3 };
+
+// The role each RPC needs, as docs/security.md documents it (an RPC not
+// listed: admin).
+Role Needs(const std::string& method) {
+  static const std::set<std::string> kWorker = {
+      "RegisterGroup", "InitWeights", "PushGradient",  "PullWeights",
+      "NextDataUnit",  "ReportEpoch", "Heartbeat",     "Leave",
+      "SubscribeSnapshots", "ReportValidation"};
+  static const std::set<std::string> kReader = {
+      "GetJobStatus", "ListJobs", "GetStudy", "ListStudies", "WatchStudy"};
+  if (kWorker.count(method) > 0) return Role::kWorker;
+  if (kReader.count(method) > 0) return Role::kReader;
+  return Role::kAdmin;
+}
+
+class AuthTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(NewTempDir("auth"));
+    MakeCertificates(*dir_);
+    WriteFileOrDie(*dir_ + "/tokens.txt",
+                   absl::StrCat("# role name token\n",
+                                "admin  alice ", kAdminToken, "\n",
+                                "worker rack1 ", kWorkerToken, "\n",
+                                "worker rack2 ", kOtherWorkerToken, "\n",
+                                "reader dash  ", kReaderToken, "\n"));
+    WriteFileOrDie(*dir_ + "/worker.token", absl::StrCat(kWorkerToken, "\n"));
+    auto master = MasterProcess::Start(
+        *dir_ + "/state", {"--tls_cert=" + *dir_ + "/server.pem",
+                           "--tls_key=" + *dir_ + "/server.key",
+                           "--tokens_file=" + *dir_ + "/tokens.txt"});
+    ASSERT_TRUE(master.ok()) << master.status();
+    master_ = master->release();
+  }
+  static void TearDownTestSuite() {
+    delete master_;  // stops it
+    master_ = nullptr;
+    delete dir_;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(master_, nullptr) << "the TLS master did not start";
+  }
+
+  static ClientSecurity Tls(const std::string& token) {
+    ClientSecurity security;
+    security.tls_ca = *dir_ + "/ca.pem";
+    security.token = token;
+    return security;
+  }
+
+  static std::shared_ptr<grpc::Channel> Channel(const ClientSecurity& security) {
+    auto channel = CreateMasterChannel(master_->address(), security,
+                                       grpc::ChannelArguments());
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    return channel.ok() ? *channel : nullptr;
+  }
+
+  static std::unique_ptr<MasterClient> Client(const std::string& token) {
+    MasterClient::Options options;
+    options.security = Tls(token);
+    options.rpc_timeout = absl::Seconds(20);
+    auto client = MasterClient::Connect(master_->address(), options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  static std::string* dir_;
+  static MasterProcess* master_;
+};
+
+std::string* AuthTest::dir_ = nullptr;
+MasterProcess* AuthTest::master_ = nullptr;
+
+// Calls `path` ("/mpilearn.v1.Master/SubmitJob") with one empty request
+// message, whatever its kind (a stream on the wire carries unary calls
+// too), and returns the call's status.
+absl::Status CallWithEmptyRequest(grpc::Channel& channel, const std::string& path) {
+  grpc::internal::RpcMethod method(path.c_str(),
+                                   grpc::internal::RpcMethod::BIDI_STREAMING);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+      stream(grpc::internal::ClientReaderWriterFactory<
+             grpc::ByteBuffer, grpc::ByteBuffer>::Create(&channel, method,
+                                                         &context));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);
+  stream->Write(request);
+  stream->WritesDone();
+  grpc::ByteBuffer reply;
+  while (stream->Read(&reply)) {
+  }
+  return FromGrpcStatus(stream->Finish());
+}
+
+// Every method of both services, as "/package.Service/Method" with its
+// short name.
+std::vector<std::pair<std::string, std::string>> AllMethods() {
+  // Loads both files' descriptors into the generated pool.
+  (void)v1::SubmitJobRequest::descriptor();
+  (void)v1::CreateStudyRequest::descriptor();
+  std::vector<std::pair<std::string, std::string>> methods;
+  for (const char* name : {"mpilearn.v1.Master", "mpilearn.v1.Studies"}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    EXPECT_NE(service, nullptr) << name;
+    if (service == nullptr) continue;
+    for (int i = 0; i < service->method_count(); ++i) {
+      methods.emplace_back(
+          absl::StrCat("/", name, "/", service->method(i)->name()),
+          service->method(i)->name());
+    }
+  }
+  return methods;
+}
+
+TEST_F(AuthTest, EveryRpcRefusesMissingUnknownAndTooLowTokens) {
+  const auto methods = AllMethods();
+  ASSERT_GE(methods.size(), 20u);
+  std::shared_ptr<grpc::Channel> no_token = Channel(Tls(""));
+  std::shared_ptr<grpc::Channel> unknown = Channel(Tls("not-a-token-of-this-master"));
+  std::shared_ptr<grpc::Channel> reader = Channel(Tls(kReaderToken));
+  std::shared_ptr<grpc::Channel> worker = Channel(Tls(kWorkerToken));
+  int denied_by_role = 0;
+  for (const auto& [path, name] : methods) {
+    SCOPED_TRACE(path);
+    absl::Status status = CallWithEmptyRequest(*no_token, path);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << status;
+    EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
+    status = CallWithEmptyRequest(*unknown, path);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << status;
+    EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
+    const Role needed = Needs(name);
+    if (needed > Role::kReader) {
+      status = CallWithEmptyRequest(*reader, path);
+      EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+      EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
+      ++denied_by_role;
+    }
+    if (needed > Role::kWorker) {
+      status = CallWithEmptyRequest(*worker, path);
+      EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+      EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
+      ++denied_by_role;
+    }
+  }
+  EXPECT_GT(denied_by_role, 10);
+
+  // The right roles get through (roles nest: admin > worker > reader).
+  EXPECT_TRUE(Client(kReaderToken)->ListJobs().ok());
+  EXPECT_TRUE(Client(kWorkerToken)->ListJobs().ok());
+  EXPECT_TRUE(Client(kAdminToken)->ListJobs().ok());
+}
+
+TEST_F(AuthTest, PlaintextClientCannotTalkToTheTlsPort) {
+  ClientSecurity plaintext;
+  plaintext.token = kAdminToken;
+  MasterClient::Options options;
+  options.security = plaintext;
+  options.connect_timeout = absl::Seconds(3);
+  auto client = MasterClient::Connect(master_->address(), options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  // A call on a channel that never connected fails the same way.
+  auto channel = CreateMasterChannel(master_->address(), plaintext,
+                                     grpc::ChannelArguments());
+  ASSERT_TRUE(channel.ok());
+  EXPECT_EQ(CallWithEmptyRequest(**channel, "/mpilearn.v1.Master/ListJobs").code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(AuthTest, MutualTlsRefusesAClientWithoutCertificate) {
+  auto master = MasterProcess::Start(
+      *dir_ + "/mtls-state", {"--tls_cert=" + *dir_ + "/server.pem",
+                              "--tls_key=" + *dir_ + "/server.key",
+                              "--tls_client_ca=" + *dir_ + "/ca.pem",
+                              "--tokens_file=" + *dir_ + "/tokens.txt"});
+  ASSERT_TRUE(master.ok()) << master.status();
+  MasterClient::Options options;
+  options.connect_timeout = absl::Seconds(3);
+  options.security = Tls(kReaderToken);
+  auto refused = MasterClient::Connect((*master)->address(), options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+      << refused.status();
+  options.security.tls_cert = *dir_ + "/client.pem";
+  options.security.tls_key = *dir_ + "/client.key";
+  auto accepted = MasterClient::Connect((*master)->address(), options);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  EXPECT_TRUE((*accepted)->ListJobs().ok());
+  // The token is still checked under mutual TLS.
+  options.security.token = "";
+  auto no_token = MasterClient::Connect((*master)->address(), options);
+  ASSERT_TRUE(no_token.ok()) << no_token.status();
+  EXPECT_EQ((*no_token)->ListJobs().status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+// A one-tensor layout and values for the group calls that carry tensors.
+v1::TensorSetHeader OneTensor() {
+  v1::TensorSetHeader header;
+  v1::TensorInfo* tensor = header.add_tensors();
+  tensor->set_name("w");
+  tensor->set_dtype(v1::DTYPE_FLOAT32);
+  tensor->add_shape(4);
+  return header;
+}
+
+TEST_F(AuthTest, OneTokenCannotActForAnotherTokensGroup) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  std::unique_ptr<MasterClient> admin = Client(kAdminToken);
+  std::unique_ptr<MasterClient> owner = Client(kWorkerToken);
+  std::unique_ptr<MasterClient> other = Client(kOtherWorkerToken);
+  ASSERT_TRUE(admin && owner && other);
+  absl::StatusOr<std::string> job_id =
+      admin->SubmitJob(FashionMnistSubset("downpour", 2000, 1));
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  v1::RegisterGroupRequest registration;
+  registration.set_job_id(*job_id);
+  registration.set_ranks(1);
+  registration.set_host("owner-host");
+  absl::StatusOr<v1::RegisterGroupResponse> group =
+      owner->RegisterGroup(registration);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::string& group_id = group->group_id();
+
+  auto expect_denied = [](const absl::Status& status, const char* what) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied)
+        << what << ": " << status;
+    EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION) << what;
+  };
+  std::vector<float> values(4, 0.5f);
+  std::vector<absl::Span<const float>> spans = {values};
+  std::vector<float> out(4);
+  std::vector<absl::Span<float>> out_spans = {absl::MakeSpan(out)};
+  for (MasterClient* intruder : {other.get(), admin.get()}) {
+    expect_denied(intruder->InitWeights(*job_id, group_id, OneTensor(), spans)
+                      .status(),
+                  "InitWeights");
+    v1::PushGradientRequest::Header push;
+    push.set_job_id(*job_id);
+    push.set_group_id(group_id);
+    *push.mutable_gradient() = OneTensor();
+    push.set_samples(1);
+    expect_denied(intruder->PushGradient(push, spans, out_spans).status(),
+                  "PushGradient");
+    expect_denied(intruder->PullWeights(*job_id, group_id, out_spans).status(),
+                  "PullWeights");
+    v1::NextDataUnitRequest next;
+    next.set_job_id(*job_id);
+    next.set_group_id(group_id);
+    expect_denied(intruder->NextDataUnit(next).status(), "NextDataUnit");
+    v1::ReportEpochRequest epoch;
+    epoch.set_job_id(*job_id);
+    epoch.mutable_record()->set_group_id(group_id);
+    epoch.mutable_record()->set_epoch(1);
+    expect_denied(intruder->ReportEpoch(epoch).status(), "ReportEpoch");
+    expect_denied(intruder->Heartbeat(*job_id, group_id).status(), "Heartbeat");
+    v1::LeaveRequest leave;
+    leave.set_job_id(*job_id);
+    leave.set_group_id(group_id);
+    leave.set_error("hijacked");
+    expect_denied(intruder->Leave(leave).status(), "Leave");
+  }
+  // The job did not fail, and the owner still acts for its group.
+  absl::StatusOr<v1::JobStatus> status = admin->GetJobStatus(*job_id);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_NE(status->state(), v1::JOB_STATE_FAILED) << status->message();
+  EXPECT_TRUE(owner->Heartbeat(*job_id, group_id).ok());
+  v1::LeaveRequest leave;
+  leave.set_job_id(*job_id);
+  leave.set_group_id(group_id);
+  leave.set_error("test over");
+  EXPECT_TRUE(owner->Leave(leave).ok());
+  // Once it left, the group is unknown (to its owner too).
+  EXPECT_EQ(ReasonOf(owner->Heartbeat(*job_id, group_id).status()),
+            v1::ERROR_REASON_GROUP_UNKNOWN);
+}
+
+TEST_F(AuthTest, GroupTrainsAJobOverTlsWithTokens) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  std::unique_ptr<MasterClient> admin = Client(kAdminToken);
+  ASSERT_NE(admin, nullptr);
+  absl::StatusOr<std::string> job_id =
+      admin->SubmitJob(FashionMnistSubset("downpour", 4000, 1));
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  auto workers = StartWorkers(
+      2, master_->address(),
+      {"--job_id=" + *job_id, "--threads=1", "--tls_ca=" + *dir_ + "/ca.pem",
+       "--token_file=" + *dir_ + "/worker.token"},
+      *dir_ + "/workers.log");
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  const std::optional<int> exit_code = (*workers)->Wait(absl::Seconds(120));
+  ASSERT_TRUE(exit_code.has_value()) << "workers did not finish in 120 s:\n"
+                                     << (*workers)->Log();
+  EXPECT_EQ(*exit_code, 0) << (*workers)->Log();
+  absl::StatusOr<v1::JobStatus> status = admin->GetJobStatus(*job_id);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::JOB_STATE_COMPLETED) << status->message();
+  EXPECT_EQ(status->samples_trained(), 2000u);  // 4000 less 2000 validation
+  EXPECT_GT(status->updates_applied(), 0u);
+}
+
+TEST_F(AuthTest, MasterRefusesBadSecuritySettingsAtStart) {
+  const std::string master = Runfile("server/mpilearn-master");
+  struct Case {
+    std::vector<std::string> flags;
+    const char* expected;
+  };
+  WriteFileOrDie(*dir_ + "/bad_tokens.txt",
+                 "admin alice aaaaaaaaaaaaaaaaaaaa\nroot bob bbbbbbbbbbbbbbbbbbbb\n");
+  const std::vector<Case> cases = {
+      {{"--listen=0.0.0.0:0"}, "--insecure"},
+      {{"--tls_cert=" + *dir_ + "/server.pem"}, "both --tls_cert and --tls_key"},
+      {{"--tls_cert=" + *dir_ + "/server.pem", "--tls_key=/nonexistent.key"},
+       "--tls_key: cannot read '/nonexistent.key'"},
+      {{"--tls_cert=" + *dir_ + "/server.pem",
+        "--tls_key=" + *dir_ + "/client.key"},
+       "is not the key of the certificate"},
+      {{"--tokens_file=" + *dir_ + "/bad_tokens.txt"},
+       "bad_tokens.txt:2: unknown role 'root'"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {master, "--listen=127.0.0.1:0",
+                                     "--metrics_listen=",
+                                     "--state_dir=" + *dir_ + "/bad-state"};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    const std::string log = absl::StrCat(*dir_, "/bad-", i++, ".log");
+    auto process = ChildProcess::Start(argv, log);
+    ASSERT_TRUE(process.ok()) << process.status();
+    const std::optional<int> exit_code = (*process)->Wait(absl::Seconds(30));
+    ASSERT_TRUE(exit_code.has_value()) << "still running with " << c.expected;
+    EXPECT_NE(*exit_code, 0);
+    EXPECT_NE((*process)->Log().find(c.expected), std::string::npos)
+        << (*process)->Log();
+  }
+}
+
+}  // namespace
+}  // namespace mpilearn::testing
