@@ -160,6 +160,16 @@ absl::Status MasterClient::Annotate(const grpc::Status& status) const {
   return AnnotateStatus(address_, status);
 }
 
+absl::StatusOr<uint64_t> MasterClient::WeightsOutcome(
+    absl::StatusOr<uint64_t> version, const grpc::Status& status) const {
+  // Cancelled by ReadRawWeights: its local error says why.
+  if (!version.ok() && status.error_code() == grpc::StatusCode::CANCELLED) {
+    return version;
+  }
+  if (!status.ok()) return Annotate(status);
+  return version;
+}
+
 void MasterClient::LogReconnecting(const absl::Status& status) const {
   LOG(WARNING) << status.message() << "; retrying for up to "
                << absl::FormatDuration(options_.reconnect_timeout);
@@ -264,13 +274,7 @@ absl::StatusOr<uint64_t> MasterClient::PushGradient(
     stream->WritesDone();
     absl::StatusOr<uint64_t> version =
         sent.ok() ? ReadRawWeights(*stream, *context, weights) : sent;
-    grpc::Status status = stream->Finish();
-    // Cancelled here: the local error says why.
-    if (!version.ok() && status.error_code() == grpc::StatusCode::CANCELLED) {
-      return version;
-    }
-    if (!status.ok()) return Annotate(status);
-    return version;
+    return WeightsOutcome(std::move(version), stream->Finish());
   });
 }
 
@@ -287,13 +291,7 @@ absl::StatusOr<uint64_t> MasterClient::PullWeights(
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
             channel_.get(), pull_method_, context.get(), request));
     absl::StatusOr<uint64_t> version = ReadRawWeights(*reader, *context, weights);
-    grpc::Status status = reader->Finish();
-    // Cancelled here: the local error says why.
-    if (!version.ok() && status.error_code() == grpc::StatusCode::CANCELLED) {
-      return version;
-    }
-    if (!status.ok()) return Annotate(status);
-    return version;
+    return WeightsOutcome(std::move(version), reader->Finish());
   });
 }
 

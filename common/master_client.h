@@ -238,6 +238,10 @@ class MasterClient final : public MasterConnection {
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   // Adds "master at <address>" context to transport errors.
   absl::Status Annotate(const grpc::Status& status) const;
+  // What a call that read weights (ReadRawWeights' `version`, then the
+  // call's final `status`) returns.
+  absl::StatusOr<uint64_t> WeightsOutcome(absl::StatusOr<uint64_t> version,
+                                          const grpc::Status& status) const;
 
   const std::string address_;
   const Options options_;

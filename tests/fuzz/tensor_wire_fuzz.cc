@@ -41,13 +41,11 @@ grpc::ByteBuffer Sliced(const std::string& bytes, uint8_t cuts) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-std::string Message(const google::protobuf::MessageLite& message) {
-  std::string bytes = message.SerializeAsString();
+// One stream message as this target's input frames it.
+std::string Framed(const std::string& bytes) {
   const uint16_t n = static_cast<uint16_t>(bytes.size());
-  std::string framed(2, '\0');
-  framed[0] = static_cast<char>(n & 0xff);
-  framed[1] = static_cast<char>(n >> 8);
-  return framed + bytes;
+  return std::string{static_cast<char>(n & 0xff), static_cast<char>(n >> 8)} +
+         bytes;
 }
 
 }  // namespace
@@ -63,7 +61,7 @@ std::vector<std::string> Seeds() {
     v1::WeightsPart head;
     *head.mutable_header() = header;
     std::string seed(1, static_cast<char>(dtype == v1::DTYPE_BFLOAT16 ? 200 : 0));
-    seed += Message(head);
+    seed += Framed(head.SerializeAsString());
     const std::vector<float> w = {1.5f, -2.0f, 0.25f, 3.0f, -0.5f, 8.0f};
     const std::vector<float> b = {0.125f, -1.0f};
     const std::vector<absl::Span<const float>> values = {w, b};
@@ -76,9 +74,7 @@ std::vector<std::string> Seeds() {
           for (const grpc::Slice& s : slices) {
             bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
           }
-          seed += std::string{static_cast<char>(bytes.size() & 0xff),
-                              static_cast<char>(bytes.size() >> 8)};
-          seed += bytes;
+          seed += Framed(bytes);
           return absl::OkStatus();
         });
     if (encoded.ok()) seeds.push_back(seed);
