@@ -317,6 +317,20 @@ absl::StatusOr<v1::JobState> MasterClient::Heartbeat(
   return response.state();
 }
 
+absl::StatusOr<v1::JobState> MasterClient::Heartbeat(
+    const v1::HeartbeatRequest& request, absl::Duration timeout) {
+  MPILEARN_ASSIGN_OR_RETURN(v1::HeartbeatResponse response,
+                            CallOnce(&Stub::Heartbeat, request, timeout));
+  return response.state();
+}
+
+absl::StatusOr<v1::JobState> MasterClient::LeaveWithin(
+    const v1::LeaveRequest& request, absl::Duration timeout) {
+  MPILEARN_ASSIGN_OR_RETURN(v1::LeaveResponse response,
+                            CallOnce(&Stub::Leave, request, timeout));
+  return response.state();
+}
+
 absl::StatusOr<v1::JobState> MasterClient::Leave(const v1::LeaveRequest& request) {
   MPILEARN_ASSIGN_OR_RETURN(v1::LeaveResponse response,
                             Call(&Stub::Leave, request));

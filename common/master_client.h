@@ -8,11 +8,15 @@
 // Every call but the snapshot stream has a deadline (Options::rpc_timeout)
 // and returns the master's status unchanged (code and message), so callers
 // can show it to users.
-// Threading: thread-compatible; give each thread its own client.
+// Threading: thread-compatible; give each thread its own client. Exception:
+// Heartbeat(request, timeout) and LeaveWithin use only the thread-safe
+// channel and stub (not the push sequence or the wire format), so one other
+// thread may call them while a thread uses the client.
 #ifndef MPILEARN_COMMON_MASTER_CLIENT_H_
 #define MPILEARN_COMMON_MASTER_CLIENT_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -154,6 +158,11 @@ class MasterClient final : public MasterConnection {
   void UseWireFormat(const v1::ExchangeSpec& exchange) override;
   absl::StatusOr<v1::JobState> Heartbeat(const std::string& job_id,
                                          const std::string& group_id);
+  // One attempt within `timeout`, no retry (see the class comment).
+  absl::StatusOr<v1::JobState> Heartbeat(const v1::HeartbeatRequest& request,
+                                         absl::Duration timeout) override;
+  absl::StatusOr<v1::JobState> LeaveWithin(const v1::LeaveRequest& request,
+                                           absl::Duration timeout) override;
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override;
   // A validation pool's result for one snapshot; returns the job's state.
   absl::StatusOr<v1::JobState> ReportValidation(
@@ -230,6 +239,22 @@ class MasterClient final : public MasterConnection {
       if (!status.ok()) return Annotate(status);
       return response;
     });
+  }
+
+  // One unary call within `timeout`, not retried; reads only const members
+  // and the (thread-safe) stub, so any thread may make it.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> CallOnce(
+      grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                   Response*),
+      const Request& request, absl::Duration timeout) const {
+    Response response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(timeout));
+    grpc::Status status = (stub_.get()->*method)(&context, request, &response);
+    if (!status.ok()) return Annotate(status);
+    return response;
   }
 
   void LogReconnecting(const absl::Status& status) const;

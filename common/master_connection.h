@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/mpilearn.pb.h"
 
@@ -55,6 +56,22 @@ class MasterConnection {
       const v1::ReportEpochRequest& request) = 0;
   virtual absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) = 0;
   virtual absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) = 0;
+
+  // Tells the master the group is alive (with the group's telemetry when
+  // the request carries it); returns the job's state. One attempt within
+  // `timeout`, never retried, touching no state of the connection that
+  // other calls use: a heartbeat thread may call it while another thread
+  // uses the same connection.
+  virtual absl::StatusOr<v1::JobState> Heartbeat(
+      const v1::HeartbeatRequest& request, absl::Duration timeout) = 0;
+
+  // Leave as one attempt within `timeout`, with the same thread guarantee
+  // as Heartbeat: for a leader that must leave before its process is
+  // killed. By default, Leave.
+  virtual absl::StatusOr<v1::JobState> LeaveWithin(
+      const v1::LeaveRequest& request, absl::Duration /*timeout*/) {
+    return Leave(request);
+  }
 };
 
 }  // namespace mpilearn

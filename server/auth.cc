@@ -239,7 +239,49 @@ absl::StatusOr<Caller> Authorizer::Authenticate(
   return *caller;
 }
 
+absl::StatusOr<std::string> LoadMetricsToken(const std::string& path) {
+  auto error = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_token_file: '", path, "' ", why));
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error("cannot be read");
+  // One byte more than allowed tells a file that is too long.
+  std::string text(kMaxMetricsTokenFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return error("cannot be read");
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxMetricsTokenFileBytes) {
+    return error(absl::StrCat("is larger than ", kMaxMetricsTokenFileBytes,
+                              " bytes; it should hold one token"));
+  }
+  const absl::string_view token = absl::StripAsciiWhitespace(text);
+  if (token.size() < kMinTokenLength) {
+    return error(absl::StrCat("holds a token of ", token.size(),
+                              " characters; want at least ", kMinTokenLength,
+                              " (e.g. `openssl rand -hex 32`)"));
+  }
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return error(
+          "holds a character outside printable ASCII (a control "
+          "character, a space or a non-ASCII byte); it should hold one token "
+          "on one line");
+    }
+  }
+  return std::string(token);
+}
+
+std::function<bool(const std::string&, const std::string&)>
+MetricsPasswordCheck(std::string token) {
+  return [token = std::move(token)](const std::string& /*user*/,
+                                    const std::string& password) {
+    return ConstantTimeEquals(password, token);
+  };
+}
+
 absl::Status Authorizer::BindGroup(const std::string& group_id,
+                                   const std::string& job_id,
                                    const Caller& caller) {
   if (!enabled()) return absl::OkStatus();
   const absl::Time now = absl::Now();
@@ -247,6 +289,10 @@ absl::Status Authorizer::BindGroup(const std::string& group_id,
   // Groups lost without leaving (their ranks died) leave bindings behind:
   // sweep them once there are more than a few.
   if (groups_.size() >= kSweepAbove) DropIdleLocked(now);
+  // Group ids are never reused; should one be, its old binding goes.
+  if (auto it = groups_.find(group_id); it != groups_.end()) {
+    EraseBindingLocked(it);
+  }
   if (groups_.size() >= kMaxBoundGroups) {
     return WithReason(
         absl::ResourceExhaustedError(absl::StrCat(
@@ -254,7 +300,8 @@ absl::Status Authorizer::BindGroup(const std::string& group_id,
             " active worker groups, its most; wait for some to leave")),
         v1::ERROR_REASON_LIMIT);
   }
-  groups_[group_id] = Binding{caller.name, now};
+  groups_[group_id] = Binding{caller.name, job_id, now};
+  owned_[caller.name][job_id].insert(group_id);
   return absl::OkStatus();
 }
 
@@ -281,7 +328,118 @@ absl::Status Authorizer::CheckGroup(absl::string_view group_id,
 void Authorizer::UnbindGroup(absl::string_view group_id) {
   if (!enabled()) return;
   absl::MutexLock lock(&mu_);
-  groups_.erase(group_id);
+  const auto it = groups_.find(group_id);
+  if (it != groups_.end()) EraseBindingLocked(it);
+}
+
+void Authorizer::EraseBindingLocked(
+    absl::flat_hash_map<std::string, Binding>::iterator it) {
+  const auto owner = owned_.find(it->second.name);
+  if (owner != owned_.end()) {
+    const auto job = owner->second.find(it->second.job_id);
+    if (job != owner->second.end()) {
+      job->second.erase(it->first);
+      if (job->second.empty()) owner->second.erase(job);
+    }
+    if (owner->second.empty()) owned_.erase(owner);
+  }
+  groups_.erase(it);
+}
+
+Authorizer::Subscription Authorizer::RecordSubscription(
+    const Caller& caller, const std::vector<std::string>& job_ids) {
+  Subscription subscription;
+  if (!enabled()) return subscription;
+  // Distinct ids: a request may name a job twice.
+  absl::flat_hash_set<absl::string_view> seen;
+  for (const std::string& id : job_ids) {
+    if (seen.insert(id).second) subscription.job_ids_.push_back(id);
+  }
+  subscription.name_ = caller.name;
+  subscription.auth_ = this;
+  absl::MutexLock lock(&mu_);
+  Following& following = following_[caller.name];
+  if (subscription.job_ids_.empty()) ++following.all_jobs;
+  for (const std::string& id : subscription.job_ids_) ++following.jobs[id];
+  return subscription;
+}
+
+void Authorizer::ReleaseSubscription(const std::string& name,
+                                     const std::vector<std::string>& job_ids) {
+  absl::MutexLock lock(&mu_);
+  const auto it = following_.find(name);
+  if (it == following_.end()) return;
+  Following& following = it->second;
+  if (job_ids.empty()) --following.all_jobs;
+  for (const std::string& id : job_ids) {
+    const auto job = following.jobs.find(id);
+    if (job != following.jobs.end() && --job->second <= 0) {
+      following.jobs.erase(job);
+    }
+  }
+  if (following.all_jobs <= 0 && following.jobs.empty()) following_.erase(it);
+}
+
+absl::Status Authorizer::CheckValidation(absl::string_view job_id,
+                                         const Caller& caller) const {
+  if (!enabled() || caller.role >= Role::kAdmin) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    const auto following = following_.find(caller.name);
+    if (following != following_.end() &&
+        (following->second.all_jobs > 0 ||
+         following->second.jobs.contains(job_id))) {
+      return absl::OkStatus();
+    }
+    const auto owner = owned_.find(caller.name);
+    if (owner != owned_.end()) {
+      const auto job = owner->second.find(job_id);
+      if (job != owner->second.end()) {
+        const absl::Time cutoff = absl::Now() - 2 * group_timeout_;
+        for (const std::string& group_id : job->second) {
+          const auto binding = groups_.find(group_id);
+          if (binding != groups_.end() && binding->second.last_used >= cutoff) {
+            return absl::OkStatus();
+          }
+        }
+      }
+    }
+  }
+  return PermissionDenied(absl::StrCat(
+      "ReportValidation for job ", Quoted(job_id), ": token '", caller.name,
+      "' neither follows this job with an open SubscribeSnapshots stream nor "
+      "owns a live group registered for it; report from the validation pool "
+      "that received the snapshot, with the token it subscribed with, or "
+      "from the job's own group"));
+}
+
+size_t Authorizer::subscribed_names() const {
+  absl::MutexLock lock(&mu_);
+  return following_.size();
+}
+
+Authorizer::Subscription::Subscription(Subscription&& other) noexcept
+    : auth_(std::exchange(other.auth_, nullptr)),
+      name_(std::move(other.name_)),
+      job_ids_(std::move(other.job_ids_)) {}
+
+Authorizer::Subscription& Authorizer::Subscription::operator=(
+    Subscription&& other) noexcept {
+  if (this != &other) {
+    Release();
+    auth_ = std::exchange(other.auth_, nullptr);
+    name_ = std::move(other.name_);
+    job_ids_ = std::move(other.job_ids_);
+  }
+  return *this;
+}
+
+Authorizer::Subscription::~Subscription() { Release(); }
+
+void Authorizer::Subscription::Release() {
+  if (auth_ == nullptr) return;
+  auth_->ReleaseSubscription(name_, job_ids_);
+  auth_ = nullptr;
 }
 
 size_t Authorizer::bound_groups() const {
@@ -293,7 +451,7 @@ void Authorizer::DropIdleLocked(absl::Time now) {
   const absl::Time cutoff = now - 2 * group_timeout_;
   for (auto it = groups_.begin(); it != groups_.end();) {
     if (it->second.last_used < cutoff) {
-      groups_.erase(it++);
+      EraseBindingLocked(it++);
     } else {
       ++it;
     }

@@ -1,7 +1,11 @@
 #include "server/auth.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/error_reason.h"
 #include "grpcpp/test/server_context_test_spouse.h"
@@ -152,7 +156,11 @@ TEST(AuthorizerTest, WithoutTokensEveryoneIsAnAdmin) {
   ASSERT_TRUE(caller.ok());
   EXPECT_EQ(caller->role, Role::kAdmin);
   EXPECT_TRUE(open.CheckGroup("g-1", *caller).ok());
-  EXPECT_TRUE(open.BindGroup("g-1", *caller).ok());
+  EXPECT_TRUE(open.BindGroup("g-1", "job-1", *caller).ok());
+  EXPECT_TRUE(open.CheckValidation("job-1", *caller).ok());
+  EXPECT_TRUE(open.CheckValidation("job-1", Caller{"x", Role::kWorker}).ok());
+  { Authorizer::Subscription none = open.RecordSubscription(*caller, {}); }
+  EXPECT_EQ(open.subscribed_names(), 0u);
   EXPECT_EQ(open.bound_groups(), 0u);
 }
 
@@ -161,7 +169,7 @@ TEST(AuthorizerTest, GroupsBelongToTheTokenThatRegisteredThem) {
   const Caller rack1{"rack1", Role::kWorker};
   const Caller rack2{"rack2", Role::kWorker};
   const Caller alice{"alice", Role::kAdmin};
-  ASSERT_TRUE(auth.BindGroup("g-1", rack1).ok());
+  ASSERT_TRUE(auth.BindGroup("g-1", "job-1", rack1).ok());
   EXPECT_TRUE(auth.CheckGroup("g-1", rack1).ok());
   const absl::Status other = auth.CheckGroup("g-1", rack2);
   EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
@@ -176,6 +184,138 @@ TEST(AuthorizerTest, GroupsBelongToTheTokenThatRegisteredThem) {
   EXPECT_EQ(auth.bound_groups(), 0u);
   EXPECT_EQ(ReasonOf(auth.CheckGroup("g-1", rack1)),
             v1::ERROR_REASON_GROUP_UNKNOWN);
+}
+
+void ExpectValidationDenied(const absl::Status& status) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
+  EXPECT_NE(status.message().find("SubscribeSnapshots"), std::string::npos)
+      << status;
+}
+
+TEST(AuthorizerTest, ValidationsNeedASubscriptionToTheJob) {
+  Authorizer auth(Table(), absl::Seconds(60));
+  const Caller rack1{"rack1", Role::kWorker};
+  const Caller rack2{"rack2", Role::kWorker};
+  const Caller alice{"alice", Role::kAdmin};
+  ExpectValidationDenied(auth.CheckValidation("job-1", rack1));
+  // Admins may report for any job.
+  EXPECT_TRUE(auth.CheckValidation("job-1", alice).ok());
+  {
+    // A stream following job-1 (named twice) and job-2.
+    Authorizer::Subscription stream =
+        auth.RecordSubscription(rack1, {"job-1", "job-2", "job-1"});
+    EXPECT_TRUE(auth.CheckValidation("job-1", rack1).ok());
+    EXPECT_TRUE(auth.CheckValidation("job-2", rack1).ok());
+    ExpectValidationDenied(auth.CheckValidation("job-3", rack1));
+    // Another token name does not inherit it.
+    ExpectValidationDenied(auth.CheckValidation("job-1", rack2));
+    {
+      // A second stream of the same name on job-1: closing it keeps the
+      // first one's right.
+      Authorizer::Subscription second = auth.RecordSubscription(rack1, {"job-1"});
+      EXPECT_EQ(auth.subscribed_names(), 1u);
+    }
+    EXPECT_TRUE(auth.CheckValidation("job-1", rack1).ok());
+    // Moving a subscription moves the record, not a copy of it.
+    Authorizer::Subscription moved = std::move(stream);
+    EXPECT_TRUE(auth.CheckValidation("job-2", rack1).ok());
+  }
+  ExpectValidationDenied(auth.CheckValidation("job-1", rack1));
+  EXPECT_EQ(auth.subscribed_names(), 0u);
+
+  // An empty job list follows every job.
+  {
+    Authorizer::Subscription all = auth.RecordSubscription(rack2, {});
+    EXPECT_TRUE(auth.CheckValidation("job-1", rack2).ok());
+    EXPECT_TRUE(auth.CheckValidation("job-99", rack2).ok());
+    ExpectValidationDenied(auth.CheckValidation("job-1", rack1));
+  }
+  ExpectValidationDenied(auth.CheckValidation("job-99", rack2));
+  EXPECT_EQ(auth.subscribed_names(), 0u);
+}
+
+TEST(AuthorizerTest, AGroupsTokenReportsValidationsOfItsJob) {
+  Authorizer auth(Table(), absl::Seconds(60));
+  const Caller rack1{"rack1", Role::kWorker};
+  const Caller rack2{"rack2", Role::kWorker};
+  ASSERT_TRUE(auth.BindGroup("g-1", "job-1", rack1).ok());
+  ASSERT_TRUE(auth.BindGroup("g-2", "job-1", rack1).ok());
+  EXPECT_TRUE(auth.CheckValidation("job-1", rack1).ok());
+  ExpectValidationDenied(auth.CheckValidation("job-2", rack1));
+  ExpectValidationDenied(auth.CheckValidation("job-1", rack2));
+  auth.UnbindGroup("g-1");
+  EXPECT_TRUE(auth.CheckValidation("job-1", rack1).ok());  // g-2 remains
+  auth.UnbindGroup("g-2");
+  ExpectValidationDenied(auth.CheckValidation("job-1", rack1));
+}
+
+TEST(AuthorizerTest, AnIdleGroupNoLongerAllowsValidations) {
+  // Bindings idle for more than 2 x the group timeout are not live.
+  Authorizer auth(Table(), absl::Milliseconds(5));
+  const Caller rack1{"rack1", Role::kWorker};
+  ASSERT_TRUE(auth.BindGroup("g-1", "job-1", rack1).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  ExpectValidationDenied(auth.CheckValidation("job-1", rack1));
+}
+
+std::string WriteTempFile(const std::string& name, const std::string& text) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return path;
+}
+
+TEST(MetricsTokenTest, LoadsOneTokenAndRefusesBadFiles) {
+  absl::StatusOr<std::string> token = LoadMetricsToken(
+      WriteTempFile("good", "  0123456789abcdef0123456789abcdef\n"));
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, "0123456789abcdef0123456789abcdef");
+
+  struct Case {
+    std::string name;
+    std::string text;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"empty", "\n", "holds a token of 0 characters"},
+      {"short", "abc\n", "holds a token of 3 characters"},
+      {"control", "0123456789abcdef\x01\n", "outside printable ASCII"},
+      {"two-lines", "0123456789abcdef\n0123456789abcdef\n",
+       "outside printable ASCII"},
+      {"space", "0123456789 abcdef\n", "outside printable ASCII"},
+      {"large", std::string(kMaxMetricsTokenFileBytes + 1, 'a'),
+       "larger than 4096 bytes"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = WriteTempFile(c.name, c.text);
+    absl::StatusOr<std::string> bad = LoadMetricsToken(path);
+    ASSERT_FALSE(bad.ok()) << c.name;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(c.expected), std::string::npos)
+        << bad.status();
+    EXPECT_NE(bad.status().message().find(path), std::string::npos)
+        << bad.status();
+  }
+  // Exactly the limit is fine.
+  EXPECT_TRUE(LoadMetricsToken(WriteTempFile(
+                  "limit", std::string(kMaxMetricsTokenFileBytes, 'a')))
+                  .ok());
+  absl::StatusOr<std::string> missing = LoadMetricsToken("/nonexistent/token");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/token"),
+            std::string::npos);
+}
+
+TEST(MetricsTokenTest, PasswordCheckWantsTheTokenWithAnyUser) {
+  const auto check = MetricsPasswordCheck("0123456789abcdef");
+  EXPECT_TRUE(check("prometheus", "0123456789abcdef"));
+  EXPECT_TRUE(check("", "0123456789abcdef"));
+  EXPECT_FALSE(check("prometheus", "0123456789abcdeg"));
+  EXPECT_FALSE(check("prometheus", "0123456789abcdef0"));
+  EXPECT_FALSE(check("prometheus", ""));
+  EXPECT_FALSE(check("0123456789abcdef", ""));
 }
 
 }  // namespace

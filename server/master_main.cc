@@ -45,8 +45,16 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7071",
           "host:port for the Prometheus metrics endpoint (path /metrics; "
           "docs/observability.md lists the metrics). The default serves only "
           "this machine; use 0.0.0.0:PORT to let a Prometheus on another "
-          "machine scrape it. Port 0 picks a free port (see "
-          "--metrics_port_file). Empty serves no metrics.");
+          "machine scrape it (a non-loopback address needs "
+          "--metrics_token_file or --insecure). Port 0 picks a free port "
+          "(see --metrics_port_file). Empty serves no metrics.");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "A file holding one token (16 to 4096 printable ASCII characters, "
+          "surrounding whitespace ignored; e.g. `openssl rand -hex 32`): "
+          "every scrape of the metrics endpoint must send it as the password "
+          "of HTTP Basic auth (any user name; Prometheus: basic_auth with "
+          "password_file), else it gets 401. Needed for a non-loopback "
+          "--metrics_listen (or --insecure). A bad file stops the start.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, write the metrics endpoint's bound port to this file once "
           "serving (for scripts that use --metrics_listen HOST:0).");
@@ -99,9 +107,10 @@ ABSL_FLAG(std::string, tokens_file, "",
           "The --listen_unix socket is plaintext either way (its file "
           "permissions guard it); tokens are checked there too.");
 ABSL_FLAG(bool, insecure, false,
-          "Serve a non-loopback --listen address without --tokens_file: "
-          "anyone who reaches the port may do anything. For trusted "
-          "networks only.");
+          "Serve a non-loopback --listen address without --tokens_file "
+          "(anyone who reaches the port may do anything) and a non-loopback "
+          "--metrics_listen without --metrics_token_file (anyone may read "
+          "the metrics). For trusted networks only.");
 ABSL_FLAG(std::string, trace, "",
           "If set, write a Chrome trace of the master's work to this file: "
           "receive, apply, send, pull, next_unit, snapshot_send, checkpoint "
@@ -203,6 +212,7 @@ int main(int argc, char** argv) {
   options.group_timeout = absl::Seconds(absl::GetFlag(FLAGS_group_timeout_s));
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_ended_jobs = absl::GetFlag(FLAGS_metrics_ended_jobs);
+  options.metrics_token_file = absl::GetFlag(FLAGS_metrics_token_file);
   options.trace_file = absl::GetFlag(FLAGS_trace);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);

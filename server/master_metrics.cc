@@ -253,6 +253,23 @@ void MasterMetrics::StreamClosed(absl::string_view method) {
   OpenStreams(method).Decrement();
 }
 
+void MasterMetrics::RemoveSeriesLocked(const JobSeries& series) const {
+  received_family_.Remove(series.received);
+  sent_family_.Remove(series.sent);
+  if (series.staleness != nullptr) staleness_family_.Remove(series.staleness);
+  for (const auto& [key, histogram] : series.apply) {
+    apply_family_.Remove(histogram);
+  }
+}
+
+void MasterMetrics::OnJobDeleted(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  RemoveSeriesLocked(it->second);
+  jobs_.erase(it);
+}
+
 void MasterMetrics::RetainLocked(const std::vector<std::string>& keep) const {
   std::map<std::string, JobSeries> kept;
   for (const std::string& job_id : keep) {
@@ -261,12 +278,7 @@ void MasterMetrics::RetainLocked(const std::vector<std::string>& keep) const {
       kept.insert(jobs_.extract(it));
     }
   }
-  for (auto& [job_id, series] : jobs_) {
-    received_family_.Remove(series.received);
-    sent_family_.Remove(series.sent);
-    if (series.staleness != nullptr) staleness_family_.Remove(series.staleness);
-    for (auto& [key, histogram] : series.apply) apply_family_.Remove(histogram);
-  }
+  for (const auto& [job_id, series] : jobs_) RemoveSeriesLocked(series);
   jobs_ = std::move(kept);
   // Retained jobs have their byte counters from the start (at 0).
   for (const std::string& job_id : keep) SeriesLocked(job_id);

@@ -90,6 +90,9 @@ class MasterMetrics final : public prometheus::Collectable, public MetricsSink {
   // mpilearn_update_staleness.
   void OnUpdateApplied(const std::string& job_id,
                        const AppliedUpdate& update) override;
+  // MetricsSink: drops the job's series at once (otherwise the next scrape
+  // would, and a master nobody scrapes would keep them forever).
+  void OnJobDeleted(const std::string& job_id) override;
 
   // Tensor bytes received from (gradients, initial weights) and sent to
   // (weights, snapshots) clients, per job.
@@ -122,6 +125,9 @@ class MasterMetrics final : public prometheus::Collectable, public MetricsSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the instrumented series of every job not in `keep`.
   void RetainLocked(const std::vector<std::string>& keep) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes one job's series from their families.
+  void RemoveSeriesLocked(const JobSeries& series) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   prometheus::Gauge& OpenStreams(absl::string_view method);
 

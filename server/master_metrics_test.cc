@@ -769,6 +769,31 @@ TEST_F(MasterMetricsTest, EndedJobSeriesAreBounded) {
   EXPECT_TRUE(Find(none, "mpilearn_job_sent_bytes_total").empty());
 }
 
+// A deleted job's instrumented series go at once, not at the next scrape
+// (a master nobody scrapes would otherwise keep them for every job it ever
+// ran). Here the job is still listed, so the scrape keeps what is left:
+// the byte counters start again at 0 and the update histograms are gone.
+TEST_F(MasterMetricsTest, DeletedJobSeriesGoWithoutAScrape) {
+  const std::string job = Submit();
+  const std::string group = Register(job);
+  InitWeights(job, group);
+  Push(job, group, 0);
+  metrics_->AddSentBytes(job, 100);
+  Leave(job, group, /*completed=*/true);
+  const Exposition before = Scrape();
+  EXPECT_EQ(Value(before, "mpilearn_job_sent_bytes_total", {{kJobLabel, job}}),
+            100.0);
+  EXPECT_EQ(JobsOf(before, "mpilearn_apply_duration_seconds_count"),
+            std::set<std::string>{job});
+  metrics_->OnJobDeleted(job);
+  metrics_->OnJobDeleted("never-seen");  // harmless
+  const Exposition after = Scrape();
+  EXPECT_EQ(Value(after, "mpilearn_job_sent_bytes_total", {{kJobLabel, job}}),
+            0.0);
+  EXPECT_TRUE(JobsOf(after, "mpilearn_apply_duration_seconds_count").empty());
+  EXPECT_TRUE(JobsOf(after, "mpilearn_update_staleness_count").empty());
+}
+
 TEST_F(MasterMetricsTest, PromtoolAcceptsTheText) {
   if (access(kPromtool, X_OK) != 0) {
     GTEST_SKIP() << kPromtool << " is not installed (Debian's `prometheus`); "

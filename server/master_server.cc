@@ -13,8 +13,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/channel_args.h"
 #include "common/status_macros.h"
@@ -128,6 +130,18 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+// True when every address of a metrics endpoint's listening ports
+// (civetweb takes a comma-separated list: "127.0.0.1:7071,[::1]:7071") is
+// loopback. A bare port ("7071") listens on every interface: not loopback.
+bool IsLoopbackMetricsListen(const std::string& listen) {
+  for (absl::string_view address : absl::StrSplit(listen, ',')) {
+    if (!IsLoopbackListen(std::string(absl::StripAsciiWhitespace(address)))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool IsLoopbackListen(const std::string& listen) {
@@ -152,6 +166,22 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
         "port could submit, push into and end jobs. Give --tokens_file FILE "
         "(and --tls_cert/--tls_key; docs/security.md), or --insecure to "
         "serve it open anyway"));
+  }
+  if (!options.metrics_listen.empty() && options.metrics_token_file.empty() &&
+      !options.insecure && !IsLoopbackMetricsListen(options.metrics_listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to serve metrics on '", options.metrics_listen,
+        "' (not loopback) without --metrics_token_file: anyone who reaches "
+        "the port could read every job's and host's series. Give "
+        "--metrics_token_file FILE (Prometheus sends it with basic_auth "
+        "password_file; docs/security.md), or --insecure to serve it open "
+        "anyway"));
+  }
+  // Read even when metrics are off: a bad file is a mistake to report now.
+  std::string metrics_token;
+  if (!options.metrics_token_file.empty()) {
+    MPILEARN_ASSIGN_OR_RETURN(metrics_token,
+                              LoadMetricsToken(options.metrics_token_file));
   }
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             ListenCredentials(options));
@@ -233,6 +263,11 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
           "; is the port in use or the address not local? Use "
           "--metrics_listen HOST:PORT (port 0 picks a free one), or "
           "--metrics_listen= to serve no metrics"));
+    }
+    if (!metrics_token.empty()) {
+      // Before the collectable: no scrape reads a metric unauthenticated.
+      server->exposer_->RegisterAuth(MetricsPasswordCheck(metrics_token),
+                                     "mpilearn-master", "/metrics");
     }
     server->exposer_->RegisterCollectable(server->metrics_);
   }

@@ -59,6 +59,11 @@ class MasterServer {
     std::string metrics_listen;
     // Ended jobs whose series the metrics keep (MasterMetrics::Options).
     int metrics_ended_jobs = 20;
+    // A file holding the metrics endpoint's token (auth.h LoadMetricsToken):
+    // a scrape must send it as the password of HTTP Basic auth (any user
+    // name), else 401. Empty: scrapes need nothing, and metrics_listen must
+    // be loopback unless `insecure`.
+    std::string metrics_token_file;
     // If set, a Chrome trace of the master's work is streamed to this file
     // (complete once Shutdown returns).
     std::string trace_file;
@@ -81,14 +86,17 @@ class MasterServer {
     // role allowed to make it. Empty: no checks, everyone is an admin.
     std::string tokens_file;
     // Without a tokens file the master refuses a `listen` address other
-    // than loopback unless this is set.
+    // than loopback unless this is set; likewise a `metrics_listen` address
+    // without a metrics_token_file.
     bool insecure = false;
   };
 
   // Errors say what to change: a trace file that cannot be written, a
   // --listen or --metrics_listen address that cannot be bound, TLS files
   // that cannot be read or do not match, a bad tokens file (with its line),
-  // a non-loopback --listen without tokens or --insecure.
+  // a non-loopback --listen without tokens or --insecure, a bad metrics
+  // token file, a non-loopback --metrics_listen without a metrics token or
+  // --insecure.
   static absl::StatusOr<std::unique_ptr<MasterServer>> BuildAndStart(
       const Options& options);
 

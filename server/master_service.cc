@@ -172,7 +172,8 @@ grpc::Status MasterServiceImpl::RegisterGroup(
   if (status.ok()) {
     // The group id is bound to the caller's token: no other token may act
     // for this group.
-    const absl::Status bound = rpc.BindGroup(response->group_id());
+    const absl::Status bound =
+        rpc.BindGroup(response->group_id(), response->job_id());
     if (!bound.ok()) return rpc.Finish(ToGrpcStatus(bound));
   }
   return rpc.Finish(status);
@@ -365,6 +366,12 @@ grpc::Status MasterServiceImpl::ReportValidation(
   span.Arg("version", static_cast<int64_t>(request->record().version()));
   span.Arg("epoch", request->record().epoch());
   return rpc.Finish(GuardCall("ReportValidation", [&] {
+    // Only a token following the job's snapshots, or training it, reports
+    // its validations (a report may complete the job by a target).
+    if (absl::Status allowed = rpc.MayReportValidation(request->job_id());
+        !allowed.ok()) {
+      return ToGrpcStatus(allowed);
+    }
     return Reply(core_.ReportValidation(*request), response);
   }));
 }
@@ -383,10 +390,18 @@ grpc::Status MasterServiceImpl::SubscribeSnapshotsRaw(
                                                 : request.subscriber(),
                    " at ", context->peer());
   std::shared_ptr<SnapshotHub::Subscription> subscription;
+  // While the stream is open its token may report validations of the jobs
+  // it follows (ReportValidation). Recorded before the client learns it is
+  // subscribed; released when this handler returns.
+  Authorizer::Subscription following;
   const grpc::Status subscribed = GuardCall("SubscribeSnapshots", [&] {
     absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> made =
         core_.SubscribeSnapshots(request, label);
-    if (made.ok()) subscription = *std::move(made);
+    if (made.ok()) {
+      subscription = *std::move(made);
+      following = rpc.RecordSubscription(std::vector<std::string>(
+          request.job_ids().begin(), request.job_ids().end()));
+    }
     return made.status();
   });
   if (!subscribed.ok()) return rpc.Finish(subscribed);

@@ -44,7 +44,10 @@ class MasterServiceImpl final : public v1::Master::Service {
   // `auth`, when given (it must outlive the service), checks every call's
   // token and role and binds each registered group to the token that
   // registered it: a call naming a group another token registered is
-  // PERMISSION_DENIED (server/auth.h). Null checks nothing.
+  // PERMISSION_DENIED (server/auth.h). It also records each open
+  // SubscribeSnapshots stream under its token, and ReportValidation for a
+  // job is allowed only to a token following that job's snapshots or
+  // owning a live group of it. Null checks nothing.
   explicit MasterServiceImpl(MasterCore& core, MasterMetrics* metrics = nullptr,
                              TraceRecorder* trace = nullptr,
                              Authorizer* auth = nullptr);
@@ -76,10 +79,14 @@ class MasterServiceImpl final : public v1::Master::Service {
                      v1::LeaveResponse* response) override;
   // Streams snapshots as the hub delivers them until the client cancels
   // (noticed within a second) or the hub closes (server shutdown:
-  // UNAVAILABLE). NOT_FOUND for an unknown job id in the request.
+  // UNAVAILABLE). NOT_FOUND for an unknown job id in the request. While
+  // open, its token may report validations of the jobs it follows.
   // Raw: one SubscribeSnapshotsRequest in, the SnapshotPart stream out.
   grpc::Status SubscribeSnapshotsRaw(grpc::ServerContext* context,
                                      RawStream* stream);
+  // PERMISSION_DENIED (with tokens) unless the caller's token follows the
+  // job with an open SubscribeSnapshots stream, owns a live group of it,
+  // or is an admin's.
   grpc::Status ReportValidation(grpc::ServerContext* context,
                                 const v1::ReportValidationRequest* request,
                                 v1::ReportValidationResponse* response) override;

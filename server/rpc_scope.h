@@ -10,12 +10,16 @@
 //     return rpc.Finish(denied);
 //   }
 //
-// and a handler naming a worker group checks it with rpc.OwnsGroup(id).
+// and a handler naming a worker group checks it with rpc.OwnsGroup(id);
+// ReportValidation checks rpc.MayReportValidation(job) against the
+// subscriptions SubscribeSnapshots records with rpc.RecordSubscription.
 #ifndef MPILEARN_SERVER_RPC_SCOPE_H_
 #define MPILEARN_SERVER_RPC_SCOPE_H_
 
 #include <chrono>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -78,10 +82,25 @@ class RpcScope {
     if (auth_ == nullptr) return absl::OkStatus();
     return auth_->CheckGroup(group_id, caller_);
   }
-  // Binds a group just registered to the caller (Authorizer::BindGroup).
-  absl::Status BindGroup(const std::string& group_id) const {
+  // Binds a group just registered for `job_id` to the caller
+  // (Authorizer::BindGroup).
+  absl::Status BindGroup(const std::string& group_id,
+                         const std::string& job_id) const {
     if (auth_ == nullptr) return absl::OkStatus();
-    return auth_->BindGroup(group_id, caller_);
+    return auth_->BindGroup(group_id, job_id, caller_);
+  }
+  // Records the caller's snapshot stream following `job_ids` (empty: every
+  // job) while the result lives (Authorizer::RecordSubscription).
+  Authorizer::Subscription RecordSubscription(
+      const std::vector<std::string>& job_ids) const {
+    if (auth_ == nullptr) return Authorizer::Subscription();
+    return auth_->RecordSubscription(caller_, job_ids);
+  }
+  // OK when the caller may report a validation of `job_id`
+  // (Authorizer::CheckValidation); always OK without an authorizer.
+  absl::Status MayReportValidation(absl::string_view job_id) const {
+    if (auth_ == nullptr) return absl::OkStatus();
+    return auth_->CheckValidation(job_id, caller_);
   }
   // Forgets a group that left.
   void UnbindGroup(absl::string_view group_id) const {

@@ -10,7 +10,17 @@
 //   - a plaintext client cannot talk to the TLS port; with mutual TLS a
 //     client without a certificate is refused;
 //   - one worker token cannot act for another's group;
+//   - a worker token reports validations only for jobs it follows with an
+//     open SubscribeSnapshots stream or trains with a live group, and a
+//     real validation pool (mpirun, --tls_ca, its own --token_file) gets
+//     its reports recorded;
+//   - a non-loopback metrics endpoint needs --metrics_token_file (or
+//     --insecure), and a bad metrics token file stops the start;
 //   - a real group (mpirun, --tls_ca, --token_file) trains a job to the end.
+//
+// Over 500 lines because the cases share one TLS master and its
+// certificates (made once per suite, which takes seconds); splitting them
+// into files would make each start its own.
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -18,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/client_security.h"
 #include "common/error_reason.h"
 #include "common/grpc_status.h"
@@ -355,6 +366,132 @@ TEST_F(AuthTest, OneTokenCannotActForAnotherTokensGroup) {
             v1::ERROR_REASON_GROUP_UNKNOWN);
 }
 
+// A validation report as a pool sends it.
+v1::ReportValidationRequest Validation(const std::string& job_id) {
+  v1::ReportValidationRequest request;
+  request.set_job_id(job_id);
+  request.mutable_record()->set_val_loss(1.0);
+  request.mutable_record()->set_val_accuracy(0.5);
+  request.mutable_record()->set_samples(10);
+  request.mutable_record()->set_source("pool test");
+  return request;
+}
+
+void ExpectReportDenied(MasterClient& client, const std::string& job_id,
+                        const char* why) {
+  const absl::Status status = client.ReportValidation(Validation(job_id)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied)
+      << why << ": " << status;
+  EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION) << why;
+  // The message says what would allow the report.
+  EXPECT_NE(status.message().find("SubscribeSnapshots"), std::string::npos)
+      << status;
+}
+
+// Subscribes `client` to `job_ids` (empty: every job).
+std::unique_ptr<SnapshotStream> Subscribe(MasterClient& client,
+                                          const std::vector<std::string>& job_ids) {
+  v1::SubscribeSnapshotsRequest request;
+  for (const std::string& id : job_ids) request.add_job_ids(id);
+  request.set_subscriber("auth test");
+  absl::StatusOr<std::unique_ptr<SnapshotStream>> stream =
+      client.SubscribeSnapshots(request);
+  EXPECT_TRUE(stream.ok()) << stream.status();
+  return stream.ok() ? *std::move(stream) : nullptr;
+}
+
+// Once a stream is cancelled the master notices within about a second;
+// waits (up to 30 s) until `client`'s reports for `job_id` are refused.
+absl::Status WaitUntilReportsRefused(MasterClient& client,
+                                     const std::string& job_id) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (true) {
+    const absl::Status status =
+        client.ReportValidation(Validation(job_id)).status();
+    if (status.code() == absl::StatusCode::kPermissionDenied) {
+      return absl::OkStatus();
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "reports still allowed 30 s after the stream ended: ",
+          status.ToString()));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+TEST_F(AuthTest, ValidationReportsNeedASubscriptionOrAGroupOfTheJob) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  std::unique_ptr<MasterClient> admin = Client(kAdminToken);
+  std::unique_ptr<MasterClient> pool = Client(kWorkerToken);
+  std::unique_ptr<MasterClient> other = Client(kOtherWorkerToken);
+  ASSERT_TRUE(admin && pool && other);
+  absl::StatusOr<std::string> job_a =
+      admin->SubmitJob(FashionMnistSubset("downpour", 2000, 1));
+  absl::StatusOr<std::string> job_b =
+      admin->SubmitJob(FashionMnistSubset("downpour", 2000, 1));
+  ASSERT_TRUE(job_a.ok()) << job_a.status();
+  ASSERT_TRUE(job_b.ok()) << job_b.status();
+
+  // A worker token that only knows the job id cannot report.
+  ExpectReportDenied(*pool, *job_a, "no subscription");
+  // Admins may, as before.
+  EXPECT_TRUE(admin->ReportValidation(Validation(*job_a)).ok());
+
+  // Subscribed to A: reports for A are taken, for B not, and the other
+  // worker token does not share the right.
+  std::unique_ptr<SnapshotStream> stream = Subscribe(*pool, {*job_a});
+  ASSERT_NE(stream, nullptr);
+  absl::StatusOr<v1::JobState> state =
+      pool->ReportValidation(Validation(*job_a));
+  EXPECT_TRUE(state.ok()) << state.status();
+  ExpectReportDenied(*pool, *job_b, "subscribed to another job");
+  ExpectReportDenied(*other, *job_a, "another token's subscription");
+  // Once the stream ended, the right ends too.
+  stream->Cancel();
+  EXPECT_TRUE(WaitUntilReportsRefused(*pool, *job_a).ok());
+  ExpectReportDenied(*pool, *job_a, "after the stream ended");
+
+  // A stream following every job allows reports for each.
+  stream = Subscribe(*pool, {});
+  ASSERT_NE(stream, nullptr);
+  EXPECT_TRUE(pool->ReportValidation(Validation(*job_a)).ok());
+  EXPECT_TRUE(pool->ReportValidation(Validation(*job_b)).ok());
+  stream->Cancel();
+  EXPECT_TRUE(WaitUntilReportsRefused(*pool, *job_b).ok());
+
+  // A token owning a live group of the job reports for it (in-band
+  // validation), not for other jobs; once the group left, no more.
+  v1::RegisterGroupRequest registration;
+  registration.set_job_id(*job_b);
+  registration.set_ranks(1);
+  registration.set_host("validating-host");
+  absl::StatusOr<v1::RegisterGroupResponse> group =
+      other->RegisterGroup(registration);
+  ASSERT_TRUE(group.ok()) << group.status();
+  state = other->ReportValidation(Validation(*job_b));
+  EXPECT_TRUE(state.ok()) << state.status();
+  ExpectReportDenied(*other, *job_a, "a group of another job");
+  ExpectReportDenied(*pool, *job_b, "another token's group");
+  v1::LeaveRequest leave;
+  leave.set_job_id(*job_b);
+  leave.set_group_id(group->group_id());
+  leave.set_error("test over");
+  ASSERT_TRUE(other->Leave(leave).ok());
+  ExpectReportDenied(*other, *job_b, "after the group left");
+
+  // The reports that got through are in the jobs' histories (how many
+  // depends on how soon the master noticed a cancelled stream, as
+  // WaitUntilReportsRefused reports until refused).
+  absl::StatusOr<v1::JobStatus> status_a = admin->GetJobStatus(*job_a);
+  absl::StatusOr<v1::JobStatus> status_b = admin->GetJobStatus(*job_b);
+  ASSERT_TRUE(status_a.ok() && status_b.ok());
+  EXPECT_GE(status_a->validations_size(), 3);  // admin, A, every job
+  EXPECT_GE(status_b->validations_size(), 2);  // every job, the group
+}
+
 TEST_F(AuthTest, GroupTrainsAJobOverTlsWithTokens) {
   if (!HaveFashionMnist()) {
     GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
@@ -381,6 +518,67 @@ TEST_F(AuthTest, GroupTrainsAJobOverTlsWithTokens) {
   EXPECT_GT(status->updates_applied(), 0u);
 }
 
+// True once `process`'s output holds `text` (polls; false after `timeout`
+// or when it exited without it).
+bool WaitForLog(ChildProcess& process, const std::string& text,
+                absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (process.Log().find(text) != std::string::npos) return true;
+    if (process.Wait(absl::Milliseconds(100)).has_value()) {
+      return process.Log().find(text) != std::string::npos;
+    }
+  }
+  return false;
+}
+
+TEST_F(AuthTest, ValidationPoolReportsUnderItsOwnToken) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  std::unique_ptr<MasterClient> admin = Client(kAdminToken);
+  ASSERT_NE(admin, nullptr);
+  v1::JobSpec spec = FashionMnistSubset("downpour", 4000, 1);
+  spec.mutable_snapshots()->set_every_updates(20);
+  spec.set_inband_validation(false);
+  absl::StatusOr<std::string> job_id = admin->SubmitJob(spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  // The pool's token is not the group's: it reports through its own
+  // subscription.
+  WriteFileOrDie(*dir_ + "/pool.token", absl::StrCat(kOtherWorkerToken, "\n"));
+  auto pool = StartWorkers(
+      1, master_->address(),
+      {"--role=validate", "--jobs=" + *job_id, "--pool_label=tls",
+       "--exit_when_idle_s=10", "--threads=1", "--tls_ca=" + *dir_ + "/ca.pem",
+       "--token_file=" + *dir_ + "/pool.token"},
+      *dir_ + "/pool.log");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_TRUE(WaitForLog(**pool, "waiting for snapshots", absl::Seconds(120)))
+      << (*pool)->Log();
+  auto group = StartWorkers(
+      1, master_->address(),
+      {"--job_id=" + *job_id, "--threads=1", "--slowdown_ms_per_batch=5",
+       "--tls_ca=" + *dir_ + "/ca.pem", "--token_file=" + *dir_ + "/worker.token"},
+      *dir_ + "/pool-group.log");
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::optional<int> group_exit = (*group)->Wait(absl::Seconds(180));
+  ASSERT_TRUE(group_exit.has_value()) << (*group)->Log();
+  EXPECT_EQ(*group_exit, 0) << (*group)->Log();
+  const std::optional<int> pool_exit = (*pool)->Wait(absl::Seconds(120));
+  ASSERT_TRUE(pool_exit.has_value()) << "pool did not exit when idle:\n"
+                                     << (*pool)->Log();
+  EXPECT_EQ(*pool_exit, 0) << (*pool)->Log();
+  EXPECT_EQ((*pool)->Log().find("not recorded"), std::string::npos)
+      << (*pool)->Log();
+  absl::StatusOr<v1::JobStatus> status = admin->GetJobStatus(*job_id);
+  ASSERT_TRUE(status.ok()) << status.status();
+  int from_pool = 0;
+  for (const v1::ValidationRecord& record : status->validations()) {
+    if (record.source() == "pool tls") ++from_pool;
+  }
+  EXPECT_GT(from_pool, 0) << (*pool)->Log();
+}
+
 TEST_F(AuthTest, MasterRefusesBadSecuritySettingsAtStart) {
   const std::string master = Runfile("server/mpilearn-master");
   struct Case {
@@ -389,8 +587,25 @@ TEST_F(AuthTest, MasterRefusesBadSecuritySettingsAtStart) {
   };
   WriteFileOrDie(*dir_ + "/bad_tokens.txt",
                  "admin alice aaaaaaaaaaaaaaaaaaaa\nroot bob bbbbbbbbbbbbbbbbbbbb\n");
+  WriteFileOrDie(*dir_ + "/short.token", "abc\n");
+  WriteFileOrDie(*dir_ + "/control.token", "0123456789abcdef\x07\n");
+  WriteFileOrDie(*dir_ + "/metrics.token", "0123456789abcdef0123\n");
   const std::vector<Case> cases = {
       {{"--listen=0.0.0.0:0"}, "--insecure"},
+      // The metrics endpoint: not on every interface without a token.
+      {{"--metrics_listen=0.0.0.0:0"},
+       "refusing to serve metrics on '0.0.0.0:0' (not loopback) without "
+       "--metrics_token_file"},
+      {{"--metrics_listen=127.0.0.1:0,0.0.0.0:0"}, "--metrics_token_file"},
+      {{"--metrics_listen=7071"}, "--metrics_token_file"},
+      {{"--metrics_listen=127.0.0.1:0", "--metrics_token_file=/nonexistent.token"},
+       "--metrics_token_file: '/nonexistent.token' cannot be read"},
+      {{"--metrics_listen=127.0.0.1:0",
+        "--metrics_token_file=" + *dir_ + "/short.token"},
+       "short.token' holds a token of 3 characters"},
+      {{"--metrics_listen=127.0.0.1:0",
+        "--metrics_token_file=" + *dir_ + "/control.token"},
+       "control.token' holds a character outside printable ASCII"},
       {{"--tls_cert=" + *dir_ + "/server.pem"}, "both --tls_cert and --tls_key"},
       {{"--tls_cert=" + *dir_ + "/server.pem", "--tls_key=/nonexistent.key"},
        "--tls_key: cannot read '/nonexistent.key'"},
@@ -414,6 +629,16 @@ TEST_F(AuthTest, MasterRefusesBadSecuritySettingsAtStart) {
     EXPECT_NE(*exit_code, 0);
     EXPECT_NE((*process)->Log().find(c.expected), std::string::npos)
         << (*process)->Log();
+  }
+  // --insecure serves metrics on every interface without a token, as it
+  // does the gRPC port; so does a token.
+  for (const std::string& allow :
+       {std::string("--insecure"),
+        "--metrics_token_file=" + *dir_ + "/metrics.token"}) {
+    auto master = MasterProcess::Start(
+        *dir_ + "/open-metrics-state", {"--metrics_listen=0.0.0.0:0", allow});
+    ASSERT_TRUE(master.ok()) << allow << ": " << master.status();
+    EXPECT_TRUE((*master)->MetricsPort().ok()) << allow;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,6 +29,18 @@ sockaddr_in Loopback(int port) {
 
 absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
                                      absl::Duration timeout) {
+  return HttpGet(port, target, HttpHeaders(), timeout);
+}
+
+std::pair<std::string, std::string> BasicAuthorization(
+    absl::string_view user, absl::string_view password) {
+  return {"Authorization",
+          "Basic " + absl::Base64Escape(absl::StrCat(user, ":", password))};
+}
+
+absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
+                                     const HttpHeaders& headers,
+                                     absl::Duration timeout) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError(std::strerror(errno));
   timeval tv = absl::ToTimeval(timeout);
@@ -40,9 +53,13 @@ absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
     return absl::UnavailableError(
         absl::StrCat("connect to 127.0.0.1:", port, ": ", error));
   }
-  const std::string request = absl::StrCat(
-      "GET ", target, " HTTP/1.0\r\nHost: 127.0.0.1:", port,
-      "\r\nAccept: */*\r\n\r\n");
+  std::string request = absl::StrCat("GET ", target,
+                                     " HTTP/1.0\r\nHost: 127.0.0.1:", port,
+                                     "\r\nAccept: */*\r\n");
+  for (const auto& [name, value] : headers) {
+    absl::StrAppend(&request, name, ": ", value, "\r\n");
+  }
+  request += "\r\n";
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);

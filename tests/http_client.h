@@ -6,6 +6,8 @@
 #define MPILEARN_TESTS_HTTP_CLIENT_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -18,9 +20,20 @@ struct HttpResponse {
   std::string body;
 };
 
+// Extra request header lines, name and value ("Authorization", "Basic ...").
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
 // GET http://127.0.0.1:<port><target> (target: path and query).
 absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
                                      absl::Duration timeout = absl::Seconds(10));
+// The same with `headers` added to the request.
+absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
+                                     const HttpHeaders& headers,
+                                     absl::Duration timeout = absl::Seconds(10));
+
+// The "Authorization" header of HTTP Basic auth for `user` and `password`.
+std::pair<std::string, std::string> BasicAuthorization(
+    absl::string_view user, absl::string_view password);
 
 // Percent-encodes a query parameter value.
 std::string UrlEncode(absl::string_view text);

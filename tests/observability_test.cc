@@ -15,7 +15,16 @@
 // expected events for both ranks and for the master, and the leader printed
 // progress lines with the job's figures.
 //
-// Neither test depends on how fast the machine is: they wait for conditions
+// MetricsEndpointNeedsItsToken: a master with --metrics_token_file, its
+// endpoint on every interface, answers a scrape without the token (none, a
+// wrong one, one sent another way than as the Basic auth password) with
+// 401 and no metrics, and one with it with 200 and the metrics; a real
+// Prometheus with basic_auth password_file scrapes it (up 1) while a scrape
+// job with a wrong password file is down (up 0).
+//
+// Over 500 lines because the tests share the PrometheusServer harness.
+//
+// None of the tests depends on how fast the machine is: they wait for conditions
 // (with generous deadlines), never for a time, and assert no count of
 // scrapes, lines or events per unit of time.
 #include <unistd.h>
@@ -55,17 +64,41 @@ using google::protobuf::Value;
 // every second. Its ChildProcess ends it when the test ends.
 class PrometheusServer {
  public:
+  // One scrape job named `job` of the target 127.0.0.1:`port`; with a
+  // `password_file`, scrapes send HTTP Basic auth, user "prometheus" (as
+  // docs/security.md shows for --metrics_token_file).
+  static std::string ScrapeJob(const std::string& job, int port,
+                               const std::string& password_file = "") {
+    std::string text = absl::StrCat("  - job_name: ", job,
+                                    "\n"
+                                    "    static_configs:\n"
+                                    "      - targets: ['127.0.0.1:",
+                                    port, "']\n");
+    if (!password_file.empty()) {
+      absl::StrAppend(&text,
+                      "    basic_auth:\n"
+                      "      username: prometheus\n"
+                      "      password_file: ",
+                      password_file, "\n");
+    }
+    return text;
+  }
+
   static absl::StatusOr<std::unique_ptr<PrometheusServer>> Start(
       const std::string& dir, int target_port) {
+    return Start(dir, std::vector<std::string>{ScrapeJob("mpilearn", target_port)});
+  }
+
+  // Scrapes every second with the jobs `scrape_jobs` (ScrapeJob).
+  static absl::StatusOr<std::unique_ptr<PrometheusServer>> Start(
+      const std::string& dir, const std::vector<std::string>& scrape_jobs) {
     const std::string config = dir + "/prometheus.yml";
     WriteFileOrDie(config, absl::StrCat(
         "global:\n"
         "  scrape_interval: 1s\n"
         "  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: mpilearn\n"
-        "    static_configs:\n"
-        "      - targets: ['127.0.0.1:", target_port, "']\n"));
+        "scrape_configs:\n",
+        absl::StrJoin(scrape_jobs, "")));
     auto server = std::unique_ptr<PrometheusServer>(new PrometheusServer());
     // The free port could be taken between picking and binding: retry.
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -311,6 +344,74 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
       "sum(mpilearn_apply_duration_seconds_count" + job + ")");
   ASSERT_TRUE(applies.ok()) << applies.status();
   EXPECT_EQ(*applies, static_cast<double>(done->updates_applied()));
+}
+
+TEST(ObservabilityTest, MetricsEndpointNeedsItsToken) {
+  ASSERT_EQ(access(kPrometheus, X_OK), 0)
+      << "this test needs a real Prometheus server: install Debian's "
+         "`prometheus` package (tools/install_deps.sh does)";
+  const std::string dir = NewTempDir("observability_metrics_token");
+  const std::string token = "metrics-token-0123456789abcdef";
+  const std::string token_file = dir + "/metrics.token";
+  const std::string wrong_file = dir + "/wrong.token";
+  WriteFileOrDie(token_file, token + "\n");
+  WriteFileOrDie(wrong_file, "not-the-metrics-token-0123456789\n");
+  // Every interface: allowed because a token guards it.
+  auto master = MasterProcess::Start(
+      dir + "/master",
+      {"--metrics_listen=0.0.0.0:0", "--metrics_token_file=" + token_file});
+  ASSERT_TRUE(master.ok()) << master.status();
+  absl::StatusOr<int> port = (*master)->MetricsPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+
+  struct Case {
+    const char* what;
+    HttpHeaders headers;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"no credentials", {}, 401},
+      {"a wrong token", {BasicAuthorization("prometheus", "not-the-token-0123456789")}, 401},
+      {"the token with a suffix", {BasicAuthorization("prometheus", token + "x")}, 401},
+      {"the token as a user name", {BasicAuthorization(token, "")}, 401},
+      {"the token as a bearer token", {{"Authorization", "Bearer " + token}}, 401},
+      {"the token", {BasicAuthorization("prometheus", token)}, 200},
+      {"the token, any user", {BasicAuthorization("", token)}, 200},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    absl::StatusOr<HttpResponse> scrape = HttpGet(*port, "/metrics", c.headers);
+    ASSERT_TRUE(scrape.ok()) << scrape.status();
+    EXPECT_EQ(scrape->status, c.status) << scrape->body.substr(0, 500);
+    EXPECT_EQ(absl::StrContains(scrape->body, "mpilearn_build_info"),
+              c.status == 200)
+        << scrape->body.substr(0, 500);
+  }
+
+  // A real Prometheus with basic_auth password_file scrapes it; the same
+  // target with a wrong password file is down.
+  auto prometheus = PrometheusServer::Start(
+      dir, {PrometheusServer::ScrapeJob("mpilearn", *port, token_file),
+            PrometheusServer::ScrapeJob("wrong_token", *port, wrong_file)});
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  absl::StatusOr<double> up = absl::NotFoundError("not scraped yet");
+  absl::StatusOr<double> wrong_up = absl::NotFoundError("not scraped yet");
+  while (absl::Now() < deadline) {
+    up = (*prometheus)->Instant("up{job=\"mpilearn\"}");
+    wrong_up = (*prometheus)->Instant("up{job=\"wrong_token\"}");
+    if (up.ok() && wrong_up.ok()) break;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  ASSERT_TRUE(up.ok()) << up.status();
+  ASSERT_TRUE(wrong_up.ok()) << wrong_up.status();
+  EXPECT_EQ(*up, 1.0) << "Prometheus could not scrape with the token";
+  EXPECT_EQ(*wrong_up, 0.0) << "a wrong token was accepted";
+  // The metrics themselves arrived.
+  absl::StatusOr<double> build = (*prometheus)->Instant(
+      "mpilearn_build_info{job=\"mpilearn\"}");
+  ASSERT_TRUE(build.ok()) << build.status();
+  EXPECT_EQ(*build, 1.0);
 }
 
 // Event names per pid in a Chrome trace (JSON array format).

@@ -83,6 +83,7 @@
 #include "common/cli_flags.h"
 #include "common/master_client.h"
 #include "common/status_macros.h"
+#include "tools/child_process.h"
 #include "common/tensor_codec.h"
 #include "proto/mpilearn.pb.h"
 
@@ -243,11 +244,7 @@ absl::StatusOr<Options> OptionsFromFlags(const char* argv0) {
   }
   options.master_bin = absl::GetFlag(FLAGS_master_bin);
   if (options.master_bin.empty()) {
-    const char* runfiles = std::getenv("RUNFILES_DIR");
-    const std::string dir = runfiles != nullptr
-                                ? std::string(runfiles)
-                                : absl::StrCat(argv0, ".runfiles");
-    options.master_bin = dir + "/mpilearn/server/mpilearn-master";
+    MPILEARN_ASSIGN_OR_RETURN(options.master_bin, tools::RunfilesMaster(argv0));
   }
   if (access(options.master_bin.c_str(), X_OK) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -309,27 +306,8 @@ class MasterProcess {
         "--device=cpu",
     };
     if (unix_socket) args.push_back(absl::StrCat("--listen_unix=", socket));
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) {
-      return absl::InternalError(
-          absl::StrCat("fork: ", std::strerror(errno)));
-    }
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);  // the parent already died
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        close(fd);
-      }
-      std::vector<char*> argv;
-      for (std::string& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      execv(binary.c_str(), argv.data());
-      _exit(127);
-    }
+    MPILEARN_ASSIGN_OR_RETURN(const pid_t pid,
+                              tools::SpawnWithLog(binary, std::move(args), log));
     std::unique_ptr<MasterProcess> master(new MasterProcess(pid, log));
     const absl::Time give_up = absl::Now() + absl::Seconds(60);
     while (absl::Now() < give_up) {

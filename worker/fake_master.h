@@ -14,8 +14,10 @@
 //   DELTA:    w += delta.
 // Every successful push bumps the version; the reply of a GRADIENT or DELTA
 // push is the new weights. A status set with FailNextPush is returned by the
-// next push instead (the weights unchanged). Only the calls a training rank
-// makes are implemented; the others return UNIMPLEMENTED.
+// next push instead (the weights unchanged). Heartbeat and LeaveWithin are
+// recorded (heartbeats(), leaves()); a heartbeat answers RUNNING (or the
+// status set with FailHeartbeats), a LeaveWithin QUEUED. Only the calls a training rank makes are implemented;
+// the others return UNIMPLEMENTED.
 //
 // Threading: thread-safe (ranks of a FakeGroup push from their own threads).
 #ifndef MPILEARN_WORKER_FAKE_MASTER_H_
@@ -76,6 +78,43 @@ class FakeMaster final : public MasterConnection {
   int pulls() const {
     absl::MutexLock lock(&mu_);
     return pulls_;
+  }
+  std::vector<v1::HeartbeatRequest> heartbeats() const {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+  std::vector<v1::LeaveRequest> leaves() const {
+    absl::MutexLock lock(&mu_);
+    return leaves_;
+  }
+  // Heartbeats fail with `status` from now on (recorded all the same); OK
+  // makes them succeed again.
+  void FailHeartbeats(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    fail_heartbeats_ = std::move(status);
+  }
+  // Blocks until `n` heartbeats have been recorded.
+  void AwaitHeartbeats(size_t n) const {
+    absl::MutexLock lock(&mu_);
+    // Evaluated by Await with mu_ held.
+    auto enough = [this, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return heartbeats_.size() >= n;
+    };
+    mu_.Await(absl::Condition(&enough));
+  }
+
+  absl::StatusOr<v1::JobState> Heartbeat(const v1::HeartbeatRequest& request,
+                                         absl::Duration /*timeout*/) override {
+    absl::MutexLock lock(&mu_);
+    heartbeats_.push_back(request);
+    if (!fail_heartbeats_.ok()) return fail_heartbeats_;
+    return v1::JOB_STATE_RUNNING;
+  }
+  absl::StatusOr<v1::JobState> LeaveWithin(const v1::LeaveRequest& request,
+                                           absl::Duration /*timeout*/) override {
+    absl::MutexLock lock(&mu_);
+    leaves_.push_back(request);
+    return v1::JOB_STATE_QUEUED;
   }
 
   absl::StatusOr<uint64_t> PushGradient(
@@ -174,6 +213,9 @@ class FakeMaster final : public MasterConnection {
   std::vector<Push> pushes_ ABSL_GUARDED_BY(mu_);
   absl::Status fail_next_push_ ABSL_GUARDED_BY(mu_);
   int pulls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::LeaveRequest> leaves_ ABSL_GUARDED_BY(mu_);
+  absl::Status fail_heartbeats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mpilearn::worker

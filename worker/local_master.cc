@@ -120,6 +120,13 @@ absl::StatusOr<v1::JobState> LocalMaster::Leave(const v1::LeaveRequest& request)
   return response.state();
 }
 
+absl::StatusOr<v1::JobState> LocalMaster::Heartbeat(
+    const v1::HeartbeatRequest& request, absl::Duration /*timeout*/) {
+  MPILEARN_ASSIGN_OR_RETURN(v1::HeartbeatResponse response,
+                            core_->Heartbeat(request));
+  return response.state();
+}
+
 absl::StatusOr<v1::JobStatus> LocalMaster::GetJobStatus(const std::string& job_id) {
   v1::GetJobStatusRequest request;
   request.set_job_id(job_id);

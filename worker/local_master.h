@@ -47,6 +47,9 @@ class LocalMaster final : public MasterConnection {
       const v1::ReportEpochRequest& request) override;
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override;
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override;
+  // In process: never late, so `timeout` is not needed.
+  absl::StatusOr<v1::JobState> Heartbeat(const v1::HeartbeatRequest& request,
+                                         absl::Duration timeout) override;
 
  private:
   explicit LocalMaster(std::unique_ptr<server::MasterCore> core)

@@ -16,6 +16,7 @@
 
 #include <torch/torch.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -24,6 +25,7 @@
 #include "glog/logging.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
+#include "worker/group_heartbeat.h"
 #include "worker/model.h"
 #include "worker/local_master.h"
 #include "worker/run_summary.h"
@@ -95,6 +97,20 @@ std::atomic<bool> stop_requested{false};
 
 void RequestStop(int) { stop_requested = true; }
 
+// Set to the signal's number by SIGTERM/SIGINT while the leader trains one
+// job (not serving); its heartbeat thread polls it (GroupHeartbeat).
+std::atomic<int> terminate_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free,
+              "stored from a signal handler");
+
+// The training leader's handler: the heartbeat thread leaves the group and
+// ends the process; the default action comes back, so a second signal ends
+// it at once.
+void RequestTermination(int signal_number) {
+  terminate_signal = signal_number;
+  std::signal(signal_number, SIG_DFL);
+}
+
 // A serving group's handler: the first signal asks the group to stop after
 // its current job; the default action comes back, so a second one ends the
 // process at once (signal() is async-signal-safe).
@@ -119,7 +135,8 @@ bool EveryRankConnected(Collectives& group, const absl::Status& connected,
 
 }  // namespace
 
-GroupSession::GroupSession(Options options) : options_(std::move(options)) {}
+GroupSession::GroupSession(Options options)
+    : options_(std::move(options)), heartbeat_(options_.heartbeat) {}
 
 GroupSession::~GroupSession() = default;
 
@@ -173,6 +190,7 @@ absl::StatusOr<v1::RegisterGroupResponse> GroupSession::ObtainJob(
       request.set_job_id(rejoin_job.empty() ? options_.job_id : rejoin_job);
       request.set_ranks(group.size());
       request.set_host(HostName());
+      request.set_heartbeat_seconds(absl::ToDoubleSeconds(heartbeat_));
       if (rejoin_job.empty() && !options_.job_spec_path.empty()) {
         MPILEARN_ASSIGN_OR_RETURN(v1::JobSpec spec,
                                   ReadJobSpecFile(options_.job_spec_path));
@@ -180,7 +198,25 @@ absl::StatusOr<v1::RegisterGroupResponse> GroupSession::ObtainJob(
         LOG(INFO) << "[rank 0] submitted job " << job_id;
         request.set_job_id(job_id);
       }
-      return master.RegisterGroup(request);
+      absl::StatusOr<v1::RegisterGroupResponse> registered =
+          master.RegisterGroup(request);
+      if (!registered.ok() && request.heartbeat_seconds() > 0 &&
+          ReasonOf(registered.status()) == v1::ERROR_REASON_INVALID_REQUEST) {
+        // Most likely a heartbeat this master cannot honour (its
+        // --group_timeout_s is under 3 periods); a request bad for another
+        // reason is refused again below.
+        LOG(WARNING) << "[rank 0] the master refused the registration with "
+                        "--heartbeat_s "
+                     << request.heartbeat_seconds() << ": "
+                     << registered.status().message()
+                     << "; registering without a heartbeat (the master then "
+                        "notices a dead group only after its "
+                        "--group_timeout_s)";
+        heartbeat_ = absl::ZeroDuration();
+        request.set_heartbeat_seconds(0);
+        registered = master.RegisterGroup(request);
+      }
+      return registered;
     };
     absl::StatusOr<v1::RegisterGroupResponse> registered = obtain();
     payload = registered.ok()
@@ -437,7 +473,36 @@ GroupSession::JobEnd GroupSession::TrainJob(
     if (!options_.serve) WriteGroupTrace(trace);
   };
 
+  // The leader's heartbeat, for as long as the group is registered to this
+  // job (rejoins included); stopped before any Leave. Training one job, the
+  // leader also ends the group on SIGTERM/SIGINT through it (the file
+  // comment of group_heartbeat.h); serving keeps its stop-after-the-job
+  // handler.
+  std::unique_ptr<GroupHeartbeat> heartbeat;
+  auto stop_heartbeat = [&] {
+    if (heartbeat == nullptr) return;
+    heartbeat->Stop();
+    heartbeat.reset();
+    if (!options_.serve) {
+      std::signal(SIGTERM, SIG_DFL);
+      std::signal(SIGINT, SIG_DFL);
+    }
+  };
+  const absl::Cleanup stop_heartbeat_at_return = stop_heartbeat;
+  if (group.rank() == 0) {
+    GroupHeartbeat::Options heartbeat_options;
+    heartbeat_options.period = heartbeat_;
+    if (!options_.serve) {
+      heartbeat_options.terminate_signal = &terminate_signal;
+      std::signal(SIGTERM, RequestTermination);
+      std::signal(SIGINT, RequestTermination);
+    }
+    heartbeat = std::make_unique<GroupHeartbeat>(master, heartbeat_options);
+    heartbeat->SetGroup(job_id, registration.group_id());
+  }
+
   auto leave_with_error = [&](const absl::Status& error) {
+    stop_heartbeat();
     if (group.rank() == 0) {
       v1::LeaveRequest leave;
       leave.set_job_id(job_id);
@@ -493,6 +558,7 @@ GroupSession::JobEnd GroupSession::TrainJob(
       break;
     }
     registration = *std::move(again);
+    if (heartbeat != nullptr) heartbeat->SetGroup(job_id, registration.group_id());
     if (group.rank() == 0) {
       std::printf("job %s: rejoined as group %s\n", job_id.c_str(),
                   registration.group_id().c_str());
@@ -516,6 +582,7 @@ GroupSession::JobEnd GroupSession::TrainJob(
   }
 
   int exit_code = 0;
+  stop_heartbeat();
   if (group.rank() == 0) {
     // The group that finished the job's data reports the test result and
     // completes the job; any other group just leaves.

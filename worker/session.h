@@ -36,12 +36,24 @@
 // Validate role: the ranks form a ValidationPool (validation_pool.h) until
 // SIGTERM/SIGINT or --exit_when_idle_s.
 //
+// Liveness (training): the leader promises Options::heartbeat at every
+// registration and, for as long as the group is registered to a job (data
+// loading and rejoins included), a GroupHeartbeat thread
+// (group_heartbeat.h) calls Heartbeat at that period. A master that refuses
+// the period (more than a third of its --group_timeout_s) gets a warning
+// and a registration without one. Training one job (not serving), the
+// leader's SIGTERM/SIGINT handler only stores the signal; the heartbeat
+// thread then leaves the group (so the master re-queues its units at once)
+// and ends the process with exit code 1: this is how a group ends fast when
+// mpirun terminates it after another rank died.
+//
 // With a trace path, every rank records spans in memory and rank 0 writes
 // them all to one Chrome trace file when the group ends.
 //
 // Threading: Run is called once, on the process's main thread, which is the
-// MPI thread. In the validate role and when serving, Run installs
-// SIGTERM/SIGINT handlers.
+// MPI thread; the leader adds its heartbeat thread while it trains a job.
+// In the validate role, when serving and (leader) while training one job,
+// Run installs SIGTERM/SIGINT handlers.
 #ifndef MPILEARN_WORKER_SESSION_H_
 #define MPILEARN_WORKER_SESSION_H_
 
@@ -91,6 +103,8 @@ class GroupSession {
     // every serve_poll while none is queued.
     bool serve = false;
     absl::Duration serve_poll = absl::Seconds(1);
+    // Training: the leader's heartbeat period (--heartbeat_s); zero: none.
+    absl::Duration heartbeat = absl::Seconds(2);
     // Compute threads per rank; 0 divides the node's cores among its ranks.
     int threads = 0;
     // --device: auto, cpu, cuda or cuda:N (worker/device.h).
@@ -168,6 +182,9 @@ class GroupSession {
   std::string tag_;                // "[rank R/N] ", for this rank's errors
   int threads_ = 1;                // compute threads of this rank
   c10::Device device_ = c10::kCPU;  // where this rank trains
+  // The leader's heartbeat period: Options::heartbeat until a master
+  // refuses it, then zero.
+  absl::Duration heartbeat_;
   // With a trace path: this rank's spans for the process's life (every job
   // it serves, every re-registration), created with the first job's group.
   std::unique_ptr<TraceRecorder> trace_;

@@ -135,19 +135,27 @@ absl::Status Trainer::BuildModelAndInitWeights() {
 
   // Whether the master's weights were installed by another client (whose
   // layout is checked before pulling; see CheckMasterLayout).
+  // A failed InitWeights goes through the same agreement: the other ranks
+  // wait in it, and a leader that returned on its own would leave them in a
+  // collective the rest of the group never joins (e.g. the group was
+  // declared lost while loading, and the leader registers again).
   absl::Status layout = absl::OkStatus();
   if (leader()) {
     bool installed_here = false;
     if (!registration_.weights_initialized()) {
-      MPILEARN_ASSIGN_OR_RETURN(
-          installed_here,
+      absl::StatusOr<bool> installed =
           master_.InitWeights(registration_.job_id(), registration_.group_id(),
-                              context_.layout, ConstViews(context_.weights)));
-      LOG(INFO) << "[rank 0] initial weights "
-                << (installed_here ? "installed on the master"
-                                   : "from another group are used");
+                              context_.layout, ConstViews(context_.weights));
+      if (installed.ok()) {
+        installed_here = *installed;
+        LOG(INFO) << "[rank 0] initial weights "
+                  << (installed_here ? "installed on the master"
+                                     : "from another group are used");
+      } else {
+        layout = installed.status();
+      }
     }
-    if (!installed_here) {
+    if (layout.ok() && !installed_here) {
       layout = CheckMasterLayout(master_, registration_, context_.layout);
     }
   }

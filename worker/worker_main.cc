@@ -87,6 +87,19 @@ ABSL_FLAG(double, reconnect_timeout_s, 300,
           "How long calls keep retrying while the master is unreachable "
           "(restarting); the group then registers again and continues from "
           "the master's last checkpoint.");
+ABSL_FLAG(double, heartbeat_s, 2,
+          "Training: the leader calls the master's Heartbeat every this many "
+          "seconds while its group is registered to a job (also while it "
+          "loads data), and promises that period at registration, so the "
+          "master declares a dead group lost after 3 missed heartbeats "
+          "instead of after its --group_timeout_s (60 s by default). 0: no "
+          "heartbeat. Else at least 0.1 and at most a third of the master's "
+          "--group_timeout_s; a master that refuses the period is told "
+          "none (with a warning). Independently of it, a leader terminated "
+          "by SIGTERM/SIGINT while training one job (mpirun does that to the "
+          "other ranks when one dies) leaves its group at once, so the "
+          "master re-queues the group's data units, and exits with code 1; "
+          "--serve keeps its own stop-after-the-job handling.");
 ABSL_FLAG(std::string, role, "train",
           "train: a training group; validate: a validation pool, validating "
           "the weight snapshots the master publishes (the job spec's "
@@ -243,6 +256,14 @@ int Main(int argc, char** argv) {
                  serve_poll_s);
     return 2;
   }
+  const double heartbeat_s = absl::GetFlag(FLAGS_heartbeat_s);
+  if (!std::isfinite(heartbeat_s) || (heartbeat_s != 0 && heartbeat_s < 0.1)) {
+    std::fprintf(stderr,
+                 "mpilearn-worker: --heartbeat_s must be 0 (no heartbeat) or a "
+                 "number of seconds >= 0.1, got %g\n",
+                 heartbeat_s);
+    return 2;
+  }
   if (local && absl::GetFlag(FLAGS_job).empty()) {
     std::fprintf(stderr, "mpilearn-worker: --local needs --job SPEC.json\n");
     return 2;
@@ -280,6 +301,7 @@ int Main(int argc, char** argv) {
   options.job_id = absl::GetFlag(FLAGS_job_id);
   options.serve = serve;
   options.serve_poll = absl::Seconds(serve_poll_s);
+  options.heartbeat = absl::Seconds(heartbeat_s);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.device = absl::GetFlag(FLAGS_device);
   options.summary_json = absl::GetFlag(FLAGS_summary_json);

@@ -1,5 +1,7 @@
 #include "server/core/group_table.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/bounded_text.h"
 #include "common/error_reason.h"
@@ -15,13 +17,41 @@ std::vector<int64_t> GroupTable::Group::ReleaseUnits() {
   return units;
 }
 
+absl::StatusOr<GroupTable::Liveness> GroupTable::CheckHeartbeat(
+    double heartbeat_seconds, absl::Duration group_timeout) {
+  Liveness liveness;
+  liveness.lost_after = group_timeout;
+  if (heartbeat_seconds == 0) return liveness;
+  // The upper bound forgives rounding: 10.0 / 3 fits a 10 s timeout.
+  if (!std::isfinite(heartbeat_seconds) ||
+      heartbeat_seconds < absl::ToDoubleSeconds(kMinHeartbeat) ||
+      heartbeat_seconds * kMissedHeartbeats >
+          absl::ToDoubleSeconds(group_timeout) * (1 + 1e-9)) {
+    // Rounded down to the millisecond, so the bound named is allowed.
+    const absl::Duration longest =
+        absl::Trunc(group_timeout / kMissedHeartbeats, absl::Milliseconds(1));
+    return InvalidRequestError(absl::StrCat(
+        "heartbeat_seconds ", heartbeat_seconds, " is out of range: give 0 "
+        "(no heartbeat) or between ", absl::FormatDuration(kMinHeartbeat),
+        " and ", absl::FormatDuration(longest), " (1/", kMissedHeartbeats,
+        " of this master's --group_timeout_s ",
+        absl::ToDoubleSeconds(group_timeout),
+        "); set mpilearn-worker --heartbeat_s accordingly"));
+  }
+  liveness.heartbeat = absl::Seconds(heartbeat_seconds);
+  liveness.lost_after = kMissedHeartbeats * liveness.heartbeat;
+  return liveness;
+}
+
 void GroupTable::Add(const std::string& group_id, int ranks,
-                     const std::string& host, absl::Time now) {
+                     const std::string& host, absl::Time now,
+                     Liveness liveness) {
   Group& group = groups_[group_id];
   group.ranks = ranks;
   group.host = host;
   group.last_seen = now;
   group.alive = true;
+  group.liveness = liveness;
 }
 
 absl::Status GroupTable::Touch(const std::string& group_id, absl::Time now,
@@ -84,12 +114,30 @@ std::vector<std::string> GroupTable::ReapLost(absl::Time now,
                                               absl::Duration timeout) {
   std::vector<std::string> lost;
   for (auto& [group_id, group] : groups_) {
-    if (group.alive && now - group.last_seen > timeout) {
+    const absl::Duration limit = group.liveness.lost_after > absl::ZeroDuration()
+                                     ? group.liveness.lost_after
+                                     : timeout;
+    if (group.alive && now - group.last_seen > limit) {
       group.alive = false;
       lost.push_back(group_id);
     }
   }
   return lost;
+}
+
+std::string GroupTable::LostAfterText(const Group& group,
+                                      absl::Duration timeout) {
+  if (group.liveness.heartbeat > absl::ZeroDuration() &&
+      group.liveness.lost_after > absl::ZeroDuration()) {
+    return absl::StrCat("after ", kMissedHeartbeats, " missed heartbeats (",
+                        absl::FormatDuration(group.liveness.lost_after),
+                        " without contact)");
+  }
+  const absl::Duration limit = group.liveness.lost_after > absl::ZeroDuration()
+                                   ? group.liveness.lost_after
+                                   : timeout;
+  return absl::StrCat("after ", absl::FormatDuration(limit),
+                      " without contact");
 }
 
 void GroupTable::FillStatus(absl::Time now, v1::JobStatus* status) const {
@@ -103,6 +151,9 @@ void GroupTable::FillStatus(absl::Time now, v1::JobStatus* status) const {
     info->set_units_completed(group.units_completed);
     info->set_samples_trained(group.samples_trained);
     info->set_updates_applied(group.updates_applied);
+    info->set_heartbeat_seconds(absl::ToDoubleSeconds(group.liveness.heartbeat));
+    info->set_lost_after_seconds(
+        absl::ToDoubleSeconds(group.liveness.lost_after));
     if (group.telemetry.has_value()) *info->mutable_telemetry() = *group.telemetry;
   }
 }

@@ -3,12 +3,21 @@
 // and what each did (per-group counters, shown in JobStatus.groups).
 //
 // A group is added by RegisterGroup and stays in the table for the job's
-// life; it stops being alive when it leaves or is declared lost (silent for
-// longer than the group timeout), and never comes back to life under the
-// same id: it registers again and gets a new one.
+// life; it stops being alive when it leaves or is declared lost, and never
+// comes back to life under the same id: it registers again and gets a new
+// one.
 //
+// Liveness: a group that promised heartbeats (RegisterGroupRequest.
+// heartbeat_seconds h > 0) is lost after kMissedHeartbeats * h without
+// contact; one that promised none after the master's group timeout. Any
+// call naming the group is contact (Touch, or a Job method setting
+// last_seen), not only Heartbeat.
+//
+//   MPILEARN_ASSIGN_OR_RETURN(
+//       GroupTable::Liveness liveness,
+//       GroupTable::CheckHeartbeat(request.heartbeat_seconds(), timeout));
 //   GroupTable groups(job_id);
-//   groups.Add("g-1", ranks, host, now);
+//   groups.Add("g-1", ranks, host, now, liveness);
 //   MPILEARN_ASSIGN_OR_RETURN(GroupTable::Group* group, groups.Active("g-1"));
 //   for (const std::string& id : groups.ReapLost(now, timeout)) { ... }
 //
@@ -31,16 +40,43 @@
 
 namespace mpilearn::server {
 
+// How long a group may stay silent (GroupTable::Liveness).
+struct GroupLiveness {
+  // The period the group promised to call Heartbeat at; zero: none.
+  absl::Duration heartbeat = absl::ZeroDuration();
+  // Silent for longer than this: lost. Zero: the timeout ReapLost is given
+  // (the master's group timeout).
+  absl::Duration lost_after = absl::ZeroDuration();
+};
+
 class GroupTable {
  public:
   // No data unit held (DataQueue::kNoUnit).
   static constexpr int64_t kNoUnit = -1;
+  // A group with a heartbeat is lost after this many periods without
+  // contact.
+  static constexpr int kMissedHeartbeats = 3;
+  // The shortest heartbeat period a group may promise.
+  static constexpr absl::Duration kMinHeartbeat = absl::Milliseconds(100);
+
+  using Liveness = GroupLiveness;
+
+  // The liveness of a group promising `heartbeat_seconds`
+  // (RegisterGroupRequest.heartbeat_seconds) to a master whose group
+  // timeout is `group_timeout`: 0 means no heartbeat (lost_after is
+  // group_timeout); otherwise it must be finite and within [kMinHeartbeat,
+  // group_timeout / kMissedHeartbeats], and the group is lost after
+  // kMissedHeartbeats periods. INVALID_ARGUMENT
+  // (ERROR_REASON_INVALID_REQUEST) naming the bounds otherwise.
+  static absl::StatusOr<Liveness> CheckHeartbeat(double heartbeat_seconds,
+                                                 absl::Duration group_timeout);
 
   struct Group {
     int ranks = 0;
     std::string host;
     absl::Time last_seen;
     bool alive = true;
+    Liveness liveness;
     // The data unit this group trains now, or kNoUnit. Invariant: kNoUnit
     // once the group is not alive (the job gave its unit back first).
     int64_t held_unit = kNoUnit;
@@ -66,9 +102,10 @@ class GroupTable {
   // The groups of job `job_id` (named in messages).
   explicit GroupTable(std::string job_id) : job_id_(std::move(job_id)) {}
 
-  // Adds (or revives) group `group_id`, seen at `now`.
+  // Adds (or revives) group `group_id`, seen at `now`, silent for at most
+  // `liveness` (default: the timeout ReapLost is given).
   void Add(const std::string& group_id, int ranks, const std::string& host,
-           absl::Time now);
+           absl::Time now, Liveness liveness = {});
 
   // Marks the group seen at `now` and, when given, keeps `telemetry` as
   // its latest. NOT_FOUND for a group never registered, FAILED_PRECONDITION
@@ -91,12 +128,19 @@ class GroupTable {
   // Groups alive.
   int Live() const;
 
-  // Declares the groups silent for longer than `timeout` at `now` lost (not
-  // alive) and returns their ids in id order. Their units are left for the
-  // caller to give back (Group::ReleaseUnits).
+  // Declares lost (not alive) the groups silent at `now` for longer than
+  // their Liveness::lost_after, or than `timeout` for a group without one,
+  // and returns their ids in id order. Their units are left for the caller
+  // to give back (Group::ReleaseUnits).
   std::vector<std::string> ReapLost(absl::Time now, absl::Duration timeout);
 
-  // Adds one GroupInfo per group, in id order, to `status`.
+  // How group `group` is declared lost, for messages: "after 3 missed
+  // heartbeats (6s without contact)" or "after 1m without contact", with
+  // `timeout` for a group without its own limit.
+  static std::string LostAfterText(const Group& group, absl::Duration timeout);
+
+  // Adds one GroupInfo per group, in id order, to `status`
+  // (lost_after_seconds is 0 for a group added without a limit of its own).
   void FillStatus(absl::Time now, v1::JobStatus* status) const;
 
  private:

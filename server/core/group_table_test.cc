@@ -1,5 +1,6 @@
 #include "server/core/group_table.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,68 @@ TEST(GroupTableTest, ReleaseUnitsReturnsHeldThenReserved) {
   group->reserved_unit = 4;  // a reservation alone is still given back
   EXPECT_EQ(group->ReleaseUnits(), (std::vector<int64_t>{4}));
   EXPECT_TRUE(group->ReleaseUnits().empty());
+}
+
+// A group that promised heartbeats is lost after 3 missed periods; one that
+// promised none only after the master's group timeout.
+TEST(GroupTableTest, HeartbeatGroupsAreLostAfterThreeMissedPeriods) {
+  const absl::Duration group_timeout = absl::Seconds(60);
+  const GroupTable::Liveness beating =
+      GroupTable::CheckHeartbeat(1.0, group_timeout).value();
+  EXPECT_EQ(beating.heartbeat, absl::Seconds(1));
+  EXPECT_EQ(beating.lost_after, absl::Seconds(3));
+  const GroupTable::Liveness silent =
+      GroupTable::CheckHeartbeat(0.0, group_timeout).value();
+  EXPECT_EQ(silent.heartbeat, absl::ZeroDuration());
+  EXPECT_EQ(silent.lost_after, group_timeout);
+
+  GroupTable groups("job-1");
+  groups.Add("g-1", 2, "h", kStart, beating);
+  groups.Add("g-2", 2, "h", kStart, silent);
+  groups.Add("g-3", 2, "h", kStart);  // no limit of its own: the timeout
+  // Contact at 2 s restarts g-1's clock.
+  ASSERT_TRUE(groups.Touch("g-1", kStart + absl::Seconds(2)).ok());
+  EXPECT_TRUE(groups.ReapLost(kStart + absl::Seconds(5), group_timeout).empty());
+  EXPECT_EQ(groups.ReapLost(kStart + absl::Seconds(5.5), group_timeout),
+            (std::vector<std::string>{"g-1"}));
+  EXPECT_EQ(GroupTable::LostAfterText(*groups.Find("g-1"), group_timeout),
+            "after 3 missed heartbeats (3s without contact)");
+  // The others last until the group timeout.
+  EXPECT_TRUE(groups.ReapLost(kStart + absl::Seconds(60), group_timeout).empty());
+  EXPECT_EQ(groups.ReapLost(kStart + absl::Seconds(61), group_timeout),
+            (std::vector<std::string>{"g-2", "g-3"}));
+  EXPECT_EQ(GroupTable::LostAfterText(*groups.Find("g-2"), group_timeout),
+            "after 1m without contact");
+  EXPECT_EQ(GroupTable::LostAfterText(*groups.Find("g-3"), group_timeout),
+            "after 1m without contact");
+
+  v1::JobStatus status;
+  groups.FillStatus(kStart + absl::Seconds(61), &status);
+  ASSERT_EQ(status.groups_size(), 3);
+  EXPECT_DOUBLE_EQ(status.groups(0).heartbeat_seconds(), 1.0);
+  EXPECT_DOUBLE_EQ(status.groups(0).lost_after_seconds(), 3.0);
+  EXPECT_DOUBLE_EQ(status.groups(1).heartbeat_seconds(), 0.0);
+  EXPECT_DOUBLE_EQ(status.groups(1).lost_after_seconds(), 60.0);
+}
+
+TEST(GroupTableTest, HeartbeatOutOfRangeIsInvalidRequest) {
+  const absl::Duration group_timeout = absl::Seconds(6);
+  // The bounds themselves are allowed.
+  EXPECT_EQ(GroupTable::CheckHeartbeat(0.1, group_timeout)->lost_after,
+            absl::Milliseconds(300));
+  EXPECT_EQ(GroupTable::CheckHeartbeat(2.0, group_timeout)->lost_after,
+            absl::Seconds(6));
+  for (const double bad : {0.05, 2.01, -1.0, std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    const absl::Status refused =
+        GroupTable::CheckHeartbeat(bad, group_timeout).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(ReasonOf(refused), v1::ERROR_REASON_INVALID_REQUEST) << bad;
+    // It says what to do.
+    EXPECT_NE(refused.message().find("--heartbeat_s"), std::string::npos)
+        << refused.message();
+    EXPECT_NE(refused.message().find("2s"), std::string::npos)
+        << refused.message();
+  }
 }
 
 }  // namespace

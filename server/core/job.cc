@@ -59,7 +59,7 @@ v1::JobState Job::state() const {
 
 absl::StatusOr<v1::RegisterGroupResponse> Job::AddGroup(
     const std::string& group_id, int ranks, const std::string& host,
-    absl::Time now) {
+    absl::Time now, GroupTable::Liveness liveness) {
   absl::MutexLock lock(&mu_);
   if (EndedLocked()) {
     return FailedPrecondition(
@@ -68,7 +68,7 @@ absl::StatusOr<v1::RegisterGroupResponse> Job::AddGroup(
                      v1::JobState_Name(state_),
                      "); submit a new job with mpilearnctl submit"));
   }
-  groups_.Add(group_id, ranks, host, now);
+  groups_.Add(group_id, ranks, host, now, liveness);
   state_ = v1::JOB_STATE_RUNNING;
 
   v1::RegisterGroupResponse response;
@@ -564,6 +564,10 @@ absl::StatusOr<v1::JobState> Job::Leave(const v1::LeaveRequest& request,
     }
     done.ended = true;
   } else {
+    if (!request.abandoned().empty()) {
+      message_ = absl::StrCat("group ", request.group_id(),
+                              " left without finishing: ", request.abandoned());
+    }
     RequeueIfOrphanedLocked();
   }
   if (effect != nullptr) *effect = done;
@@ -595,13 +599,16 @@ bool Job::DataErrorLocked(const std::string& group_id, int64_t unit_id,
   return false;
 }
 
-int Job::ReapLostGroups(absl::Time now, absl::Duration timeout) {
+int Job::ReapLostGroups(absl::Time now, absl::Duration timeout,
+                        std::vector<std::string>* lost_lines) {
   absl::MutexLock lock(&mu_);
   const std::vector<std::string> lost = groups_.ReapLost(now, timeout);
   for (const std::string& group_id : lost) {
-    ReleaseGroupLocked(group_id, *groups_.Find(group_id));
-    message_ = absl::StrCat("group ", group_id, " lost after ",
-                            absl::FormatDuration(timeout), " without contact");
+    GroupTable::Group& group = *groups_.Find(group_id);
+    ReleaseGroupLocked(group_id, group);
+    message_ = absl::StrCat("group ", group_id, " lost ",
+                            GroupTable::LostAfterText(group, timeout));
+    if (lost_lines != nullptr) lost_lines->push_back(message_);
   }
   if (!lost.empty()) RequeueIfOrphanedLocked();
   return static_cast<int>(lost.size());

@@ -143,12 +143,12 @@ class Job {
 
   v1::JobState state() const;
 
-  // Adds a group; the job becomes RUNNING. FAILED_PRECONDITION when the job
-  // has already ended.
-  absl::StatusOr<v1::RegisterGroupResponse> AddGroup(const std::string& group_id,
-                                                     int ranks,
-                                                     const std::string& host,
-                                                     absl::Time now);
+  // Adds a group, silent for at most `liveness` (GroupTable::CheckHeartbeat;
+  // default: the timeout ReapLostGroups is given); the job becomes RUNNING.
+  // FAILED_PRECONDITION when the job has already ended.
+  absl::StatusOr<v1::RegisterGroupResponse> AddGroup(
+      const std::string& group_id, int ranks, const std::string& host,
+      absl::Time now, GroupTable::Liveness liveness = {});
 
   // Marks `group_id` as seen and, when given, keeps `telemetry` as its
   // latest. NOT_FOUND for a group this job never had, FAILED_PRECONDITION
@@ -316,9 +316,14 @@ class Job {
   absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request,
                                      LeaveEffect* effect = nullptr);
 
-  // Declares groups silent for longer than `timeout` lost and re-queues
-  // their data units; returns how many groups.
-  int ReapLostGroups(absl::Time now, absl::Duration timeout);
+  // Declares lost the groups silent for longer than their own limit (3
+  // missed heartbeats), or than `timeout` for a group without one, and
+  // re-queues their data units; returns how many groups. The job's message
+  // names the last one and its limit ("group g-3 lost after 3 missed
+  // heartbeats (6s without contact)"); `lost`, when given, receives such a
+  // line per group.
+  int ReapLostGroups(absl::Time now, absl::Duration timeout,
+                     std::vector<std::string>* lost = nullptr);
 
   // Groups carry their latest telemetry; train_loss and samples_per_epoch
   // are set once known.

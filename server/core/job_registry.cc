@@ -1,8 +1,8 @@
-// JobRegistry (job_registry.h). About 700 lines: the job table, loading a
-// state directory at start, when each durable write happens and how a job
-// ends and leaves (cancel, releasing its tensors, delete) belong together
-// (the write policy reads as one piece); the per-job logic lives in job.cc
-// and its parts.
+// JobRegistry (job_registry.h). About 1,050 lines: the job table, loading a
+// state directory at start, when each durable write happens, how failed
+// writes are remembered and retried, and how a job ends and leaves (cancel,
+// releasing its tensors, delete) belong together (the write policy reads as
+// one piece); the per-job logic lives in job.cc and its parts.
 #include "server/core/job_registry.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/bounded_text.h"
 #include "common/error_reason.h"
 #include "common/job_spec.h"
@@ -61,6 +62,44 @@ class ABSL_SCOPED_LOCKABLE UnlockOnExit {
   absl::Mutex& mu_;
 };
 
+// Retries of unwritten records: the first after kFirstRetry, then each
+// twice as long after the previous, at most kMaxRetry apart.
+constexpr absl::Duration kFirstRetry = absl::Seconds(1);
+constexpr absl::Duration kMaxRetry = absl::Seconds(30);
+
+// "a", "a and b", "a, b and c".
+std::string JoinWithAnd(const std::vector<std::string>& items) {
+  if (items.size() <= 1) return items.empty() ? "" : items[0];
+  return absl::StrCat(
+      absl::StrJoin(items.begin(), items.end() - 1, ", "), " and ",
+      items.back());
+}
+
+// A write error's message, cut to a length a status reply and a log line
+// can carry (it names our own paths, not a client's text).
+std::string BoundedCause(const absl::Status& cause) {
+  constexpr size_t kMaxBytes = 400;
+  const absl::string_view message = cause.message();
+  if (message.size() <= kMaxBytes) return std::string(message);
+  return absl::StrCat(message.substr(0, kMaxBytes), "...");
+}
+
+// What is unwritten, since when and why ("final checkpoint and history.json
+// not written since 2026-11-25 00:41:07 UTC: <cause>"), without a suffix.
+std::string DescribePending(bool history, bool records, bool final_checkpoint,
+                            bool final_files, absl::Time since,
+                            const absl::Status& cause) {
+  std::vector<std::string> what;
+  if (final_checkpoint) what.push_back("final checkpoint");
+  if (final_files) what.push_back("final weights.pb and optimizer.pb");
+  if (history) what.push_back("history.json");
+  if (records) what.push_back("records.jsonl");
+  return absl::StrCat(
+      JoinWithAnd(what), " not written since ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", since, absl::UTCTimeZone()),
+      ": ", BoundedCause(cause));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobRegistry>> JobRegistry::Create(
@@ -80,29 +119,94 @@ JobRegistry::JobRegistry(Options options, std::unique_ptr<JobStore> store)
 
 void JobRegistry::LoadJobs() {
   int64_t last_group = 0;
-  std::vector<std::shared_ptr<Job>> loaded;
+  struct Loaded {
+    std::shared_ptr<Job> job;
+    bool persist = false;          // its history.json is to be written
+    bool rewrite_records = false;  // and records.jsonl in full before it
+  };
+  std::vector<Loaded> loaded;
   for (const std::string& id : store_->JobIds()) {
     absl::StatusOr<v1::JobSpec> spec = store_->ReadSpec(id);
     if (!spec.ok()) {
       LOG(WARNING) << "job " << id << " not loaded: " << spec.status();
       continue;
     }
-    absl::StatusOr<v1::JobStatus> history = store_->ReadHistory(id);
+    JobStore::HistoryFormat format;
+    absl::StatusOr<v1::JobStatus> history = store_->ReadHistory(id, &format);
+    // records.jsonl unreadable: history.json alone still says whether the
+    // job ended; the lists come from the checkpoint.
+    bool records_lost = false;
     if (!history.ok() && !absl::IsNotFound(history.status())) {
-      LOG(WARNING) << "job " << id << ": " << history.status()
-                   << "; using its checkpoint or spec alone";
+      LOG(WARNING) << "job " << id << ": " << history.status();
+      absl::StatusOr<v1::JobStatus> alone = store_->ReadHistoryStatus(id);
+      if (alone.ok()) {
+        records_lost = true;
+        const absl::Status moved = store_->QuarantineRecords(id);
+        LOG(WARNING) << "job " << id << ": "
+                     << (moved.ok() ? "records.jsonl renamed "
+                                      "records.jsonl.corrupt"
+                                    : moved.ToString())
+                     << "; its epoch and validation lists come from its "
+                        "checkpoint";
+        history = std::move(alone);
+      } else {
+        LOG(WARNING) << "job " << id << ": using its checkpoint or spec alone";
+      }
     }
     store_->RemoveTempFiles(id);  // of writes a crash interrupted
+    // Written before records.jsonl existed, or cut by a crash: rewritten
+    // whole (a reset line first) before anything is appended.
+    const bool rewrite =
+        format.lists_in_history || format.torn_tail || records_lost;
     if (history.ok() && Ended(history->state())) {
       // An ended job comes back from its record alone: its tensors stay on
-      // disk (EndedWeights reads them when asked for).
-      NoteGroupNumbers(*history, &last_group);
+      // disk (EndedWeights reads them when asked for). Unless its newest
+      // checkpoint is younger than history.json (a history write failed
+      // after it) or the lists were lost: then that checkpoint is read, and
+      // if it says the job ended, its word wins (never a non-ended one).
+      v1::JobStatus record = *std::move(history);
+      bool newer = false;
+      const std::vector<std::string> paths = store_->CheckpointPaths(id);
+      if (!paths.empty() &&
+          (records_lost || store_->ModifiedTime(paths[0]) >
+                               store_->ModifiedTime(store_->HistoryPath(id)))) {
+        absl::StatusOr<v1::JobCheckpointFile> file =
+            JobStore::ReadCheckpoint(paths[0]);
+        if (file.ok() && Ended(file->status().state())) {
+          v1::JobStatus from_file = file->status();
+          // records.jsonl was appended as records came: at least as new.
+          if (!records_lost &&
+              record.validations_size() >= from_file.validations_size() &&
+              record.history_size() >= from_file.history_size()) {
+            *from_file.mutable_history() = record.history();
+            *from_file.mutable_validations() = record.validations();
+          }
+          // A test result is never lost to an older checkpoint.
+          if (!from_file.has_test_loss() && record.has_test_loss()) {
+            from_file.set_test_loss(record.test_loss());
+            if (record.has_test_accuracy()) {
+              from_file.set_test_accuracy(record.test_accuracy());
+            }
+            *from_file.mutable_test_metrics() = record.test_metrics();
+          }
+          // Taken before its own write: the file's version is on disk.
+          from_file.set_checkpoint_version(file->weights().header().version());
+          record = std::move(from_file);
+          newer = true;
+          LOG(INFO) << "job " << id << ": its checkpoint '" << paths[0]
+                    << "' is newer than its history.json and says "
+                    << v1::JobState_Name(record.state()) << "; using it";
+        } else if (!file.ok()) {
+          LOG(WARNING) << "job " << id << ": " << file.status();
+        }
+      }
+      NoteGroupNumbers(record, &last_group);
       auto job = std::make_shared<Job>(id, *spec, options_.engine);
-      job->ResumeEnded(*history);
-      LOG(INFO) << "job " << id << " loaded from its history.json: "
-                << v1::JobState_Name(history->state()) << ", version "
-                << history->version() << " (tensors left on disk)";
-      loaded.push_back(std::move(job));
+      job->ResumeEnded(record);
+      LOG(INFO) << "job " << id << " loaded from its history: "
+                << v1::JobState_Name(record.state()) << ", version "
+                << record.version() << " (tensors left on disk)";
+      loaded.push_back({std::move(job), newer || rewrite, newer || rewrite});
       continue;
     }
     // The newest checkpoint that reads and fits. Newer ones that do not are
@@ -129,33 +233,32 @@ void JobRegistry::LoadJobs() {
     }
     if (job == nullptr) job = std::make_shared<Job>(id, *spec, options_.engine);
     // Ended by its checkpoint although its history had not said so yet (a
-    // crash between the two writes): the checkpoint is on disk already.
+    // crash between the two writes, or a history write that failed): the
+    // checkpoint is on disk already, and its word wins.
     if (job->Releasable()) job->ReleaseMemory();
     if (history.ok()) {
       NoteGroupNumbers(*history, &last_group);
-      job->ResumeEnded(*history);  // no-op unless it says the job ended
-      if (Ended(history->state()) && !job->Weights().ok()) {
-        source = "its history.json (no usable checkpoint)";
-      }
+      job->ResumeEnded(*history);  // no-op: it does not say the job ended
     }
     const v1::JobStatus status = job->Status(/*with_history=*/false, Now());
     LOG(INFO) << "job " << id << " loaded from " << source << ": "
               << v1::JobState_Name(status.state()) << ", version "
               << status.version() << ", " << status.epochs_done() << " of "
               << job->spec().epochs() << " epochs done";
-    loaded.push_back(std::move(job));
+    // Resumed jobs are QUEUED now, with their in-flight units given back,
+    // and their lists are the checkpoint's: both files are rewritten.
+    loaded.push_back({std::move(job), true, true});
   }
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& job : loaded) {
-      jobs_[job->id()].job = job;
-      order_.push_back(job->id());
+    for (const Loaded& entry : loaded) {
+      jobs_[entry.job->id()].job = entry.job;
+      order_.push_back(entry.job->id());
     }
     last_group_number_ = std::max(last_group_number_, last_group);
   }
-  // Resumed jobs are QUEUED now, with their in-flight units given back.
-  for (const auto& job : loaded) {
-    if (!Ended(job->state())) PersistHistory(*job);
+  for (const Loaded& entry : loaded) {
+    if (entry.persist) PersistHistory(*entry.job, entry.rewrite_records);
   }
 }
 
@@ -207,6 +310,11 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
     return InvalidRequestError(
         absl::StrCat("ranks must be >= 1, got ", request.ranks()));
   }
+  // Checked before any change: a refused group takes no job and no id.
+  MPILEARN_ASSIGN_OR_RETURN(
+      const GroupTable::Liveness liveness,
+      GroupTable::CheckHeartbeat(request.heartbeat_seconds(),
+                                 options_.group_timeout));
   std::shared_ptr<Job> job;
   std::string group_id;
   {
@@ -236,14 +344,21 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
   }
   MPILEARN_ASSIGN_OR_RETURN(
       v1::RegisterGroupResponse response,
-      job->AddGroup(group_id, request.ranks(), request.host(), Now()));
+      job->AddGroup(group_id, request.ranks(), request.host(), Now(),
+                    liveness));
   response.set_group_timeout_seconds(
       absl::ToDoubleSeconds(options_.group_timeout));
   // On disk before the group hears its id, so a restarted master, which
   // numbers groups after the highest in the histories, never reuses it.
   PersistHistory(*job);
   LOG(INFO) << "job " << job->id() << ": group " << group_id << " joined ("
-            << request.ranks() << " ranks on " << request.host() << ")";
+            << request.ranks() << " ranks on " << request.host() << ", "
+            << (liveness.heartbeat > absl::ZeroDuration()
+                    ? absl::StrCat("heartbeat every ",
+                                   absl::FormatDuration(liveness.heartbeat))
+                    : std::string("no heartbeat"))
+            << ", lost after " << absl::FormatDuration(liveness.lost_after)
+            << " without contact)";
   return response;
 }
 
@@ -319,6 +434,19 @@ absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
                 << " finished; group " << request.group_id()
                 << " validates it";
     }
+    if (std::shared_ptr<Persistence> p = PersistenceOf(job->id())) {
+      absl::MutexLock lock(&p->write_mu);
+      // Read under write_mu: a record merged meanwhile (ReportEpoch) is
+      // appended as it is now, after the earlier one.
+      JobStore::Records records;
+      const v1::JobStatus status = job->Status(/*with_history=*/true, Now());
+      for (int32_t epoch : response.finished_epochs()) {
+        for (const v1::EpochRecord& record : status.history()) {
+          if (record.epoch() == epoch + 1) records.epochs.push_back(record);
+        }
+      }
+      AppendRecords(*job, *p, records);
+    }
     PersistHistory(*job);
     if (options_.snapshot_sink != nullptr) {
       absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
@@ -344,7 +472,13 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
     const std::string& job_id, const v1::EpochRecord& record) {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
   MPILEARN_RETURN_IF_ERROR(job->Touch(record.group_id(), Now()));
-  MPILEARN_RETURN_IF_ERROR(job->RecordEpoch(record, Now()));
+  const std::shared_ptr<Persistence> p = PersistenceOf(job_id);
+  if (p == nullptr) return FindJob(job_id).status();  // deleted meanwhile
+  // The merged record and the validation are added and appended under
+  // write_mu, so records.jsonl has them in the job's order.
+  absl::ReleasableMutexLock write_lock(&p->write_mu);
+  const absl::Time now = Now();
+  MPILEARN_RETURN_IF_ERROR(job->RecordEpoch(record, now));
   v1::ValidationRecord validation;
   {
     // Released at once, so the next update need not copy the weights.
@@ -357,8 +491,19 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
   validation.set_val_accuracy(record.val_accuracy());
   *validation.mutable_metrics() = record.metrics();
   validation.set_source(absl::StrCat("group ", record.group_id()));
+  // As Job::RecordValidation would stamp it, so the appended copy is the
+  // stored one.
+  validation.set_unix_seconds(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
   ValidationEffect effect;
-  MPILEARN_RETURN_IF_ERROR(job->RecordValidation(validation, Now(), &effect));
+  MPILEARN_RETURN_IF_ERROR(job->RecordValidation(validation, now, &effect));
+  JobStore::Records records;
+  const v1::JobStatus status = job->Status(/*with_history=*/true, now);
+  for (const v1::EpochRecord& merged : status.history()) {
+    if (merged.epoch() == record.epoch()) records.epochs.push_back(merged);
+  }
+  records.validations.push_back(validation);
+  AppendRecords(*job, *p, records);
+  write_lock.Release();
   AfterValidation(*job, effect);
   PersistHistory(*job);
   if (options_.on_job_changed) options_.on_job_changed(job_id);
@@ -368,8 +513,24 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
 absl::StatusOr<v1::JobState> JobRegistry::ReportValidation(
     const std::string& job_id, const v1::ValidationRecord& record) {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+  const std::shared_ptr<Persistence> p = PersistenceOf(job_id);
+  if (p == nullptr) return FindJob(job_id).status();  // deleted meanwhile
+  const absl::Time now = Now();
+  // As Job::RecordValidation stamps it, so the appended copy is the stored
+  // one.
+  v1::ValidationRecord stored = record;
+  if (stored.unix_seconds() == 0) {
+    stored.set_unix_seconds(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  }
   ValidationEffect effect;
-  MPILEARN_RETURN_IF_ERROR(job->RecordValidation(record, Now(), &effect));
+  {
+    // Added and appended together: records.jsonl keeps the job's order.
+    absl::MutexLock write_lock(&p->write_mu);
+    MPILEARN_RETURN_IF_ERROR(job->RecordValidation(stored, now, &effect));
+    JobStore::Records records;
+    records.validations.push_back(std::move(stored));
+    AppendRecords(*job, *p, records);
+  }
   VLOG(1) << "job " << job_id << ": validation of version " << record.version()
           << " by " << record.source() << ": val_loss " << record.val_loss()
           << ", val_accuracy " << record.val_accuracy() << ", metrics {"
@@ -379,7 +540,9 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportValidation(
                  ", ", absl::PairFormatter(": "))
           << "}";
   AfterValidation(*job, effect);
-  PersistHistory(*job);
+  // history.json changes only with the job's end or a new best (its
+  // checkpoint version and best value); the record itself is appended.
+  if (effect.stopped || effect.best_improved) PersistHistory(*job);
   if (options_.on_job_changed) options_.on_job_changed(job_id);
   return job->state();
 }
@@ -446,6 +609,7 @@ absl::Status JobRegistry::Cancel(const std::string& job_id,
 
 absl::Status JobRegistry::Delete(const std::string& job_id) {
   std::shared_ptr<absl::Mutex> checkpoint_mu;
+  std::shared_ptr<Persistence> persistence;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
@@ -463,13 +627,21 @@ absl::Status JobRegistry::Delete(const std::string& job_id) {
           v1::ERROR_REASON_JOB_STATE);
     }
     checkpoint_mu = it->second.checkpoint_mu;
+    persistence = it->second.persistence;
     jobs_.erase(it);
     order_.erase(std::find(order_.begin(), order_.end(), job_id));
   }
+  // A history write under way ends first; none starts after
+  // (PersistHistory and AppendRecords look the job up under write_mu).
+  { absl::MutexLock wait_writes(&persistence->write_mu); }
   // A checkpoint write that found the job before it left the table ends
   // first; none starts after (WriteCheckpoint looks the job up).
   absl::MutexLock wait(checkpoint_mu.get());
   MPILEARN_RETURN_IF_ERROR(store_->RemoveJob(job_id));
+  if (options_.metrics != nullptr) options_.metrics->OnJobDeleted(job_id);
+  if (options_.snapshot_sink != nullptr) {
+    options_.snapshot_sink->OnJobDeleted(job_id);
+  }
   LOG(INFO) << "job " << job_id << " deleted";
   return absl::OkStatus();
 }
@@ -493,20 +665,36 @@ JobRegistry::EndedWeights(const Job& job) const {
 }
 
 void JobRegistry::WriteJobEnd(Job& job, bool ended_now, bool best) {
+  absl::Status error;
   std::optional<v1::JobCheckpointFile> checkpoint =
-      WriteCheckpoint(job, std::nullopt, /*wait=*/true, best);
-  if (checkpoint.has_value() &&
-      checkpoint->status().state() == v1::JOB_STATE_COMPLETED) {
-    absl::Status written = store_->WriteWeights(job.id(), checkpoint->weights());
-    if (written.ok()) {
-      written =
-          store_->WriteOptimizerState(job.id(), checkpoint->optimizer_state());
-    }
-    if (!written.ok()) LOG(ERROR) << "job " << job.id() << ": " << written;
-  }
+      WriteCheckpoint(job, std::nullopt, /*wait=*/true, best, &error);
   // The final checkpoint is on disk (or the job never had weights): the
-  // tensors go. A failed write keeps them for CheckpointAll to retry.
+  // tensors go. A failed write keeps them for the retry (Tick).
   const bool on_disk = checkpoint.has_value() || !job.Weights().ok();
+  if (const std::shared_ptr<Persistence> p = PersistenceOf(job.id())) {
+    UpdatePending(
+        job.id(), *p,
+        [&](PendingWrites& pending) {
+          pending.final_best = !on_disk && (best || pending.final_best);
+          pending.final_checkpoint = !on_disk;
+        },
+        error);
+    if (checkpoint.has_value() &&
+        checkpoint->status().state() == v1::JOB_STATE_COMPLETED) {
+      const absl::Status written = WriteFinalFiles(job.id(), *checkpoint);
+      std::shared_ptr<const v1::JobCheckpointFile> unwritten;
+      if (!written.ok()) {
+        unwritten =
+            std::make_shared<const v1::JobCheckpointFile>(*std::move(checkpoint));
+      }
+      UpdatePending(
+          job.id(), *p,
+          [&](PendingWrites& pending) {
+            pending.final_files = std::move(unwritten);
+          },
+          written);
+    }
+  }
   if (on_disk && job.Releasable() && job.ReleaseMemory()) {
     VLOG(1) << "job " << job.id() << ": weights and optimizer state released";
   }
@@ -516,7 +704,8 @@ void JobRegistry::WriteJobEnd(Job& job, bool ended_now, bool best) {
 }
 
 std::optional<v1::JobCheckpointFile> JobRegistry::WriteCheckpoint(
-    Job& job, std::optional<CheckpointTrigger> trigger, bool wait, bool best) {
+    Job& job, std::optional<CheckpointTrigger> trigger, bool wait, bool best,
+    absl::Status* error) {
   std::shared_ptr<absl::Mutex> checkpoint_mu;
   {
     absl::MutexLock lock(&mu_);
@@ -542,8 +731,12 @@ std::optional<v1::JobCheckpointFile> JobRegistry::WriteCheckpoint(
   absl::Status written =
       store_->WriteCheckpoint(job.id(), *checkpoint, job.spec().checkpoint().keep());
   if (!written.ok()) {
-    LOG(ERROR) << "job " << job.id() << ": checkpoint at version " << version
-               << " not written: " << written;
+    if (error != nullptr) {
+      *error = written;
+    } else {
+      LOG(ERROR) << "job " << job.id() << ": checkpoint at version "
+                 << version << " not written: " << written;
+    }
     return std::nullopt;
   }
   job.CheckpointWritten(version);
@@ -573,7 +766,11 @@ std::optional<v1::JobCheckpointFile> JobRegistry::WriteCheckpoint(
 absl::StatusOr<v1::JobStatus> JobRegistry::Status(
     const std::string& job_id) const {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
-  return job->Status(/*with_history=*/true, Now());
+  v1::JobStatus status = job->Status(/*with_history=*/true, Now());
+  if (const std::shared_ptr<Persistence> p = PersistenceOf(job_id)) {
+    status.set_storage_error(StorageError(*p));
+  }
+  return status;
 }
 
 std::vector<std::shared_ptr<Job>> JobRegistry::AllJobs() const {
@@ -583,11 +780,24 @@ std::vector<std::shared_ptr<Job>> JobRegistry::AllJobs() const {
   return jobs;
 }
 
+std::vector<std::pair<std::shared_ptr<Job>,
+                      std::shared_ptr<JobRegistry::Persistence>>>
+JobRegistry::AllEntries() const {
+  std::vector<std::pair<std::shared_ptr<Job>, std::shared_ptr<Persistence>>>
+      entries;
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : order_) {
+    const Entry& entry = jobs_.at(id);
+    entries.emplace_back(entry.job, entry.persistence);
+  }
+  return entries;
+}
+
 std::vector<v1::JobStatus> JobRegistry::List() const {
-  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
   std::vector<v1::JobStatus> out;
-  for (const auto& job : jobs) {
+  for (const auto& [job, persistence] : AllEntries()) {
     out.push_back(job->Status(/*with_history=*/false, Now()));
+    out.back().set_storage_error(StorageError(*persistence));
   }
   return out;
 }
@@ -596,7 +806,12 @@ std::vector<JobRegistry::ListedJob> JobRegistry::ListPage(
     int64_t after, const std::vector<v1::JobState>& states, size_t limit,
     bool* more) const {
   *more = false;
-  std::vector<std::pair<int64_t, std::shared_ptr<Job>>> candidates;
+  struct Candidate {
+    int64_t number;
+    std::shared_ptr<Job> job;
+    std::shared_ptr<Persistence> persistence;
+  };
+  std::vector<Candidate> candidates;
   {
     absl::MutexLock lock(&mu_);
     // order_ is in ascending job number (ids are numbered as submitted).
@@ -606,11 +821,12 @@ std::vector<JobRegistry::ListedJob> JobRegistry::ListPage(
           return number < JobNumber(id);
         });
     for (auto it = first; it != order_.end(); ++it) {
-      candidates.emplace_back(JobNumber(*it), jobs_.at(*it).job);
+      const Entry& entry = jobs_.at(*it);
+      candidates.push_back({JobNumber(*it), entry.job, entry.persistence});
     }
   }
   std::vector<ListedJob> out;
-  for (const auto& [number, job] : candidates) {
+  for (const auto& [number, job, persistence] : candidates) {
     if (!states.empty() &&
         std::find(states.begin(), states.end(), job->state()) == states.end()) {
       continue;
@@ -620,6 +836,7 @@ std::vector<JobRegistry::ListedJob> JobRegistry::ListPage(
       break;
     }
     out.push_back({number, job->Status(/*with_history=*/false, Now())});
+    out.back().status.set_storage_error(StorageError(*persistence));
   }
   return out;
 }
@@ -636,13 +853,13 @@ int JobRegistry::ReapLostGroups() {
   const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
   int lost = 0;
   for (const auto& job : jobs) {
-    const int n = job->ReapLostGroups(Now(), options_.group_timeout);
+    std::vector<std::string> lines;
+    const int n = job->ReapLostGroups(Now(), options_.group_timeout, &lines);
     if (n > 0) {
-      LOG(WARNING) << "job " << job->id() << ": " << n
-                   << " group(s) lost after "
-                   << absl::FormatDuration(options_.group_timeout)
-                   << " without contact; job is now "
-                   << v1::JobState_Name(job->state());
+      // Each line names the group and its limit: "group g-3 lost after 3
+      // missed heartbeats (6s without contact)".
+      LOG(WARNING) << "job " << job->id() << ": " << absl::StrJoin(lines, "; ")
+                   << "; job is now " << v1::JobState_Name(job->state());
       PersistHistory(*job);
     }
     lost += n;
@@ -658,6 +875,7 @@ void JobRegistry::Tick() {
                       /*best=*/false);
     }
   }
+  RetryPendingWrites(/*force=*/false);
 }
 
 void JobRegistry::CheckpointAll() {
@@ -665,17 +883,161 @@ void JobRegistry::CheckpointAll() {
     WriteCheckpoint(*job, CheckpointTrigger::kChanges, /*wait=*/true,
                     /*best=*/false);
   }
+  RetryPendingWrites(/*force=*/true);
+  for (const auto& [job, p] : AllEntries()) {
+    const PendingWrites w = p->Pending();
+    if (!w.Any()) continue;
+    const std::string lost =
+        DescribePending(w.history, w.records, w.final_checkpoint,
+                        w.final_files != nullptr, w.since, w.first_error);
+    const v1::JobStatus status = job->Status(/*with_history=*/false, Now());
+    LOG(ERROR) << "job " << job->id() << ": LOST at shutdown: " << lost
+               << "; a restarted master will not see what they held (the job "
+                  "is "
+               << v1::JobState_Name(status.state()) << " at version "
+               << status.version() << ")";
+  }
 }
 
-void JobRegistry::PersistHistory(const Job& job) const {
-  {
-    // Deleted meanwhile: its directory is gone and stays gone.
-    absl::MutexLock lock(&mu_);
-    if (jobs_.find(job.id()) == jobs_.end()) return;
+void JobRegistry::RetryPendingWrites(bool force) {
+  for (const auto& [job, p] : AllEntries()) {
+    const PendingWrites w = p->Pending();
+    if (!w.Any() || (!force && Now() < w.next_retry)) continue;
+    const bool final_checkpoint = w.final_checkpoint;
+    const bool final_best = w.final_best;
+    const std::shared_ptr<const v1::JobCheckpointFile> final_files =
+        w.final_files;
+    const bool history = w.history || w.records;
+    VLOG(1) << "job " << job->id() << ": retrying unwritten records";
+    if (final_checkpoint) {
+      // As at the end: the checkpoint from the kept tensors, weights.pb and
+      // optimizer.pb with it, then the tensors go.
+      WriteJobEnd(*job, /*ended_now=*/false, final_best);
+    } else if (final_files != nullptr) {
+      const absl::Status written = WriteFinalFiles(job->id(), *final_files);
+      UpdatePending(
+          job->id(), *p,
+          [&](PendingWrites& w) {
+            if (written.ok() && w.final_files == final_files) {
+              w.final_files.reset();
+            }
+          },
+          written);
+    }
+    if (history) PersistHistory(*job);
+    const absl::Duration wait = p->BackOff(Now(), kMaxRetry);
+    if (wait > absl::ZeroDuration()) {
+      VLOG(1) << "job " << job->id() << ": still unwritten; next try in "
+              << absl::FormatDuration(wait);
+    }
   }
-  absl::Status status =
-      store_->WriteHistory(job.id(), job.Status(/*with_history=*/true, Now()));
-  if (!status.ok()) LOG(ERROR) << "job " << job.id() << ": " << status;
+}
+
+absl::Status JobRegistry::WriteFinalFiles(
+    const std::string& job_id, const v1::JobCheckpointFile& checkpoint) const {
+  MPILEARN_RETURN_IF_ERROR(store_->WriteWeights(job_id, checkpoint.weights()));
+  return store_->WriteOptimizerState(job_id, checkpoint.optimizer_state());
+}
+
+std::shared_ptr<JobRegistry::Persistence> JobRegistry::PersistenceOf(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.persistence;
+}
+
+void JobRegistry::UpdatePending(
+    const std::string& job_id, Persistence& p,
+    const std::function<void(PendingWrites&)>& change,
+    const absl::Status& error) const {
+  absl::MutexLock lock(&p.state_mu);
+  PendingWrites& w = p.pending;
+  const bool was_pending = w.Any();
+  change(w);
+  if (w.Any() && !was_pending) {
+    // A streak begins: logged once, retried from Tick with a backoff.
+    w.first_error = error.ok() ? absl::UnknownError("cause not reported")
+                               : error;
+    w.since = Now();
+    w.backoff = kFirstRetry;
+    w.next_retry = w.since + w.backoff;
+    LOG(ERROR) << "job " << job_id << ": "
+               << DescribePending(w.history, w.records, w.final_checkpoint,
+                                  w.final_files != nullptr, w.since,
+                                  w.first_error)
+               << "; retrying (after " << absl::FormatDuration(kFirstRetry)
+               << ", backing off to " << absl::FormatDuration(kMaxRetry)
+               << ") until written";
+  } else if (w.Any() && !error.ok()) {
+    VLOG(1) << "job " << job_id << ": still not written: " << error;
+  } else if (!w.Any() && was_pending) {
+    LOG(INFO) << "job " << job_id
+              << ": storage recovered, every record written ("
+              << absl::FormatDuration(Now() - w.since)
+              << " after the first failure)";
+    w.first_error = absl::OkStatus();
+    w.since = absl::InfinitePast();
+    w.backoff = absl::ZeroDuration();
+    w.next_retry = absl::InfinitePast();
+  }
+}
+
+std::string JobRegistry::StorageError(Persistence& p) const {
+  const PendingWrites w = p.Pending();
+  if (!w.Any()) return "";
+  return absl::StrCat(
+      DescribePending(w.history, w.records, w.final_checkpoint,
+                      w.final_files != nullptr, w.since, w.first_error),
+      "; retrying");
+}
+
+void JobRegistry::AppendRecords(const Job& job, Persistence& p,
+                                const JobStore::Records& records) const {
+  if (records.epochs.empty() && records.validations.empty()) return;
+  if (PersistenceOf(job.id()).get() != &p) return;  // deleted meanwhile
+  {
+    absl::MutexLock lock(&p.state_mu);
+    // The rewrite that is due will hold them.
+    if (p.pending.records) return;
+  }
+  const absl::Status appended = store_->AppendRecords(job.id(), records);
+  if (appended.ok()) return;
+  // Rewritten whole by the retry: no cut line stays in the file.
+  UpdatePending(
+      job.id(), p, [](PendingWrites& w) { w.records = true; }, appended);
+}
+
+void JobRegistry::PersistHistory(const Job& job, bool rewrite_records) const {
+  const std::shared_ptr<Persistence> p = PersistenceOf(job.id());
+  if (p == nullptr) return;  // deleted: its directory is gone and stays gone
+  absl::MutexLock write_lock(&p->write_mu);
+  if (PersistenceOf(job.id()) != p) return;  // deleted meanwhile
+  bool records = rewrite_records;
+  {
+    absl::MutexLock lock(&p->state_mu);
+    records = records || p->pending.records;
+  }
+  absl::Status history_written;
+  absl::Status records_written;
+  if (records) {
+    // records.jsonl first: history.json without the lists is written only
+    // once they are on disk (it may be a file that still holds them).
+    const v1::JobStatus status = job.Status(/*with_history=*/true, Now());
+    records_written = store_->WriteRecords(job.id(), status);
+    history_written = records_written.ok()
+                          ? store_->WriteHistory(job.id(), status)
+                          : records_written;
+  } else {
+    history_written = store_->WriteHistory(
+        job.id(), job.Status(/*with_history=*/false, Now()));
+  }
+  UpdatePending(
+      job.id(), *p,
+      [&](PendingWrites& w) {
+        w.history = !history_written.ok();
+        if (records) w.records = !records_written.ok();
+      },
+      records_written.ok() ? history_written : records_written);
 }
 
 }  // namespace mpilearn::server

@@ -18,12 +18,28 @@
 // codes unchanged.
 //
 // Durability (job_store.h): a job's spec is written before it is queued;
-// its history.json whenever its record changes; a checkpoint (status,
+// its history.json (the status without the epoch and validation lists)
+// whenever its state, groups or epochs change; each epoch record and
+// validation is appended to records.jsonl as it arrives (ReportValidation
+// only appends, unless it ends the job or improves the best); a checkpoint
+// (status,
 // weights, optimizer state, data queue) every checkpoint.every_updates
 // updates (on the pushing thread), every checkpoint.every_seconds (Tick),
 // whenever a validation improves the best (also as best.pb), when the job
 // ends, and at CheckpointAll (master shutdown). Files are written after the
-// job's mutex is released; one job's checkpoints are written one at a time.
+// job's mutex is released; one job's checkpoints are written one at a time,
+// and so are its history.json and records.jsonl writes (Persistence::
+// write_mu, held while a record is added to the job and appended, so the
+// file's order is the job's).
+//
+// Unwritten records: a history.json, records.jsonl, final checkpoint or
+// final weights.pb/optimizer.pb write that fails is remembered per job and
+// retried by Tick (after 1 s, doubling to 30 s between tries) until it
+// succeeds; the first failure of a streak is logged (ERROR) and so is the
+// recovery (INFO). Meanwhile JobStatus.storage_error (Status, List,
+// ListPage) says what is missing, since when and why. A job whose final
+// checkpoint is unwritten keeps its tensors until it is written.
+// CheckpointAll (shutdown) tries once more and logs what is lost.
 //
 // Observability: each applied update is reported to Options::metrics
 // (apply time, staleness; see metrics_sink.h), and with Options::trace the
@@ -39,8 +55,13 @@
 // without a usable checkpoint comes back as its history.json says if that
 // says it ended, else QUEUED from its spec with no weights. A job whose
 // history.json says it ended (COMPLETED, FAILED, CANCELLED) is loaded from
-// that record alone: its checkpoints' tensors are not decoded (they stay on
-// disk for PullWeights, EndedWeights).
+// that record (merged with records.jsonl) alone: its checkpoints' tensors
+// are not kept (they stay on disk for PullWeights, EndedWeights); only
+// when its newest checkpoint was written after history.json (a history
+// write that failed) is that checkpoint read, and if it says the job
+// ended, its outcome (state, test result, version, counters) wins. An
+// ended state never regresses: a job whose history or checkpoint says it
+// ended never comes back QUEUED.
 //
 // Ended jobs release memory: once a job has ended and its final checkpoint
 // is written (WriteJobEnd), Job::ReleaseMemory drops its weights, optimizer
@@ -52,6 +73,7 @@
 #ifndef MPILEARN_SERVER_CORE_JOB_REGISTRY_H_
 #define MPILEARN_SERVER_CORE_JOB_REGISTRY_H_
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -137,20 +159,22 @@ class JobRegistry {
       Job& job, const GradientUpdate& update);
 
   // The data queue: marks the group as seen, records its completed units
-  // and hands out the next one (Job::NextDataUnit). Persists the history
-  // when the request finished an epoch.
+  // and hands out the next one (Job::NextDataUnit). When the request
+  // finished an epoch: appends its record to records.jsonl and writes
+  // history.json.
   absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
       const v1::NextDataUnitRequest& request);
 
   // Merges the group's validation metrics into the master's record of a
   // finished epoch (Job::RecordEpoch), records them as a validation (source
   // "group G", version: the job's weight version now) that drives the stop
-  // rules, and persists the history.
+  // rules; appends both records to records.jsonl and writes history.json.
   absl::StatusOr<v1::JobState> ReportEpoch(const std::string& job_id,
                                            const v1::EpochRecord& record);
-  // A validation pool's result (Job::RecordValidation); persists the
-  // history. Returns the job's state after it (COMPLETED if a stop rule
-  // fired).
+  // A validation pool's result (Job::RecordValidation), appended to
+  // records.jsonl (history.json is written only when it ended the job or
+  // improved the best). Returns the job's state after it (COMPLETED if a
+  // stop rule fired).
   absl::StatusOr<v1::JobState> ReportValidation(
       const std::string& job_id, const v1::ValidationRecord& record);
   // Marks the group as seen and, when given, keeps its telemetry as the
@@ -209,18 +233,72 @@ class JobRegistry {
   void Tick();
 
   // Checkpoints every job changed since its last checkpoint, waiting for
-  // writes under way; for a clean shutdown, once no more calls arrive.
+  // writes under way, then tries every unwritten record once more and logs
+  // (ERROR) each job whose records are still not on disk; for a clean
+  // shutdown, once no more calls arrive.
   void CheckpointAll();
+
+  // Retries the unwritten records of every job whose retry is due (all of
+  // them with `force`). Tick calls it.
+  void RetryPendingWrites(bool force);
 
   absl::Duration group_timeout() const { return options_.group_timeout; }
   absl::Time Now() const { return options_.clock(); }
 
  private:
+  // A job's records not on disk yet (a failed write), retried by Tick.
+  struct PendingWrites {
+    bool history = false;           // history.json
+    bool records = false;           // records.jsonl, to be rewritten whole
+    bool final_checkpoint = false;  // the ended job's final checkpoint
+    bool final_best = false;        //   and best.pb with it
+    // weights.pb and optimizer.pb of a COMPLETED job, from this final
+    // checkpoint (whose own file is on disk).
+    std::shared_ptr<const v1::JobCheckpointFile> final_files;
+    // The streak: its first error, when it began, the next retry.
+    absl::Status first_error;
+    absl::Time since = absl::InfinitePast();
+    absl::Duration backoff = absl::ZeroDuration();
+    absl::Time next_retry = absl::InfinitePast();
+
+    bool Any() const {
+      return history || records || final_checkpoint || final_files != nullptr;
+    }
+  };
+  // The writes of a job's history.json and records.jsonl. Lock order:
+  // write_mu -> Job::mu_ and write_mu -> the registry's mu_ (brief
+  // lookups); state_mu is a leaf (nothing is taken while it is held).
+  // write_mu and an Entry's checkpoint_mu are never held together.
+  struct Persistence {
+    // Serialises the job's history.json and records.jsonl writes; held
+    // across adding a record to the job and appending it.
+    absl::Mutex write_mu;
+    absl::Mutex state_mu;
+    PendingWrites pending ABSL_GUARDED_BY(state_mu);
+
+    // A copy of `pending`, taken under state_mu.
+    PendingWrites Pending() ABSL_LOCKS_EXCLUDED(state_mu) {
+      absl::MutexLock lock(&state_mu);
+      return pending;
+    }
+    // After a retry: while anything is still pending, the next try waits
+    // twice as long as the last (at most `max`). Returns that wait, or zero
+    // when nothing is pending.
+    absl::Duration BackOff(absl::Time now, absl::Duration max)
+        ABSL_LOCKS_EXCLUDED(state_mu) {
+      absl::MutexLock lock(&state_mu);
+      if (!pending.Any()) return absl::ZeroDuration();
+      pending.backoff = std::min(2 * pending.backoff, max);
+      pending.next_retry = now + pending.backoff;
+      return pending.backoff;
+    }
+  };
   // A job and the mutex held while its checkpoint files are written (never
   // together with the job's own mutex).
   struct Entry {
     std::shared_ptr<Job> job;
     std::shared_ptr<absl::Mutex> checkpoint_mu = std::make_shared<absl::Mutex>();
+    std::shared_ptr<Persistence> persistence = std::make_shared<Persistence>();
   };
 
   JobRegistry(Options options, std::unique_ptr<JobStore> store);
@@ -228,28 +306,62 @@ class JobRegistry {
   // Loads the jobs of the state directory (see the class comment).
   void LoadJobs();
 
-  // Persists the job's status; failures are logged, not returned, because
-  // the in-memory state stays authoritative and the next write retries.
-  void PersistHistory(const Job& job) const;
+  // Writes the job's history.json, and with `rewrite_records` (or while
+  // records.jsonl is unwritten) first records.jsonl in full. Failures are
+  // not returned: the in-memory state stays authoritative, the write is
+  // remembered (PendingWrites) and retried by Tick.
+  void PersistHistory(const Job& job, bool rewrite_records = false) const;
+
+  // Appends `records` (just added to the job) to its records.jsonl, unless
+  // the file is to be rewritten anyway. Call with p.write_mu held.
+  void AppendRecords(const Job& job, Persistence& p,
+                     const JobStore::Records& records) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.write_mu);
+
+  // The job's Persistence; null when the job is not (or no longer) in the
+  // table.
+  std::shared_ptr<Persistence> PersistenceOf(const std::string& job_id) const;
+
+  // Applies `change` to the job's PendingWrites after a write whose result
+  // is `error`: starts a streak (logged once, first retry in 1 s) when
+  // something became pending, ends it (logged) when nothing is left.
+  void UpdatePending(const std::string& job_id, Persistence& p,
+                     const std::function<void(PendingWrites&)>& change,
+                     const absl::Status& error) const;
+
+  // JobStatus.storage_error of the job: empty when nothing is pending.
+  std::string StorageError(Persistence& p) const;
+
+  // Writes weights.pb and optimizer.pb from a COMPLETED job's final
+  // checkpoint.
+  absl::Status WriteFinalFiles(const std::string& job_id,
+                               const v1::JobCheckpointFile& checkpoint) const;
 
   // Takes a checkpoint of `job` and writes it, and with `best` best.pb too.
   // With a trigger, only if the checkpoint is due once the job's previous
   // write is done; without `wait`, not at all while another write of the job
   // is under way. Returns what was written; nothing when no checkpoint was
   // taken (not due, busy, no weights yet) or the write failed (logged).
+  // With `error`, a failed write is returned there instead of logged.
   std::optional<v1::JobCheckpointFile> WriteCheckpoint(
       Job& job, std::optional<CheckpointTrigger> trigger, bool wait,
-      bool best);
+      bool best, absl::Status* error = nullptr);
 
   // After a job ended (`ended_now`) or got the test result after a stop
   // rule ended it: final checkpoint (and best.pb with `best`), weights.pb
-  // and optimizer.pb for a COMPLETED job, the snapshot sink told.
+  // and optimizer.pb for a COMPLETED job, the snapshot sink told. What
+  // fails to write becomes pending (retried by Tick, which calls this again
+  // for a final checkpoint); the tensors are released once the final
+  // checkpoint is on disk.
   void WriteJobEnd(Job& job, bool ended_now, bool best);
 
   // Acts on what a validation did: best.pb, or the job's end.
   void AfterValidation(Job& job, const ValidationEffect& effect);
 
   std::vector<std::shared_ptr<Job>> AllJobs() const;
+  // Every job with its Persistence, in submission order.
+  std::vector<std::pair<std::shared_ptr<Job>, std::shared_ptr<Persistence>>>
+  AllEntries() const;
 
   const Options options_;
   const std::unique_ptr<JobStore> store_;

@@ -6,15 +6,18 @@
 #include "server/core/job_registry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "common/error_reason.h"
 #include "common/tensor_codec.h"
 #include "common/trace.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "server/core/metrics_sink.h"
 #include "server/core/snapshot_sink.h"
@@ -346,8 +349,14 @@ TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
   std::ifstream history(dir + "/history.json");
   std::string text((std::istreambuf_iterator<char>(history)),
                    std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("\"val_accuracy\": 0.75"), std::string::npos) << text;
   EXPECT_NE(text.find("JOB_STATE_COMPLETED"), std::string::npos);
+  // The epoch's record, merged with the group's validation, is appended to
+  // records.jsonl, after the master's own record of it.
+  const std::string records = ReadFile(dir + "/records.jsonl");
+  EXPECT_NE(records.find("{\"epoch\":{\"epoch\":1,"), std::string::npos)
+      << records;
+  EXPECT_NE(records.find("\"val_accuracy\":0.75"), std::string::npos)
+      << records;
 
   // A finished job takes no new group.
   v1::RegisterGroupRequest request;
@@ -456,8 +465,12 @@ TEST_F(JobRegistryTest, LostGroupsUnitGoesToTheOtherGroup) {
   std::ifstream history(state_dir_ + "/jobs/" + job_id + "/history.json");
   std::string text((std::istreambuf_iterator<char>(history)),
                    std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("\"train_loss\": 0.5"), std::string::npos) << text;
   EXPECT_NE(text.find("\"units_requeued\": \"1\""), std::string::npos) << text;
+  const std::string records =
+      ReadFile(state_dir_ + "/jobs/" + job_id + "/records.jsonl");
+  EXPECT_NE(records.find("{\"epoch\":{\"epoch\":1,\"train_loss\":0.5,"),
+            std::string::npos)
+      << records;
 }
 
 TEST_F(JobRegistryTest, NextDataUnitNeedsARegisteredGroup) {
@@ -914,6 +927,421 @@ TEST_F(JobRegistryTest, ErrorsCarryReasons) {
   const absl::Status group_unknown = registry_->NextDataUnit(next).status();
   EXPECT_EQ(group_unknown.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(ReasonOf(group_unknown), v1::ERROR_REASON_GROUP_UNKNOWN);
+}
+
+}  // namespace
+}  // namespace mpilearn::server
+
+namespace mpilearn::server {
+namespace {
+
+// With the fixture's 10 s group timeout: a group promising a 1 s heartbeat
+// is lost after 3 s without contact, and the job's message names that
+// limit; a group promising none is lost only after the 10 s.
+TEST_F(JobRegistryTest, HeartbeatGroupIsLostAfterThreeMissedHeartbeats) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id);
+  request.set_ranks(2);
+  request.set_host("test");
+  request.set_heartbeat_seconds(1.0);
+  const v1::RegisterGroupResponse beating =
+      registry_->RegisterGroup(request).value();
+  request.set_heartbeat_seconds(0);
+  const v1::RegisterGroupResponse silent =
+      registry_->RegisterGroup(request).value();
+
+  v1::JobStatus status = registry_->Status(job_id).value();
+  ASSERT_EQ(status.groups_size(), 2);
+  EXPECT_DOUBLE_EQ(status.groups(0).heartbeat_seconds(), 1.0);
+  EXPECT_DOUBLE_EQ(status.groups(0).lost_after_seconds(), 3.0);
+  EXPECT_DOUBLE_EQ(status.groups(1).heartbeat_seconds(), 0.0);
+  EXPECT_DOUBLE_EQ(status.groups(1).lost_after_seconds(), 10.0);
+
+  // A heartbeat is contact: 2.5 s later the clock starts again.
+  now_ += absl::Seconds(2.5);
+  ASSERT_TRUE(registry_->Heartbeat(job_id, beating.group_id()).ok());
+  now_ += absl::Seconds(3);
+  EXPECT_EQ(registry_->ReapLostGroups(), 0);
+  now_ += absl::Seconds(0.5);  // 3.5 s after the heartbeat
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  status = registry_->Status(job_id).value();
+  EXPECT_FALSE(status.groups(0).alive());
+  EXPECT_TRUE(status.groups(1).alive());
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);  // the other serves it
+  EXPECT_EQ(status.message(),
+            "group " + beating.group_id() +
+                " lost after 3 missed heartbeats (3s without contact)");
+  // The lost group's heartbeat is refused: it must register again.
+  EXPECT_EQ(ReasonOf(registry_->Heartbeat(job_id, beating.group_id()).status()),
+            v1::ERROR_REASON_GROUP_UNKNOWN);
+
+  now_ += absl::Seconds(4.5);  // 10.5 s after registering
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status.message(),
+            "group " + silent.group_id() + " lost after 10s without contact");
+}
+
+// A heartbeat the master cannot honour is refused before anything changes:
+// the job stays QUEUED with no group and no group id is used up.
+TEST_F(JobRegistryTest, BadHeartbeatIsRefusedAndChangesNothing) {
+  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  v1::RegisterGroupRequest request;
+  request.set_ranks(1);
+  request.set_host("test");
+  // 10 s timeout: at most 3.33 s; at least 0.1 s; finite.
+  for (const double bad : {3.5, 0.01, -2.0, std::nan(""), HUGE_VAL}) {
+    for (const std::string& named : {std::string(), job_id}) {
+      request.set_job_id(named);
+      request.set_heartbeat_seconds(bad);
+      const absl::Status refused = registry_->RegisterGroup(request).status();
+      EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+      EXPECT_EQ(ReasonOf(refused), v1::ERROR_REASON_INVALID_REQUEST) << bad;
+      EXPECT_NE(refused.message().find("--heartbeat_s"), std::string::npos)
+          << refused.message();
+    }
+  }
+  const v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status.groups_size(), 0);
+  // The first group accepted gets the first id.
+  request.set_job_id("");
+  request.set_heartbeat_seconds(10.0 / 3);
+  const v1::RegisterGroupResponse group = registry_->RegisterGroup(request).value();
+  EXPECT_EQ(group.job_id(), job_id);
+  EXPECT_EQ(group.group_id(), "g-1");
+}
+
+}  // namespace
+}  // namespace mpilearn::server
+
+// ---------------------------------------------------------------------------
+// Durable completion: records that cannot be written are retried until they
+// are, status says so meanwhile, and an ended job never comes back QUEUED.
+// The faults are real: a path the store writes is replaced by a file or a
+// directory of the same name (chmod does not stop root).
+
+namespace mpilearn::server {
+namespace {
+
+class DurableCompletionTest : public JobRegistryTest {
+ protected:
+  std::string JobDir(const std::string& job_id) const {
+    return state_dir_ + "/jobs/" + job_id;
+  }
+
+  // Replaces `path` (a directory) by a regular file until Restore.
+  void BreakDirectory(const std::string& path) {
+    std::filesystem::rename(path, path + ".away");
+    WriteFile(path, "not a directory\n");
+  }
+  void RestoreDirectory(const std::string& path) {
+    std::filesystem::remove(path);
+    std::filesystem::rename(path + ".away", path);
+  }
+
+  // A 1-epoch job trained to its last unit by one group: the next Leave
+  // completes it. Returns the group id.
+  std::string TrainToTheEnd(const std::string& job_id) {
+    const std::string group = Register(job_id).group_id();
+    InitWeights(job_id, group);
+    Push(job_id, group, 1.0f);
+    Push(job_id, group, 0.5f);
+    auto unit = NextUnit(job_id, group, 50, {}).value();
+    EXPECT_TRUE(NextUnit(job_id, group, 50, {unit.unit()}).value().finish());
+    return group;
+  }
+
+  absl::StatusOr<v1::JobState> Complete(const std::string& job_id,
+                                        const std::string& group) {
+    v1::LeaveRequest leave;
+    leave.set_job_id(job_id);
+    leave.set_group_id(group);
+    leave.set_completed(true);
+    leave.set_test_accuracy(0.8);
+    leave.set_test_loss(0.4);
+    return registry_->Leave(leave);
+  }
+
+  void Validate(const std::string& job_id, uint64_t version, double loss) {
+    v1::ValidationRecord record;
+    record.set_version(version);
+    record.set_val_loss(loss);
+    record.set_source("pool v-1");
+    ASSERT_TRUE(registry_->ReportValidation(job_id, record).ok());
+  }
+};
+
+TEST_F(DurableCompletionTest, UnwrittenRecordsAreRetriedUntilWritten) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  Validate(job_id, 2, 0.5);
+
+  // The job's directory becomes a file: nothing of the job can be written.
+  BreakDirectory(JobDir(job_id));
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  Validate(job_id, 2, 0.6);  // appended to nothing: records.jsonl pending
+  v1::JobStatus status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_NE(status.storage_error().find(
+                "final checkpoint, history.json and records.jsonl not "
+                "written since 1970-01-01 00:16:40 UTC: "),
+            std::string::npos)
+      << status.storage_error();
+  EXPECT_TRUE(absl::EndsWith(status.storage_error(), "; retrying"));
+  EXPECT_EQ(registry_->List()[0].storage_error(), status.storage_error());
+  bool more = false;
+  EXPECT_EQ(registry_->ListPage(0, {}, 10, &more)[0].status.storage_error(),
+            status.storage_error());
+  // The final checkpoint needs the tensors: kept.
+  EXPECT_TRUE(registry_->FindJob(job_id).value()->Weights().ok());
+
+  // Still broken: the retries fail, the message stays (same cause, same
+  // start), the tensors stay.
+  for (int i = 0; i < 3; ++i) {
+    now_ += absl::Seconds(40);
+    registry_->Tick();
+  }
+  EXPECT_EQ(registry_->Status(job_id)->storage_error(), status.storage_error());
+  EXPECT_TRUE(registry_->FindJob(job_id).value()->Weights().ok());
+
+  // Writable again: the next due retry writes everything and releases the
+  // tensors as a normal end would.
+  RestoreDirectory(JobDir(job_id));
+  now_ += absl::Seconds(40);
+  registry_->Tick();
+  status = registry_->Status(job_id).value();
+  EXPECT_EQ(status.storage_error(), "");
+  EXPECT_EQ(status.checkpoint_version(), 2u);
+  EXPECT_EQ(ReasonOf(registry_->FindJob(job_id).value()->Weights().status()),
+            v1::ERROR_REASON_JOB_ENDED);
+  EXPECT_TRUE(std::filesystem::exists(JobDir(job_id) + "/weights.pb"));
+  EXPECT_TRUE(std::filesystem::exists(JobDir(job_id) + "/optimizer.pb"));
+  EXPECT_NE(ReadFile(JobDir(job_id) + "/history.json")
+                .find("JOB_STATE_COMPLETED"),
+            std::string::npos);
+
+  // A restart finds everything: completion, test result, final version,
+  // both validations (the one reported during the fault too).
+  registry_ = MakeRegistry();
+  const v1::JobStatus resumed = registry_->Status(job_id).value();
+  EXPECT_EQ(resumed.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(resumed.test_accuracy(), 0.8);
+  EXPECT_EQ(resumed.version(), 2u);
+  EXPECT_EQ(resumed.history_size(), 1);
+  ASSERT_EQ(resumed.validations_size(), 2);
+  EXPECT_DOUBLE_EQ(resumed.validations(1).val_loss(), 0.6);
+  EXPECT_EQ(resumed.storage_error(), "");
+  EXPECT_EQ(registry_->EndedWeights(*registry_->FindJob(job_id).value())
+                .value()
+                ->header.version(),
+            2u);
+}
+
+// weights.pb and optimizer.pb are retried from the final checkpoint, also
+// once the job's own tensors are gone.
+TEST_F(DurableCompletionTest, FinalWeightsAreRetriedAfterRelease) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  // weights.pb is a directory: the rename over it fails.
+  std::filesystem::create_directories(JobDir(job_id) + "/weights.pb");
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  EXPECT_NE(registry_->Status(job_id)->storage_error().find(
+                "final weights.pb and optimizer.pb not written"),
+            std::string::npos)
+      << registry_->Status(job_id)->storage_error();
+  // The final checkpoint is on disk: the job's tensors went.
+  EXPECT_FALSE(registry_->FindJob(job_id).value()->Weights().ok());
+  std::filesystem::remove(JobDir(job_id) + "/weights.pb");
+  now_ += absl::Seconds(2);
+  registry_->Tick();
+  EXPECT_EQ(registry_->Status(job_id)->storage_error(), "");
+  v1::TensorSet weights;
+  ASSERT_TRUE(weights.ParseFromString(ReadFile(JobDir(job_id) + "/weights.pb")));
+  EXPECT_EQ(weights.header().version(), 2u);
+}
+
+// history.json written before the end (the write at the end failed, then
+// the master died) while the final checkpoint says COMPLETED: the
+// checkpoint's word wins, and history.json is brought up to date.
+TEST_F(DurableCompletionTest, StaleHistoryAndCompletedCheckpointStayCompleted) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  const std::string history = JobDir(job_id) + "/history.json";
+  const std::string stale = ReadFile(history);
+  ASSERT_NE(stale.find("JOB_STATE_RUNNING"), std::string::npos);
+  // history.json is a directory: the atomic rename over it fails.
+  std::filesystem::remove(history);
+  std::filesystem::create_directories(history);
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  EXPECT_NE(registry_->Status(job_id)->storage_error().find(
+                "history.json not written"),
+            std::string::npos);
+  // The master dies with the stale history.json on disk.
+  std::filesystem::remove(history);
+  WriteFile(history, stale);
+  registry_ = MakeRegistry();
+  const v1::JobStatus resumed = registry_->Status(job_id).value();
+  EXPECT_EQ(resumed.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(resumed.test_accuracy(), 0.8);
+  EXPECT_EQ(resumed.version(), 2u);
+  EXPECT_EQ(resumed.storage_error(), "");
+  EXPECT_NE(ReadFile(history).find("JOB_STATE_COMPLETED"), std::string::npos);
+  // Its tensors are not kept (the checkpoint holds them).
+  EXPECT_FALSE(registry_->FindJob(job_id).value()->Weights().ok());
+}
+
+// The reverse: history.json says COMPLETED but the final checkpoint was
+// never written (its directory was a file) and the master died; the newest
+// checkpoint on disk is from before the end. The job stays COMPLETED.
+TEST_F(DurableCompletionTest, CompletedHistoryAndOlderCheckpointStayCompleted) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  spec.mutable_checkpoint()->set_every_updates(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  ASSERT_EQ(CheckpointFiles(job_id).back(), "ckpt-000000000002.pb");
+  BreakDirectory(CheckpointDir(job_id));
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  EXPECT_NE(registry_->Status(job_id)->storage_error().find(
+                "final checkpoint not written"),
+            std::string::npos)
+      << registry_->Status(job_id)->storage_error();
+  RestoreDirectory(CheckpointDir(job_id));  // the old, RUNNING checkpoint
+  registry_ = MakeRegistry();
+  const v1::JobStatus resumed = registry_->Status(job_id).value();
+  EXPECT_EQ(resumed.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(resumed.test_accuracy(), 0.8);
+  EXPECT_EQ(resumed.version(), 2u);
+}
+
+// A state directory of a master before records.jsonl (history.json with
+// both lists, no records.jsonl) loads with its lists, is rewritten in the
+// new form at once, and loads the same again (no record counted twice).
+TEST_F(DurableCompletionTest, LegacyHistoryIsMigrated) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  for (int i = 0; i < 3; ++i) Validate(job_id, 2, 1.0 + i);
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  const v1::JobStatus full = registry_->Status(job_id).value();
+  ASSERT_EQ(full.validations_size(), 3);
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  ASSERT_TRUE(
+      google::protobuf::util::MessageToJsonString(full, &json, options).ok());
+  WriteFile(JobDir(job_id) + "/history.json", json);
+  std::filesystem::remove(JobDir(job_id) + "/records.jsonl");
+  for (int restart = 0; restart < 2; ++restart) {
+    registry_ = MakeRegistry();
+    const v1::JobStatus loaded = registry_->Status(job_id).value();
+    EXPECT_EQ(loaded.state(), v1::JOB_STATE_COMPLETED);
+    ASSERT_EQ(loaded.validations_size(), 3) << restart;
+    ASSERT_EQ(loaded.history_size(), 1) << restart;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(loaded.validations(i).SerializeAsString(),
+                full.validations(i).SerializeAsString());
+    }
+    EXPECT_EQ(ReadFile(JobDir(job_id) + "/records.jsonl").substr(0, 15),
+              "{\"reset\":true}\n");
+    EXPECT_NE(ReadFile(JobDir(job_id) + "/history.json")
+                  .find("\"validations\": []"),
+              std::string::npos);
+  }
+}
+
+// A clean shutdown (CheckpointAll) tries pending writes at once, without
+// waiting for the backoff.
+TEST_F(DurableCompletionTest, ShutdownTriesPendingWritesOnceMore) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  BreakDirectory(JobDir(job_id));
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  registry_->CheckpointAll();  // still broken: logged as lost
+  EXPECT_NE(registry_->Status(job_id)->storage_error(), "");
+  RestoreDirectory(JobDir(job_id));
+  registry_->Tick();  // the clock has not moved: no retry due yet
+  EXPECT_NE(registry_->Status(job_id)->storage_error(), "");
+  registry_->CheckpointAll();
+  EXPECT_EQ(registry_->Status(job_id)->storage_error(), "");
+  registry_ = MakeRegistry();
+  EXPECT_EQ(registry_->Status(job_id)->state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(registry_->Status(job_id)->test_accuracy(), 0.8);
+}
+
+// Validations reported at once from several threads (pools) are appended
+// in the order the job recorded them: a restart reads back the same list,
+// in the same order.
+TEST_F(DurableCompletionTest, ConcurrentValidationsKeepTheJobsOrder) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  std::vector<std::thread> pools;
+  for (int t = 0; t < 4; ++t) {
+    pools.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        v1::ValidationRecord record;
+        record.set_version(1000 * t + i);
+        record.set_val_loss(1.0 + t + i);
+        record.set_source(absl::StrCat("pool v-", t));
+        EXPECT_TRUE(registry_->ReportValidation(job_id, record).ok());
+      }
+    });
+  }
+  for (std::thread& pool : pools) pool.join();
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  const v1::JobStatus before = registry_->Status(job_id).value();
+  ASSERT_EQ(before.validations_size(), 200);
+  registry_ = MakeRegistry();
+  const v1::JobStatus after = registry_->Status(job_id).value();
+  ASSERT_EQ(after.validations_size(), 200);
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(after.validations(i).version(), before.validations(i).version())
+        << i;
+  }
+}
+
+// A pool's validations are appended, not rewritten: after many, a restart
+// (from the job's checkpoint) and an ended job's reload see every one.
+TEST_F(DurableCompletionTest, ValidationsAreAppendedAndReadBack) {
+  v1::JobSpec spec = SgdSpec();
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(spec).value();
+  const std::string group = TrainToTheEnd(job_id);
+  for (int i = 0; i < 50; ++i) Validate(job_id, 2, 1.0 + i);
+  const std::string history_before = ReadFile(JobDir(job_id) + "/history.json");
+  for (int i = 50; i < 100; ++i) Validate(job_id, 2, 1.0 + i);
+  // Validations that do not improve leave history.json as it was.
+  EXPECT_EQ(ReadFile(JobDir(job_id) + "/history.json"), history_before);
+  const std::string records = ReadFile(JobDir(job_id) + "/records.jsonl");
+  EXPECT_EQ(std::count(records.begin(), records.end(), '\n'), 101) << records;
+  ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
+  const v1::JobStatus before = registry_->Status(job_id).value();
+  registry_ = MakeRegistry();
+  const v1::JobStatus after = registry_->Status(job_id).value();
+  ASSERT_EQ(after.validations_size(), 100);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(after.validations(i).SerializeAsString(),
+              before.validations(i).SerializeAsString());
+  }
+  ASSERT_EQ(after.history_size(), 1);
+  EXPECT_EQ(after.history(0).SerializeAsString(),
+            before.history(0).SerializeAsString());
 }
 
 }  // namespace

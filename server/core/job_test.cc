@@ -807,6 +807,31 @@ TEST_F(JobQueueTest, LeavingGroupsUnitIsRequeued) {
   EXPECT_EQ(status.history(0).samples(), 100u);
 }
 
+// A group that abandons the job (its rank was terminated from outside)
+// gives its unit back at once and does not fail the job; the cause becomes
+// the job's message, and the job is QUEUED once no group serves it.
+TEST_F(JobQueueTest, AbandoningGroupRequeuesWithoutFailing) {
+  MakeJob(1, 30, {"a", "b"});
+  QueueClient a{"a", 1.0, std::nullopt};
+  QueueClient b{"b", 1.0, std::nullopt};
+  EXPECT_EQ(a.Ask(*job_, 100, now_)->unit().unit_id(), 0);
+  EXPECT_EQ(b.Ask(*job_, 100, now_)->unit().unit_id(), 1);
+  v1::LeaveRequest leave;
+  leave.set_job_id("job-1");
+  leave.set_group_id("b");
+  leave.set_abandoned("rank terminated: signal 15");
+  EXPECT_EQ(job_->Leave(leave).value(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job_->Status(false, now_).message(),
+            "group b left without finishing: rank terminated: signal 15");
+  EXPECT_EQ(a.Ask(*job_, 100, now_)->unit().unit_id(), 1);  // requeued first
+  leave.set_group_id("a");
+  EXPECT_EQ(job_->Leave(leave).value(), v1::JOB_STATE_QUEUED);
+  const v1::JobStatus status = job_->Status(false, now_);
+  EXPECT_EQ(status.units_requeued(), 2u);
+  EXPECT_EQ(status.message(),
+            "group a left without finishing: rank terminated: signal 15");
+}
+
 // Epoch e + 2 waits until epoch e is finished, even when e + 1 is all
 // handed out.
 TEST_F(JobQueueTest, AtMostOneEpochRunsAhead) {

@@ -352,14 +352,18 @@ absl::StatusOr<v1::LeaveResponse> MasterCore::Leave(
     MPILEARN_RETURN_IF_ERROR(
         CheckStringField("test_metrics key", name, limits_.max_string_bytes));
   }
-  // A group's error is never refused (the job must hear it): it is kept
-  // cut to the string limit, as one line.
-  const bool plain = request.error().size() <= limits_.max_string_bytes &&
-                     !HasControlBytes(request.error());
+  // A group's error (or why it abandoned the job) is never refused (the job
+  // must hear it): it is kept cut to the string limit, as one line.
+  auto is_plain = [&](const std::string& text) {
+    return text.size() <= limits_.max_string_bytes && !HasControlBytes(text);
+  };
+  const bool plain = is_plain(request.error()) && is_plain(request.abandoned());
   v1::LeaveRequest bounded;
   if (!plain) {
     bounded = request;
     bounded.set_error(SanitizeText(request.error(), limits_.max_string_bytes));
+    bounded.set_abandoned(
+        SanitizeText(request.abandoned(), limits_.max_string_bytes));
   }
   MPILEARN_ASSIGN_OR_RETURN(v1::JobState state,
                             registry_->Leave(plain ? request : bounded));
@@ -538,6 +542,11 @@ std::vector<JobMetricsView> MasterCore::ListForMetrics() const {
 void MasterCore::Tick() { registry_->Tick(); }
 
 absl::Duration MasterCore::TickPeriod() const {
+  // A group is declared lost at the first tick after its limit: at most one
+  // period late. Groups with a heartbeat (lost after 3 periods, at least
+  // 0.3 s) are not counted here: the 1 s cap keeps them within 1 s of their
+  // limit, which is all a heartbeat of a few seconds needs, and the period
+  // stays fixed (the reaper reads it once).
   return std::min(absl::Seconds(1), registry_->group_timeout() / 4);
 }
 

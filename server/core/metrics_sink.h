@@ -19,6 +19,9 @@ class MetricsSink {
   // time, staleness, device and optimizer labels.
   virtual void OnUpdateApplied(const std::string& job_id,
                                const AppliedUpdate& update) = 0;
+
+  // The job was deleted (DeleteJob): whatever is kept for it can go.
+  virtual void OnJobDeleted(const std::string& /*job_id*/) {}
 };
 
 }  // namespace mpilearn::server

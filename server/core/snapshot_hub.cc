@@ -97,6 +97,14 @@ void SnapshotHub::OnJobEnded(const std::string& job_id) {
   }
 }
 
+void SnapshotHub::OnJobDeleted(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+  for (auto& [subscription, subscriber] : subscribers_) {
+    subscriber.slots.erase(job_id);
+  }
+}
+
 std::shared_ptr<SnapshotHub::Subscription> SnapshotHub::Subscribe(
     const std::vector<std::string>& job_ids, const std::string& label) {
   // The constructor is private to the hub, hence no make_shared.

@@ -84,6 +84,7 @@ class SnapshotHub final : public SnapshotSink {
                   std::shared_ptr<const WeightsSnapshot> weights,
                   int epochs_done) override;
   void OnJobEnded(const std::string& job_id) override;
+  void OnJobDeleted(const std::string& job_id) override;
 
   // A subscriber to the snapshots of `job_ids` (empty: every job, including
   // jobs submitted later) published from now on. `label` names it in logs.

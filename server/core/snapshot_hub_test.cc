@@ -176,6 +176,25 @@ TEST(SnapshotHubTest, EndedJobDeliversItsLastSnapshotThenNothing) {
   EXPECT_EQ(hub.Counters("j").published, 2u);
 }
 
+// A deleted job leaves nothing behind: its counters and any snapshot a
+// subscriber had not taken yet go.
+TEST(SnapshotHubTest, DeletedJobIsForgotten) {
+  SnapshotHub hub;
+  auto sub = hub.Subscribe({}, "test");
+  const v1::JobSpec spec = Spec(1, std::nullopt);
+  Update(hub, "j", spec, 1);
+  Update(hub, "k", spec, 1);
+  hub.OnJobEnded("j");
+  EXPECT_EQ(hub.Counters("j").published, 1u);
+  hub.OnJobDeleted("j");
+  EXPECT_EQ(hub.Counters("j").published, 0u);
+  auto d = sub->Next(absl::ZeroDuration());
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->job_id, "k");  // j's pending snapshot went with it
+  EXPECT_FALSE(sub->Next(absl::ZeroDuration()).has_value());
+  EXPECT_EQ(hub.Counters("k").published, 1u);
+}
+
 TEST(SnapshotHubTest, SameVersionIsPublishedOnceWithTheNewerEpoch) {
   SnapshotHub hub;
   auto sub = hub.Subscribe({}, "test");

@@ -32,6 +32,9 @@ class SnapshotSink {
 
   // The job ended (completed, failed, stopped): subscribers stop getting it.
   virtual void OnJobEnded(const std::string& job_id) = 0;
+
+  // The (ended) job was deleted: whatever is kept for it can go.
+  virtual void OnJobDeleted(const std::string& /*job_id*/) {}
 };
 
 }  // namespace mpilearn::server
