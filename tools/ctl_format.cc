@@ -176,6 +176,10 @@ std::string SummaryBlock(const v1::JobStatus& job) {
     summary.AddRow({"stop_reason", job.stop_reason()});
   }
   if (!job.message().empty()) summary.AddRow({"message", job.message()});
+  if (!job.storage_error().empty()) {
+    // Right under the state: what a restart of the master would lose.
+    summary.AddRow({"storage_error", job.storage_error()});
+  }
   summary.AddRow({"algorithm", spec.algorithm()});
   summary.AddRow({"model", ModelText(spec.model())});
   summary.AddRow({"optimizer", OptimizerText(spec)});

@@ -225,6 +225,18 @@ TEST(FormatJobStatusTest, DataProblemsWhenThereAreAny) {
       << text;
 }
 
+// Unwritten records are shown only while there are any.
+TEST(FormatJobStatusTest, StorageErrorWhenThereIsOne) {
+  v1::JobStatus job = FullStatus();
+  EXPECT_EQ(FormatJobStatus(job).find("storage_error"), std::string::npos);
+  job.set_storage_error("history.json not written since 01:02:03 UTC: disk full; retrying");
+  const std::string text = FormatJobStatus(job);
+  EXPECT_NE(text.find("\nstorage_error  history.json not written since 01:02:03 "
+                      "UTC: disk full; retrying\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(FormatJobStatusTest, SummaryAndEverySection) {
   EXPECT_EQ(
       FormatJobStatus(FullStatus()),
