@@ -487,8 +487,10 @@ bool Job::Releasable() const {
   absl::MutexLock lock(&mu_);
   // A group still training gets its updates dropped with the final
   // weights in the reply (see ApplyGradient): keep them until it leaves.
-  return EndedLocked() && (!StoppedLocked() || stop_finished_) &&
-         groups_.Live() == 0;
+  // A stop rule's end waits for its finisher only while a group is live:
+  // an ended job takes no new group, so once none is left nobody can
+  // finish it any more.
+  return EndedLocked() && groups_.Live() == 0;
 }
 
 bool Job::ReleaseMemory() {

@@ -291,11 +291,11 @@ class Job {
   // JOB_ENDED. FAILED_PRECONDITION (ERROR_REASON_JOB_ENDED) for a job that
   // has ended.
   absl::Status Cancel(const std::string& reason);
-  // Whether the job has ended (COMPLETED, FAILED, CANCELLED), nobody is
-  // still to finish it (a stop rule's end waits for the test result) and no
-  // group is live (a group still training gets the final weights in its
-  // replies until it leaves; one that dies keeps them until a restart), so
-  // ReleaseMemory may drop its tensors once its final checkpoint is written.
+  // Whether the job has ended (COMPLETED, FAILED, CANCELLED) and no group
+  // is live (a group still training, or the one to finish a job a stop
+  // rule ended, gets the final weights in its replies until it leaves or is
+  // declared lost), so ReleaseMemory may drop its tensors once its final
+  // checkpoint is written.
   bool Releasable() const;
   // Drops the weights, the update rule (optimizer state), the update
   // buffers and the spare snapshots of an ended job; the version and

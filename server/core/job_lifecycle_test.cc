@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "common/error_reason.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
@@ -43,6 +44,8 @@ class JobLifecycleTest : public ::testing::Test {
   std::unique_ptr<JobRegistry> MakeRegistry() {
     JobRegistry::Options options;
     options.state_dir = state_dir_;
+    options.group_timeout = absl::Seconds(10);
+    options.clock = [this] { return now_; };
     auto registry = JobRegistry::Create(options);
     EXPECT_TRUE(registry.ok()) << registry.status();
     return std::move(registry).value();
@@ -89,6 +92,7 @@ class JobLifecycleTest : public ::testing::Test {
   }
 
   std::string state_dir_;
+  absl::Time now_ = absl::FromUnixSeconds(1700000000);
   std::unique_ptr<JobRegistry> registry_;
 };
 
@@ -142,6 +146,28 @@ TEST_F(JobLifecycleTest, CancelRunningJobEndsItsGroupsAndReleasesMemory) {
   const absl::Status again = registry_->Cancel(job_id, "");
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ReasonOf(again), v1::ERROR_REASON_JOB_ENDED);
+}
+
+// A group that dies under an ended job (it never leaves) does not keep the
+// job's tensors: once it is declared lost they go, as when it leaves.
+TEST_F(JobLifecycleTest, LostGroupOfAnEndedJobReleasesItsTensors) {
+  const std::string job_id = Submit();
+  const std::string group_id = StartGroup(job_id);
+  ASSERT_TRUE(Push(job_id, group_id).ok());
+  ASSERT_TRUE(registry_->Cancel(job_id, "").ok());
+  auto job = registry_->FindJob(job_id).value();
+  EXPECT_FALSE(job->MemoryReleased());  // the group is live
+  now_ += absl::Seconds(5);
+  EXPECT_EQ(registry_->ReapLostGroups(), 0);
+  EXPECT_FALSE(job->MemoryReleased());
+  now_ += absl::Seconds(6);  // 11 s without contact, over the 10 s limit
+  EXPECT_EQ(registry_->ReapLostGroups(), 1);
+  EXPECT_TRUE(job->MemoryReleased());
+  auto from_disk = registry_->EndedWeights(*job);
+  ASSERT_TRUE(from_disk.ok()) << from_disk.status();
+  EXPECT_EQ((*from_disk)->header.version(), 1u);
+  EXPECT_EQ(registry_->Status(job_id).value().state(),
+            v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobLifecycleTest, CancelQueuedJobWithoutWeights) {

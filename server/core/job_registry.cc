@@ -860,6 +860,10 @@ int JobRegistry::ReapLostGroups() {
       // missed heartbeats (6s without contact)".
       LOG(WARNING) << "job " << job->id() << ": " << absl::StrJoin(lines, "; ")
                    << "; job is now " << v1::JobState_Name(job->state());
+      if (job->Releasable() && !job->MemoryReleased()) {
+        // An ended job's last group is gone: as when it leaves (Leave).
+        WriteJobEnd(*job, /*ended_now=*/false, /*best=*/false);
+      }
       PersistHistory(*job);
     }
     lost += n;
