@@ -158,15 +158,17 @@ absl::Status SimGroup::Push(bool after_cancel) {
   header_.clear_sequence();  // the client numbers it
   auto version = client_->PushGradient(header_, update_spans_, weight_spans_);
   const absl::Status status = StatusOf(version);
-  const bool expected = after_cancel ? IsJobEnded(status) : IsStale(status);
+  const bool expected = !after_cancel && IsStale(status);
   stats_.Record(Rpc::kPushGradient, status, expected);
   if (version.ok()) {
-    version_ = *version;
-    ++applied_;
-    if (after_cancel) {
+    // After CancelJob a push is dropped: the reply is the last weights, at
+    // the version the group already had.
+    if (after_cancel && *version != version_) {
       stats_.CheckFailed(absl::StrCat("job ", job_id_,
                                       ": a push after CancelJob was applied"));
     }
+    if (!after_cancel) ++applied_;
+    version_ = *version;
     return absl::OkStatus();
   }
   if (after_cancel && expected) return absl::OkStatus();

@@ -90,8 +90,9 @@ class SimGroup {
   absl::Status Pull();
   // One push of the update on the weights the group holds. A stale refusal
   // is expected: the group pulls and goes on, as the worker does. With
-  // `after_cancel` the job was just cancelled: the push must be refused
-  // with JOB_ENDED (expected); being applied is a failed check.
+  // `after_cancel` the job was just cancelled: the push must come back
+  // with the weights the group has (dropped, not applied); being applied
+  // is a failed check.
   absl::Status Push(bool after_cancel = false);
   absl::Status Heartbeat();
   // ReportEpoch of `epoch` (1-based) with made-up validation figures.

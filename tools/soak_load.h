@@ -23,10 +23,10 @@
 //   - PushGradient ABORTED with reason STALE_UPDATE on the downpour jobs
 //     (max_staleness 1 with several groups per job): the group pulls and
 //     goes on, as the worker does;
-//   - churn: the one PushGradient a group makes right after its job was
-//     cancelled under it, FAILED_PRECONDITION with reason JOB_ENDED;
 //   - churn: GetJobStatus NOT_FOUND (JOB_UNKNOWN) after DeleteJob.
-// Any other error, and any check that comes out wrong, is unexpected.
+// Any other error, and any check that comes out wrong, is unexpected: the
+// one PushGradient a group makes right after its job was cancelled under it
+// must succeed without being applied (the reply is the last weights).
 //
 // Threading: each load runs its own threads (one per group, one per
 // concurrent churn job), each with its own MasterClient and TCP connection;

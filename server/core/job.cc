@@ -125,9 +125,11 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   // it has to register again, not that the job is not running.
   MPILEARN_ASSIGN_OR_RETURN(GroupTable::Group * group,
                             groups_.Active(update.group_id));
-  if (StoppedLocked()) {
-    // The weights are frozen; a group still training its last unit gets
-    // them back and learns the job is done at its next NextDataUnit.
+  if (StoppedLocked() || state_ == v1::JOB_STATE_CANCELLED) {
+    // The weights are frozen; a group still training its unit gets them
+    // back and learns the job is done at its next NextDataUnit (DONE), so
+    // every rank of it ends its unit together and the group leaves cleanly
+    // (a refusal here would end a downpour rank on its own).
     group->last_seen = now;
     if (applied != nullptr) *applied = UnappliedLocked();
     return std::shared_ptr<const WeightsSnapshot>(weights_);
