@@ -407,6 +407,16 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
   Built requeued("mpilearn_job_units_requeued_total",
                  "Data units re-queued after a group left or was lost.",
                  MetricType::Counter);
+  Built update_rejected(
+      "mpilearn_job_updates_rejected_total",
+      "Updates refused because they would have made the weights or the "
+      "optimizer state NaN or Inf.",
+      MetricType::Counter);
+  Built storage_pending(
+      "mpilearn_job_storage_pending",
+      "1 while some of the job's records could not be written to the state "
+      "directory (JobStatus.storage_error; the master retries), else 0.",
+      MetricType::Gauge);
   Built job_groups("mpilearn_job_groups", "Alive groups serving the job.",
                    MetricType::Gauge);
   Built job_ranks("mpilearn_job_ranks", "Ranks of the alive groups serving the job.",
@@ -477,6 +487,8 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
     }
     stale_rejected.Add({job}, static_cast<double>(status.stale_rejected()));
     requeued.Add({job}, static_cast<double>(status.units_requeued()));
+    update_rejected.Add({job}, static_cast<double>(status.updates_rejected()));
+    storage_pending.Add({job}, status.storage_error().empty() ? 0.0 : 1.0);
     published.Add({job}, static_cast<double>(status.snapshots_published()));
     skipped.Add({job}, static_cast<double>(status.snapshots_skipped()));
 
@@ -518,7 +530,8 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
   for (Built* family :
        {&info, &updates, &samples, &epochs_completed, &epochs, &progress,
         &train_loss, &val_loss, &val_accuracy, &validations, &test_loss,
-        &test_accuracy, &stale_rejected, &requeued, &job_groups, &job_ranks,
+        &test_accuracy, &stale_rejected, &requeued, &update_rejected,
+        &storage_pending, &job_groups, &job_ranks,
         &published, &skipped, &step_seconds, &group_samples, &group_units,
         &group_updates, &group_cpu, &group_memory, &group_ranks}) {
     family->MoveTo(out);

@@ -605,6 +605,8 @@ TEST_F(MasterMetricsTest, ValuesMatchTheRegistry) {
   EXPECT_TRUE(Find(e, "mpilearn_job_test_accuracy", j).empty());
   EXPECT_EQ(Value(e, "mpilearn_job_stale_rejected_total", j), 0.0);
   EXPECT_EQ(Value(e, "mpilearn_job_units_requeued_total", j), 0.0);
+  EXPECT_EQ(Value(e, "mpilearn_job_updates_rejected_total", j), 0.0);
+  EXPECT_EQ(Value(e, "mpilearn_job_storage_pending", j), 0.0);
   EXPECT_EQ(Value(e, "mpilearn_job_groups", j), 1.0);
   EXPECT_EQ(Value(e, "mpilearn_job_ranks", j), 3.0);
   EXPECT_EQ(Value(e, "mpilearn_job_snapshots_published_total", j), 0.0);
@@ -792,6 +794,26 @@ TEST_F(MasterMetricsTest, DeletedJobSeriesGoWithoutAScrape) {
             0.0);
   EXPECT_TRUE(JobsOf(after, "mpilearn_apply_duration_seconds_count").empty());
   EXPECT_TRUE(JobsOf(after, "mpilearn_update_staleness_count").empty());
+}
+
+// A job whose records cannot be written shows it until a retry writes
+// them. The fault is real: the job's directory is a regular file meanwhile.
+TEST_F(MasterMetricsTest, StoragePendingWhileRecordsAreUnwritten) {
+  const std::string job = Submit();
+  const std::map<std::string, std::string> j = {{kJobLabel, job}};
+  EXPECT_EQ(Value(Scrape(), "mpilearn_job_storage_pending", j), 0.0);
+  const std::string dir = state_dir_ + "/jobs/" + job;
+  std::filesystem::rename(dir, dir + ".aside");
+  std::ofstream(dir) << "not a directory";
+  Register(job);  // its history.json cannot be written
+  EXPECT_EQ(Value(Scrape(), "mpilearn_job_storage_pending", j), 1.0);
+  EXPECT_FALSE(registry_->Status(job).value().storage_error().empty());
+  std::filesystem::remove(dir);
+  std::filesystem::rename(dir + ".aside", dir);
+  now_ += absl::Seconds(2);  // past the first retry's time
+  registry_->Tick();
+  EXPECT_EQ(Value(Scrape(), "mpilearn_job_storage_pending", j), 0.0);
+  EXPECT_TRUE(registry_->Status(job).value().storage_error().empty());
 }
 
 TEST_F(MasterMetricsTest, PromtoolAcceptsTheText) {

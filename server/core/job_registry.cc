@@ -842,10 +842,11 @@ std::vector<JobRegistry::ListedJob> JobRegistry::ListPage(
 }
 
 std::vector<JobMetricsView> JobRegistry::ListForMetrics() const {
-  const std::vector<std::shared_ptr<Job>> jobs = AllJobs();
   std::vector<JobMetricsView> out;
-  out.reserve(jobs.size());
-  for (const auto& job : jobs) out.push_back(job->MetricsView(Now()));
+  for (const auto& [job, persistence] : AllEntries()) {
+    out.push_back(job->MetricsView(Now()));
+    out.back().status.set_storage_error(StorageError(*persistence));
+  }
   return out;
 }
 
