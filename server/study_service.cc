@@ -29,11 +29,7 @@ absl::Status CoreTrialJobs::Stop(const std::string& job_id,
 }
 
 std::optional<std::string> CoreTrialJobs::FindByName(const std::string& name) {
-  const v1::ListJobsResponse jobs = core_.ListJobs(v1::ListJobsRequest());
-  for (const v1::JobStatus& job : jobs.jobs()) {
-    if (job.spec().name() == name) return job.job_id();
-  }
-  return std::nullopt;
+  return core_.FindJobByName(name);
 }
 
 grpc::Status StudyServiceImpl::CreateStudy(grpc::ServerContext* context,

@@ -841,6 +841,14 @@ std::vector<JobRegistry::ListedJob> JobRegistry::ListPage(
   return out;
 }
 
+std::optional<std::string> JobRegistry::FindJobByName(
+    const std::string& name) const {
+  for (const auto& job : AllJobs()) {
+    if (job->spec().name() == name) return job->id();
+  }
+  return std::nullopt;
+}
+
 std::vector<JobMetricsView> JobRegistry::ListForMetrics() const {
   std::vector<JobMetricsView> out;
   for (const auto& [job, persistence] : AllEntries()) {

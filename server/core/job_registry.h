@@ -145,6 +145,10 @@ class JobRegistry {
 
   // NOT_FOUND with a hint for an unknown id.
   absl::StatusOr<std::shared_ptr<Job>> FindJob(const std::string& job_id) const;
+  // The id of the oldest job whose spec is named `name`, if any. Reads
+  // only the immutable specs (no status is built), so it costs one pass
+  // over the table however many jobs there are.
+  std::optional<std::string> FindJobByName(const std::string& name) const;
 
   // Marks the group as seen and installs the initial weights if none are
   // installed yet (returns whether these were taken).

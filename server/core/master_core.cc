@@ -514,6 +514,11 @@ absl::StatusOr<v1::ListJobsResponse> MasterCore::ListJobPage(
   return response;
 }
 
+std::optional<std::string> MasterCore::FindJobByName(
+    const std::string& name) const {
+  return registry_->FindJobByName(name);
+}
+
 v1::ListJobsResponse MasterCore::ListJobs(
     const v1::ListJobsRequest& request) const {
   v1::ListJobsResponse response;

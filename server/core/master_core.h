@@ -213,9 +213,13 @@ class MasterCore {
       const v1::ListJobsRequest& request) const;
   static constexpr int kDefaultPageSize = 100;
   static constexpr int kMaxPageSize = 1000;
-  // Every job matching request.states(), unpaged and unbounded, for
-  // in-process callers (MPI Opt's study table finds trials by name).
+  // Every job matching request.states(), unpaged, for in-process callers;
+  // each page is still bounded by max_list_bytes (left_out counts what was
+  // dropped).
   v1::ListJobsResponse ListJobs(const v1::ListJobsRequest& request) const;
+  // The oldest job whose spec is named `name` (MPI Opt's study table finds
+  // a trial's job this way after a restart), if any.
+  std::optional<std::string> FindJobByName(const std::string& name) const;
 
   // Ends a QUEUED or RUNNING job as CANCELLED (JobRegistry::Cancel) and
   // returns its status. The reason is kept cut to max_string_bytes with

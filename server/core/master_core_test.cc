@@ -216,6 +216,16 @@ TEST_F(MasterCoreLimitsTest, ListingIsBounded) {
   EXPECT_LT(listed.jobs_size(), 2 + 3 + 1);
   EXPECT_EQ(listed.jobs(listed.jobs_size() - 1).spec().name(), "second");
   EXPECT_LE(listed.ByteSizeLong(), 1500u);
+  // A lookup by name (how MPI Opt finds a trial's job) is not bounded by
+  // the reply: it finds jobs the listing left out.
+  for (const std::string name : {"first", "second"}) {
+    const std::optional<std::string> id = core_->FindJobByName(name);
+    ASSERT_TRUE(id.has_value()) << name;
+    v1::GetJobStatusRequest request;
+    request.set_job_id(*id);
+    EXPECT_EQ(core_->GetJobStatus(request)->spec().name(), name);
+  }
+  EXPECT_FALSE(core_->FindJobByName("third").has_value());
 }
 
 }  // namespace
