@@ -84,6 +84,10 @@ ABSL_FLAG(int, max_string_bytes, 4096,
 ABSL_FLAG(int, max_subscriptions, 256,
           "Most SubscribeSnapshots streams (validation pools) open at once; "
           "each holds a server thread while it lasts. 0: no bound.");
+ABSL_FLAG(int, max_streams_per_connection, 64,
+          "Most calls one client connection may have open at once (HTTP/2 "
+          "concurrent streams); further calls wait in the client until one "
+          "ends. A training rank uses 1-2, a validation pool 2.");
 ABSL_FLAG(int, max_message_mib, 4,
           "Largest request message the master receives, in MiB (gRPC's "
           "receive limit; tensors travel in 1 MiB chunks). Larger ones are "
@@ -246,6 +250,15 @@ int main(int argc, char** argv) {
   options.limits.max_queued_jobs = max_queued;
   options.limits.max_string_bytes = static_cast<size_t>(max_string);
   options.max_message_bytes = max_message_mib << 20;
+  const int max_streams = absl::GetFlag(FLAGS_max_streams_per_connection);
+  if (max_streams < 2 || max_streams > 100000) {
+    std::fprintf(stderr,
+                 "mpilearn-master: --max_streams_per_connection must be in "
+                 "[2, 100000], got %d\n",
+                 max_streams);
+    return 2;
+  }
+  options.max_streams_per_connection = max_streams;
   auto server = mpilearn::server::MasterServer::BuildAndStart(options);
   if (!server.ok()) {
     std::fprintf(stderr, "mpilearn-master: %s\n",

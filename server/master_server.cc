@@ -275,6 +275,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   grpc::ServerBuilder builder;
   SetBulkTransferArgs(&builder);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.max_streams_per_connection);
   builder.AddListeningPort(options.listen, credentials, &server->port_);
   if (!options.listen_unix.empty()) {
     // sun_path holds 108 bytes with the terminating NUL.

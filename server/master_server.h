@@ -73,6 +73,10 @@ class MasterServer {
     // The largest request message gRPC takes (--max_message_mib); larger
     // ones are refused with RESOURCE_EXHAUSTED by the library itself.
     int max_message_bytes = 4 << 20;
+    // Calls one client connection may have open at once
+    // (--max_streams_per_connection; GRPC_ARG_MAX_CONCURRENT_STREAMS): more
+    // wait in the client until one ends.
+    int max_streams_per_connection = 64;
 
     // Security (docs/security.md). With tls_cert and tls_key (PEM files)
     // the `listen` port speaks TLS only; with tls_client_ca as well it

@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/error_reason.h"
@@ -25,6 +26,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
+#include "proto/mpilearn.grpc.pb.h"
 #include "tests/test_process.h"
 
 namespace mpilearn::testing {
@@ -371,6 +373,63 @@ TEST_F(BadInputTest, MalformedRawBytesAreInvalidArgument) {
           << status.error_message();
     }
   }
+}
+
+// One connection may hold at most --max_streams_per_connection calls open:
+// with both of its two taken by snapshot streams (which never end by
+// themselves), a third call on it waits, while another connection is
+// served; once one stream ends, the waiting call goes through.
+TEST(StreamLimitTest, OneConnectionHoldsAtMostItsStreams) {
+  const std::string dir = NewTempDir("stream_limit");
+  auto master = MasterProcess::Start(dir, {"--max_streams_per_connection=2"});
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto channel = grpc::CreateChannel((*master)->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Master::NewStub(channel);
+  auto list = [&](v1::Master::Stub& s, int seconds) {
+    ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(seconds));
+    v1::ListJobsRequest request;
+    v1::ListJobsResponse response;
+    return s.ListJobs(&context, request, &response).error_code();
+  };
+  // Connected, with the master's settings (the limit) received.
+  ASSERT_EQ(list(*stub, 30), grpc::StatusCode::OK);
+
+  ClientContext contexts[2];
+  std::unique_ptr<grpc::ClientReader<v1::SnapshotPart>> streams[2];
+  for (int i = 0; i < 2; ++i) {
+    v1::SubscribeSnapshotsRequest request;
+    request.set_subscriber(absl::StrCat("stream-limit-", i));
+    streams[i] = stub->SubscribeSnapshots(&contexts[i], request);
+  }
+  // Both streams are open on the master before the third call is made: it
+  // answers each with initial metadata once subscribed.
+  for (int i = 0; i < 2; ++i) {
+    streams[i]->WaitForInitialMetadata();
+    EXPECT_EQ(contexts[i].GetServerInitialMetadata().count("mpilearn-subscribed"),
+              1u);
+  }
+
+  EXPECT_EQ(list(*stub, 2), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << "a third call was served on a connection limited to 2 streams";
+  grpc::ChannelArguments separate;  // a connection of its own
+  separate.SetInt("mpilearn.test.connection", 2);
+  auto other = v1::Master::NewStub(grpc::CreateCustomChannel(
+      (*master)->address(), grpc::InsecureChannelCredentials(), separate));
+  EXPECT_EQ(list(*other, 30), grpc::StatusCode::OK);
+
+  contexts[0].TryCancel();
+  v1::SnapshotPart part;
+  while (streams[0]->Read(&part)) {
+  }
+  EXPECT_EQ(streams[0]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(list(*stub, 30), grpc::StatusCode::OK);
+  contexts[1].TryCancel();
+  while (streams[1]->Read(&part)) {
+  }
+  (void)streams[1]->Finish();
 }
 
 // Three jobs whose specs list 3.6 MB of file paths each: the listing stays
