@@ -46,12 +46,11 @@ struct GroupsLoad::Team {
   bool closed ABSL_GUARDED_BY(mu) = false;    // the leader hands out no more
 };
 
-GroupsLoad::GroupsLoad(const LoadOptions& options, RpcStats& stats)
-    : options_(options), stats_(stats) {}
+GroupsLoad::GroupsLoad(const LoadOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<GroupsLoad>> GroupsLoad::Start(
     const LoadOptions& options, RpcStats& stats) {
-  std::unique_ptr<GroupsLoad> load(new GroupsLoad(options, stats));
+  std::unique_ptr<GroupsLoad> load(new GroupsLoad(options));
   const Layout layout = MlpLayout(kGroupHidden);
   std::vector<std::unique_ptr<SimGroup>> groups;
   for (int g = 0; g < options.groups; ++g) {
@@ -219,7 +218,7 @@ void GroupsLoad::Stop() {
 
 absl::StatusOr<std::unique_ptr<ChurnLoad>> ChurnLoad::Start(
     const LoadOptions& options, RpcStats& stats) {
-  std::unique_ptr<ChurnLoad> load(new ChurnLoad(options, stats));
+  std::unique_ptr<ChurnLoad> load(new ChurnLoad(options));
   const Layout layout = MlpLayout(kChurnHidden);
   const int threads = std::min(options.concurrency, std::max(options.jobs, 1));
   std::vector<std::shared_ptr<SimGroup>> groups;

@@ -92,10 +92,9 @@ class GroupsLoad {
 
  private:
   struct Team;
-  GroupsLoad(const LoadOptions& options, RpcStats& stats);
+  explicit GroupsLoad(const LoadOptions& options);
 
   const LoadOptions options_;
-  RpcStats& stats_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> jobs_completed_{0};
   std::vector<std::unique_ptr<Team>> teams_;
@@ -119,11 +118,9 @@ class ChurnLoad {
   uint64_t jobs_done() const { return jobs_done_.load(); }
 
  private:
-  ChurnLoad(const LoadOptions& options, RpcStats& stats)
-      : options_(options), stats_(stats) {}
+  explicit ChurnLoad(const LoadOptions& options) : options_(options) {}
 
   const LoadOptions options_;
-  RpcStats& stats_;
   std::atomic<bool> stop_{false};
   std::atomic<int> next_job_{0};
   std::atomic<int> running_{0};
