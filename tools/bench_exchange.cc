@@ -36,19 +36,15 @@
 // "unsupported" with the error, and the run goes on. A benchmark, never a
 // test: figures depend on the machine and on whatever else runs on it.
 //
-// Over 500 lines because its three helpers (the master child process, the
-// in-process TCP echo, the model-shaped tensor set) serve only this
-// benchmark; each is a small class that could move to a library of its own
-// if a second benchmark needs it.
+// Over 500 lines because its two helpers (the in-process TCP echo, the
+// model-shaped tensor set) serve only this benchmark; each is a small class
+// that could move to a library of its own if a second benchmark needs it.
+// The master child process is tools/child_process's, shared with the soak.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,9 +55,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <random>
@@ -253,118 +246,6 @@ absl::StatusOr<Options> OptionsFromFlags(const char* argv0) {
   }
   return options;
 }
-
-// A temporary directory, removed with everything in it on destruction.
-// Thread-compatible.
-class TempDir {
- public:
-  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(
-        tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-        "/mpilearn-bench_exchange.XXXXXX");
-    if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat(
-          "cannot create a temporary directory ", pattern, ": ",
-          std::strerror(errno)));
-    }
-    return std::unique_ptr<TempDir>(new TempDir(std::move(pattern)));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  const std::string path_;
-};
-
-// An mpilearn-master child process on a free loopback port, with its state
-// and log under `dir`. The destructor ends it (SIGTERM, then SIGKILL after
-// 10 s); the child also gets SIGKILL if this process dies first
-// (PR_SET_PDEATHSIG), so no master outlives a crashed or killed benchmark.
-// Thread-compatible; create and destroy it on the main thread (the death
-// signal follows the thread that forked).
-class MasterProcess {
- public:
-  static absl::StatusOr<std::unique_ptr<MasterProcess>> Start(
-      const std::string& binary, const std::string& dir, bool unix_socket) {
-    const std::string port_file = dir + "/port";
-    const std::string socket = dir + "/master.sock";
-    const std::string log = dir + "/master.log";
-    std::vector<std::string> args = {
-        binary,
-        "--listen=127.0.0.1:0",
-        absl::StrCat("--port_file=", port_file),
-        absl::StrCat("--state_dir=", dir, "/state"),
-        "--metrics_listen=",
-        "--device=cpu",
-    };
-    if (unix_socket) args.push_back(absl::StrCat("--listen_unix=", socket));
-    MPILEARN_ASSIGN_OR_RETURN(const pid_t pid,
-                              tools::SpawnWithLog(binary, std::move(args), log));
-    std::unique_ptr<MasterProcess> master(new MasterProcess(pid, log));
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < give_up) {
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        master->pid_ = -1;
-        return absl::InternalError(absl::StrCat(
-            "mpilearn-master exited at start; its log:\n", master->LogTail()));
-      }
-      std::ifstream in(port_file);
-      int port = 0;
-      if (in >> port && port > 0) {
-        master->address_ = unix_socket ? absl::StrCat("unix:", socket)
-                                       : absl::StrCat("127.0.0.1:", port);
-        return master;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return absl::DeadlineExceededError(absl::StrCat(
-        "mpilearn-master wrote no port file in 60 s; its log:\n",
-        master->LogTail()));
-  }
-
-  ~MasterProcess() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    int status = 0;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (absl::Now() > give_up) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-  MasterProcess(const MasterProcess&) = delete;
-  MasterProcess& operator=(const MasterProcess&) = delete;
-
-  const std::string& address() const { return address_; }
-
-  // The last 4 KB of the master's log, for error messages.
-  std::string LogTail() const {
-    std::ifstream in(log_, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-    return text.size() > 4096 ? text.substr(text.size() - 4096) : text;
-  }
-
- private:
-  MasterProcess(pid_t pid, std::string log) : pid_(pid), log_(std::move(log)) {}
-
-  pid_t pid_;  // -1 once reaped
-  const std::string log_;
-  std::string address_;
-};
 
 // Sends or receives exactly `bytes` bytes on `fd`.
 absl::Status WriteAll(int fd, const char* data, size_t bytes) {
@@ -814,12 +695,31 @@ void PrintTable(const Options& options, const std::vector<Row>& rows) {
 }
 
 absl::Status Run(const Options& options) {
-  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Create());
-  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<MasterProcess> process,
-                            MasterProcess::Start(options.master_bin, dir->path(),
-                                                 options.unix_socket));
-  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<MasterClient> master,
-                            MasterClient::Connect(process->address()));
+  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<tools::TempDir> dir,
+                            tools::TempDir::Create("bench_exchange"));
+  const std::string port_file = dir->path() + "/port";
+  const std::string socket = dir->path() + "/master.sock";
+  std::vector<std::string> args = {
+      options.master_bin,
+      "--listen=127.0.0.1:0",
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--state_dir=", dir->path(), "/state"),
+      "--metrics_listen=",
+      "--device=cpu",
+  };
+  if (options.unix_socket) {
+    args.push_back(absl::StrCat("--listen_unix=", socket));
+  }
+  // Ended (SIGTERM, SIGKILL after 10 s) before `dir` is removed.
+  MPILEARN_ASSIGN_OR_RETURN(
+      std::unique_ptr<tools::MasterChild> process,
+      tools::MasterChild::Start(options.master_bin, std::move(args), port_file,
+                                dir->path() + "/master.log"));
+  MPILEARN_ASSIGN_OR_RETURN(
+      std::unique_ptr<MasterClient> master,
+      MasterClient::Connect(options.unix_socket
+                                ? absl::StrCat("unix:", socket)
+                                : absl::StrCat("127.0.0.1:", process->port())));
   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<TcpEcho> echo,
                             TcpEcho::Start(options.echo_buffer_kib * 1024));
   std::vector<Row> rows;

@@ -18,18 +18,20 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tools/child_process.h"
 
 namespace mpilearn {
 namespace soak {
 
 // An mpilearn-master child on 127.0.0.1, port 0 (read back from its
-// --port_file), with --state_dir and its log in a temporary directory that
-// the destructor removes after ending the child (SIGTERM, SIGKILL after
-// 10 s). The child gets SIGKILL if this process dies first
-// (PR_SET_PDEATHSIG), so no master outlives a crashed soak; its temporary
-// directory is then left behind (its path is in the log line Start prints).
-// Thread-compatible; create and destroy it on the main thread (the death
-// signal follows the thread that forked).
+// --port_file), with --state_dir and its log in a temporary directory
+// (tools::MasterChild in a tools::TempDir). The destructor ends the child
+// (SIGTERM, SIGKILL after 10 s), then removes the directory. The child gets
+// SIGKILL if this process dies first (PR_SET_PDEATHSIG), so no master
+// outlives a crashed soak; its temporary directory is then left behind
+// (its path is in the log line Start prints). Thread-compatible; create
+// and destroy it on the main thread (the death signal follows the thread
+// that forked).
 class SoakMaster {
  public:
   // Starts `binary` and waits up to 60 s for its port file. Errors carry
@@ -37,29 +39,28 @@ class SoakMaster {
   static absl::StatusOr<std::unique_ptr<SoakMaster>> Start(
       const std::string& binary);
 
-  ~SoakMaster();
   SoakMaster(const SoakMaster&) = delete;
   SoakMaster& operator=(const SoakMaster&) = delete;
 
   const std::string& address() const { return address_; }
-  pid_t pid() const { return pid_; }
-  const std::string& dir() const { return dir_; }
+  pid_t pid() const { return child_->pid(); }
+  const std::string& dir() const { return dir_->path(); }
 
   // Whether the child is still running (false once it exited: a crash).
-  bool Running();
+  bool Running() { return child_->Running(); }
 
   // The last `bytes` of the master's log, for error messages.
-  std::string LogTail(size_t bytes = 4096) const;
+  std::string LogTail(size_t bytes = 4096) const {
+    return child_->LogTail(bytes);
+  }
 
  private:
-  SoakMaster(pid_t pid, std::string dir) : pid_(pid), dir_(std::move(dir)) {}
+  SoakMaster() = default;
 
-  // Ends the child if it runs, and reaps it.
-  void Stop();
-
-  pid_t pid_;  // -1 once reaped
-  const std::string dir_;
   std::string address_;
+  // Destroyed in reverse: the child ends before its directory goes.
+  std::unique_ptr<tools::TempDir> dir_;
+  std::unique_ptr<tools::MasterChild> child_;
 };
 
 // The resident memory (VmRSS) of process `pid` in MiB, from
