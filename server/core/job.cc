@@ -433,6 +433,15 @@ absl::Status Job::RecordEpoch(const v1::EpochRecord& record, absl::Time now) {
   return absl::OkStatus();
 }
 
+std::optional<v1::EpochRecord> Job::FinishedEpoch(int32_t epoch) const {
+  absl::MutexLock lock(&mu_);
+  const std::vector<v1::EpochRecord>& history = queue_.history();
+  if (epoch < 1 || static_cast<size_t>(epoch) > history.size()) {
+    return std::nullopt;
+  }
+  return history[epoch - 1];
+}
+
 absl::Status Job::RecordValidation(const v1::ValidationRecord& record,
                                    absl::Time now, ValidationEffect* effect) {
   absl::MutexLock lock(&mu_);

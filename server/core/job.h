@@ -268,6 +268,10 @@ class Job {
   // INVALID_ARGUMENT for an epoch outside [1, epochs], NOT_FOUND for one not
   // finished yet.
   absl::Status RecordEpoch(const v1::EpochRecord& record, absl::Time now);
+  // The record of finished epoch `epoch` (1-based) as the job holds it now
+  // (the master's, with a group's report merged in); nullopt for an epoch
+  // not finished.
+  std::optional<v1::EpochRecord> FinishedEpoch(int32_t epoch) const;
 
   // Appends a validation to the job's list (unix_seconds defaults to `now`),
   // updates the best by checkpoint.best_metric and, while the job is QUEUED

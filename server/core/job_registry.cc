@@ -84,23 +84,21 @@ std::string BoundedCause(const absl::Status& cause) {
   return absl::StrCat(message.substr(0, kMaxBytes), "...");
 }
 
-// What is unwritten, since when and why ("final checkpoint and history.json
-// not written since 2026-11-25 00:41:07 UTC: <cause>"), without a suffix.
-std::string DescribePending(bool history, bool records, bool final_checkpoint,
-                            bool final_files, absl::Time since,
-                            const absl::Status& cause) {
+}  // namespace
+
+std::string JobRegistry::PendingWrites::Describe() const {
   std::vector<std::string> what;
   if (final_checkpoint) what.push_back("final checkpoint");
-  if (final_files) what.push_back("final weights.pb and optimizer.pb");
+  if (final_files != nullptr) {
+    what.push_back("final weights.pb and optimizer.pb");
+  }
   if (history) what.push_back("history.json");
   if (records) what.push_back("records.jsonl");
   return absl::StrCat(
       JoinWithAnd(what), " not written since ",
       absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", since, absl::UTCTimeZone()),
-      ": ", BoundedCause(cause));
+      ": ", BoundedCause(first_error));
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<JobRegistry>> JobRegistry::Create(
     Options options) {
@@ -439,11 +437,10 @@ absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
       // Read under write_mu: a record merged meanwhile (ReportEpoch) is
       // appended as it is now, after the earlier one.
       JobStore::Records records;
-      const v1::JobStatus status = job->Status(/*with_history=*/true, Now());
       for (int32_t epoch : response.finished_epochs()) {
-        for (const v1::EpochRecord& record : status.history()) {
-          if (record.epoch() == epoch + 1) records.epochs.push_back(record);
-        }
+        // finished_epochs are 0-based.
+        std::optional<v1::EpochRecord> record = job->FinishedEpoch(epoch + 1);
+        if (record.has_value()) records.epochs.push_back(*std::move(record));
       }
       AppendRecords(*job, *p, records);
     }
@@ -497,10 +494,8 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
   ValidationEffect effect;
   MPILEARN_RETURN_IF_ERROR(job->RecordValidation(validation, now, &effect));
   JobStore::Records records;
-  const v1::JobStatus status = job->Status(/*with_history=*/true, now);
-  for (const v1::EpochRecord& merged : status.history()) {
-    if (merged.epoch() == record.epoch()) records.epochs.push_back(merged);
-  }
+  std::optional<v1::EpochRecord> merged = job->FinishedEpoch(record.epoch());
+  if (merged.has_value()) records.epochs.push_back(*std::move(merged));
   records.validations.push_back(validation);
   AppendRecords(*job, *p, records);
   write_lock.Release();
@@ -900,9 +895,7 @@ void JobRegistry::CheckpointAll() {
   for (const auto& [job, p] : AllEntries()) {
     const PendingWrites w = p->Pending();
     if (!w.Any()) continue;
-    const std::string lost =
-        DescribePending(w.history, w.records, w.final_checkpoint,
-                        w.final_files != nullptr, w.since, w.first_error);
+    const std::string lost = w.Describe();
     const v1::JobStatus status = job->Status(/*with_history=*/false, Now());
     LOG(ERROR) << "job " << job->id() << ": LOST at shutdown: " << lost
                << "; a restarted master will not see what they held (the job "
@@ -914,30 +907,26 @@ void JobRegistry::CheckpointAll() {
 
 void JobRegistry::RetryPendingWrites(bool force) {
   for (const auto& [job, p] : AllEntries()) {
+    // A copy: the writes below update the job's own PendingWrites.
     const PendingWrites w = p->Pending();
     if (!w.Any() || (!force && Now() < w.next_retry)) continue;
-    const bool final_checkpoint = w.final_checkpoint;
-    const bool final_best = w.final_best;
-    const std::shared_ptr<const v1::JobCheckpointFile> final_files =
-        w.final_files;
-    const bool history = w.history || w.records;
     VLOG(1) << "job " << job->id() << ": retrying unwritten records";
-    if (final_checkpoint) {
+    if (w.final_checkpoint) {
       // As at the end: the checkpoint from the kept tensors, weights.pb and
       // optimizer.pb with it, then the tensors go.
-      WriteJobEnd(*job, /*ended_now=*/false, final_best);
-    } else if (final_files != nullptr) {
-      const absl::Status written = WriteFinalFiles(job->id(), *final_files);
+      WriteJobEnd(*job, /*ended_now=*/false, w.final_best);
+    } else if (w.final_files != nullptr) {
+      const absl::Status written = WriteFinalFiles(job->id(), *w.final_files);
       UpdatePending(
           job->id(), *p,
-          [&](PendingWrites& w) {
-            if (written.ok() && w.final_files == final_files) {
-              w.final_files.reset();
+          [&](PendingWrites& now) {
+            if (written.ok() && now.final_files == w.final_files) {
+              now.final_files.reset();
             }
           },
           written);
     }
-    if (history) PersistHistory(*job);
+    if (w.history || w.records) PersistHistory(*job);
     const absl::Duration wait = p->BackOff(Now(), kMaxRetry);
     if (wait > absl::ZeroDuration()) {
       VLOG(1) << "job " << job->id() << ": still unwritten; next try in "
@@ -974,10 +963,7 @@ void JobRegistry::UpdatePending(
     w.since = Now();
     w.backoff = kFirstRetry;
     w.next_retry = w.since + w.backoff;
-    LOG(ERROR) << "job " << job_id << ": "
-               << DescribePending(w.history, w.records, w.final_checkpoint,
-                                  w.final_files != nullptr, w.since,
-                                  w.first_error)
+    LOG(ERROR) << "job " << job_id << ": " << w.Describe()
                << "; retrying (after " << absl::FormatDuration(kFirstRetry)
                << ", backing off to " << absl::FormatDuration(kMaxRetry)
                << ") until written";
@@ -998,10 +984,7 @@ void JobRegistry::UpdatePending(
 std::string JobRegistry::StorageError(Persistence& p) const {
   const PendingWrites w = p.Pending();
   if (!w.Any()) return "";
-  return absl::StrCat(
-      DescribePending(w.history, w.records, w.final_checkpoint,
-                      w.final_files != nullptr, w.since, w.first_error),
-      "; retrying");
+  return absl::StrCat(w.Describe(), "; retrying");
 }
 
 void JobRegistry::AppendRecords(const Job& job, Persistence& p,

@@ -268,6 +268,9 @@ class JobRegistry {
     bool Any() const {
       return history || records || final_checkpoint || final_files != nullptr;
     }
+    // What is unwritten, since when and why ("final checkpoint and
+    // history.json not written since 2026-11-25 00:41:07 UTC: <cause>").
+    std::string Describe() const;
   };
   // The writes of a job's history.json and records.jsonl. Lock order:
   // write_mu -> Job::mu_ and write_mu -> the registry's mu_ (brief

@@ -409,6 +409,10 @@ absl::StatusOr<v1::JobCheckpointFile> JobStore::ReadCheckpoint(
 }
 
 absl::Status JobStore::QuarantineCheckpoint(const std::string& path) {
+  return Quarantine(path);
+}
+
+absl::Status JobStore::Quarantine(const std::string& path) {
   std::error_code ec;
   fs::rename(path, path + ".corrupt", ec);
   if (ec) {
@@ -523,14 +527,7 @@ absl::StatusOr<v1::JobStatus> JobStore::ReadHistory(
 }
 
 absl::Status JobStore::QuarantineRecords(const std::string& job_id) {
-  const std::string path = RecordsPath(job_id);
-  std::error_code ec;
-  fs::rename(path, path + ".corrupt", ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename '", path, "' to .corrupt: ", ec.message()));
-  }
-  return absl::OkStatus();
+  return Quarantine(RecordsPath(job_id));
 }
 
 absl::Time JobStore::ModifiedTime(const std::string& path) const {

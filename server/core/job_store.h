@@ -176,6 +176,9 @@ class JobStore {
   std::string CheckpointDir(const std::string& job_id) const;
 
  private:
+  // Renames `path` to <path>.corrupt (QuarantineCheckpoint,
+  // QuarantineRecords).
+  static absl::Status Quarantine(const std::string& path);
   absl::Status WriteTensorSet(const std::string& job_id,
                               const std::string& file,
                               const v1::TensorSet& set);
