@@ -114,10 +114,7 @@ std::vector<std::string> GroupTable::ReapLost(absl::Time now,
                                               absl::Duration timeout) {
   std::vector<std::string> lost;
   for (auto& [group_id, group] : groups_) {
-    const absl::Duration limit = group.liveness.lost_after > absl::ZeroDuration()
-                                     ? group.liveness.lost_after
-                                     : timeout;
-    if (group.alive && now - group.last_seen > limit) {
+    if (group.alive && now - group.last_seen > LostAfter(group, timeout)) {
       group.alive = false;
       lost.push_back(group_id);
     }
@@ -125,19 +122,21 @@ std::vector<std::string> GroupTable::ReapLost(absl::Time now,
   return lost;
 }
 
+absl::Duration GroupTable::LostAfter(const Group& group,
+                                     absl::Duration timeout) {
+  return group.liveness.lost_after > absl::ZeroDuration()
+             ? group.liveness.lost_after
+             : timeout;
+}
+
 std::string GroupTable::LostAfterText(const Group& group,
                                       absl::Duration timeout) {
-  if (group.liveness.heartbeat > absl::ZeroDuration() &&
-      group.liveness.lost_after > absl::ZeroDuration()) {
+  const std::string silent = absl::FormatDuration(LostAfter(group, timeout));
+  if (group.liveness.heartbeat > absl::ZeroDuration()) {
     return absl::StrCat("after ", kMissedHeartbeats, " missed heartbeats (",
-                        absl::FormatDuration(group.liveness.lost_after),
-                        " without contact)");
+                        silent, " without contact)");
   }
-  const absl::Duration limit = group.liveness.lost_after > absl::ZeroDuration()
-                                   ? group.liveness.lost_after
-                                   : timeout;
-  return absl::StrCat("after ", absl::FormatDuration(limit),
-                      " without contact");
+  return absl::StrCat("after ", silent, " without contact");
 }
 
 void GroupTable::FillStatus(absl::Time now, v1::JobStatus* status) const {

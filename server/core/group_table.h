@@ -144,6 +144,9 @@ class GroupTable {
   void FillStatus(absl::Time now, v1::JobStatus* status) const;
 
  private:
+  // The silence after which `group` is lost: its own limit, else `timeout`.
+  static absl::Duration LostAfter(const Group& group, absl::Duration timeout);
+
   const std::string job_id_;
   std::map<std::string, Group> groups_;
 };
