@@ -23,6 +23,15 @@ constexpr size_t kMaxQuoted = 64;
 // BindGroup drops idle bindings once more than this many are bound.
 constexpr size_t kSweepAbove = 1024;
 
+// Whether every character of `token` is printable ASCII other than a space
+// (the tokens file's and the metrics token file's rule).
+bool TokenCharacters(absl::string_view token) {
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
 absl::Status PermissionDenied(absl::string_view message) {
   return WithReason(absl::PermissionDeniedError(message),
                     v1::ERROR_REASON_PERMISSION);
@@ -152,12 +161,9 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text,
                                 kMinTokenLength, " to ", kMaxTokenLength,
                                 " (e.g. `openssl rand -hex 32`)"));
     }
-    for (char c : token) {
-      if (c < 0x21 || c > 0x7e) {
-        return error(absl::StrCat("the token of '", fields[1],
-                                  "' has a character outside printable "
-                                  "ASCII"));
-      }
+    if (!TokenCharacters(token)) {
+      return error(absl::StrCat("the token of '", fields[1],
+                                "' has a character outside printable ASCII"));
     }
     if (!names.insert(std::string(fields[1])).second) {
       return error(absl::StrCat("name '", fields[1], "' given twice"));
@@ -261,13 +267,10 @@ absl::StatusOr<std::string> LoadMetricsToken(const std::string& path) {
                               " characters; want at least ", kMinTokenLength,
                               " (e.g. `openssl rand -hex 32`)"));
   }
-  for (char c : token) {
-    if (c < 0x21 || c > 0x7e) {
-      return error(
-          "holds a character outside printable ASCII (a control "
-          "character, a space or a non-ASCII byte); it should hold one token "
-          "on one line");
-    }
+  if (!TokenCharacters(token)) {
+    return error(
+        "holds a character outside printable ASCII (a control character, a "
+        "space or a non-ASCII byte); it should hold one token on one line");
   }
   return std::string(token);
 }
