@@ -103,6 +103,18 @@ absl::StatusOr<v1::JobCheckpointFile> ReadCheckpointFile(
   return DecodeCheckpoint(bytes, path);
 }
 
+absl::Status FsyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open directory", dir);
+  if (::fsync(fd) != 0) {
+    absl::Status status = ErrnoError("cannot flush directory", dir);
+    ::close(fd);
+    return status;
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& contents) {
   // Unique per process and call: two threads may write the same file.
@@ -142,13 +154,7 @@ absl::Status WriteFileAtomically(const std::string& path,
   const std::string dir = slash == std::string::npos ? "."
                           : slash == 0               ? "/"
                                                      : path.substr(0, slash);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError("cannot open the directory of", path);
-  const bool synced = ::fsync(dir_fd) == 0;
-  const absl::Status status =
-      synced ? absl::OkStatus() : ErrnoError("cannot flush the directory of", path);
-  ::close(dir_fd);
-  return status;
+  return FsyncDirectory(dir);
 }
 
 }  // namespace mpilearn

@@ -66,6 +66,10 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& contents);
 
+// Flushes directory `dir` itself, so that its entries (a rename into it, a
+// new file) survive a power loss as the files' bytes do.
+absl::Status FsyncDirectory(const std::string& dir);
+
 // The infix of WriteFileAtomically's temporary file names, so that a cleanup
 // can find the ones a crash left.
 inline constexpr absl::string_view kAtomicWriteTempInfix = ".tmp.";

@@ -153,16 +153,6 @@ absl::Status ReplayLine(absl::string_view line, v1::JobStatus* status,
   return absl::OkStatus();
 }
 
-absl::Status FsyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open directory", dir, errno);
-  const bool synced = ::fsync(fd) == 0;
-  const int error = errno;
-  ::close(fd);
-  return synced ? absl::OkStatus()
-                : ErrnoError("cannot flush directory", dir, error);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
