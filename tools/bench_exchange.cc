@@ -76,9 +76,10 @@
 #include "common/cli_flags.h"
 #include "common/master_client.h"
 #include "common/status_macros.h"
-#include "tools/child_process.h"
 #include "common/tensor_codec.h"
 #include "proto/mpilearn.pb.h"
+#include "tools/child_process.h"
+#include "tools/json_text.h"
 
 ABSL_FLAG(std::string, sizes_mb, "1,10,40",
           "Comma-separated tensor set sizes in MB (1e6 bytes of fp32 values), "
@@ -599,21 +600,7 @@ std::string JsonNumber(std::optional<double> value) {
   return absl::StrFormat("%.4f", *value);
 }
 
-// "a \"b\"" for JSON: quotes, backslashes and control characters escaped.
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using tools::JsonQuoted;
 
 // push_pull / tcp_echo, of the medians (the figure the issue's goal is
 // about) or of the minima (less sensitive to load from other processes).
@@ -634,8 +621,8 @@ void PrintJson(const Options& options, const std::vector<Row>& rows) {
     };
     if (row.mb == 40 && row.dtype == v1::DTYPE_FLOAT32) ratio_40mb_fp32 = Ratio(row);
     out_rows.push_back(absl::StrCat(
-        "{\"mb\": ", row.mb, ", \"dtype\": ", JsonString(DTypeLabel(row.dtype)),
-        ", \"status\": ", JsonString(ok ? "ok" : "unsupported"),
+        "{\"mb\": ", row.mb, ", \"dtype\": ", JsonQuoted(DTypeLabel(row.dtype)),
+        ", \"status\": ", JsonQuoted(ok ? "ok" : "unsupported"),
         ", \"fp32_bytes\": ", row.fp32_bytes,
         ", \"wire_bytes\": ", row.wire_bytes,
         ", \"push_pull_ms\": ", JsonNumber(figure(row.push_pull, true)),
@@ -646,10 +633,10 @@ void PrintJson(const Options& options, const std::vector<Row>& rows) {
         ", \"tcp_echo_min_ms\": ", JsonNumber(figure(row.tcp_echo, false)),
         ", \"ratio\": ", JsonNumber(Ratio(row)),
         ", \"ratio_min\": ", JsonNumber(Ratio(row, false)),
-        ok ? "" : absl::StrCat(", \"error\": ", JsonString(row.error)), "}"));
+        ok ? "" : absl::StrCat(", \"error\": ", JsonQuoted(row.error)), "}"));
   }
   std::vector<std::string> dtypes;
-  for (v1::DType dtype : options.dtypes) dtypes.push_back(JsonString(DTypeLabel(dtype)));
+  for (v1::DType dtype : options.dtypes) dtypes.push_back(JsonQuoted(DTypeLabel(dtype)));
   std::printf(
       "{\"sizes_mb\": [%s], \"dtypes\": [%s], \"iterations\": %d, "
       "\"warmup\": %d, \"optimizer\": %s, \"learning_rate\": %g, "
@@ -657,7 +644,7 @@ void PrintJson(const Options& options, const std::vector<Row>& rows) {
       "\"rows\": [\n  %s\n], \"ratio_40mb_fp32\": %s}\n",
       absl::StrJoin(options.sizes_mb, ", ").c_str(),
       absl::StrJoin(dtypes, ", ").c_str(), options.iterations, kWarmupRounds,
-      JsonString(options.optimizer).c_str(), kLearningRate,
+      JsonQuoted(options.optimizer).c_str(), kLearningRate,
       options.echo_buffer_kib, options.unix_socket ? "unix" : "tcp",
       absl::StrJoin(out_rows, ",\n  ").c_str(),
       JsonNumber(ratio_40mb_fp32).c_str());

@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "tools/ctl_format.h"
+#include "tools/json_text.h"
 
 namespace mpilearn::opt {
 namespace {
@@ -63,21 +64,7 @@ std::string ExactNumber(double value) {
   return text;
 }
 
-std::string JsonQuoted(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
-}
+using tools::JsonQuoted;
 
 // A Value as text; `exact` picks ExactNumber over CompactNumber and quotes
 // strings nested in lists and structs.

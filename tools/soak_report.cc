@@ -7,30 +7,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "tools/json_text.h"
 
 namespace mpilearn {
 namespace soak {
 namespace {
 
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using tools::JsonQuoted;
 
 std::string JsonCounts(const std::map<std::string, uint64_t>& counts) {
   std::vector<std::string> parts;
   for (const auto& [key, n] : counts)
-    parts.push_back(absl::StrCat(JsonString(key), ": ", n));
+    parts.push_back(absl::StrCat(JsonQuoted(key), ": ", n));
   return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
 }
 
@@ -46,9 +34,9 @@ void PrintJson(const Report& r, const RpcStats& stats) {
   for (const auto& [rpc, n] : r.rpcs) rpcs[std::string(RpcName(rpc))] = n;
   std::vector<std::string> messages;
   for (const std::string& m : stats.Messages())
-    messages.push_back(JsonString(m));
+    messages.push_back(JsonQuoted(m));
   std::vector<std::string> failures;
-  for (const std::string& f : r.failures) failures.push_back(JsonString(f));
+  for (const std::string& f : r.failures) failures.push_back(JsonQuoted(f));
   const std::string null = "null";
   auto when = [&](bool ran, const std::string& value) {
     return ran ? value : null;
