@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -76,6 +77,19 @@ absl::StatusOr<std::string> ReadPem(const std::string& path,
 
 }  // namespace
 
+absl::Status CheckTlsFiles(const ClientSecurity& security) {
+  if (security.tls_cert.empty() != security.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "mutual TLS needs both --tls_cert and --tls_key");
+  }
+  if (!security.tls_cert.empty() && security.tls_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key need --tls_ca (the CA of the master's "
+        "certificate)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckToken(absl::string_view token) {
   if (token.size() > kMaxTokenLength) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -110,15 +124,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateMasterChannel(
     const std::string& address, const ClientSecurity& security,
     const grpc::ChannelArguments& args) {
-  if (security.tls_cert.empty() != security.tls_key.empty()) {
-    return absl::InvalidArgumentError(
-        "mutual TLS needs both --tls_cert and --tls_key");
-  }
-  if (!security.tls_cert.empty() && security.tls_ca.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls_cert and --tls_key need --tls_ca (the CA of the master's "
-        "certificate)");
-  }
+  MPILEARN_RETURN_IF_ERROR(CheckTlsFiles(security));
   const absl::Status token = CheckToken(security.token);
   if (!token.ok()) return token;
   std::shared_ptr<grpc::ChannelCredentials> credentials;

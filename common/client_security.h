@@ -41,6 +41,10 @@ struct ClientSecurity {
   std::string token;
 };
 
+// OK when the TLS files are given together as they must be: a client
+// certificate with its key, and those only with the CA (--tls_ca).
+absl::Status CheckTlsFiles(const ClientSecurity& security);
+
 // OK when `token` can go into call metadata: printable ASCII without
 // spaces, at most 512 characters.
 absl::Status CheckToken(absl::string_view token);

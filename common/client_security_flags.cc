@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM certificate of the CA that signed the master's certificate: "
@@ -27,15 +28,7 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromFlags() {
   security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   security.tls_key = absl::GetFlag(FLAGS_tls_key);
-  if (security.tls_cert.empty() != security.tls_key.empty()) {
-    return absl::InvalidArgumentError(
-        "mutual TLS needs both --tls_cert and --tls_key");
-  }
-  if (!security.tls_cert.empty() && security.tls_ca.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls_cert and --tls_key need --tls_ca (the CA of the master's "
-        "certificate)");
-  }
+  MPILEARN_RETURN_IF_ERROR(CheckTlsFiles(security));
   const std::string token_file = absl::GetFlag(FLAGS_token_file);
   if (!token_file.empty()) {
     absl::StatusOr<std::string> token = ReadTokenFile(token_file);
