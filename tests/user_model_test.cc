@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace mpilearn::testing {
 namespace {
@@ -195,12 +195,12 @@ TEST_F(UserModelTest, BatchNormBuffersReachTheMasterAndTheExport) {
 }
 
 // A regression head trained with mse on data with a known answer
-// (tools/make_synthetic_data: the best mean squared error is noise^2 =
+// (tools/data/make_synthetic_data: the best mean squared error is noise^2 =
 // 1e-4; predicting the targets' means scores 0.4518) gets close to it.
 TEST_F(UserModelTest, RegressionLearnsAKnownFunction) {
   StartMaster("user_model_regression");
   const std::string data = dir_ + "/data";
-  ASSERT_EQ(std::system(absl::StrCat(Runfile("tools/make_synthetic_data"),
+  ASSERT_EQ(std::system(absl::StrCat(Runfile("tools/data/make_synthetic_data"),
                                      " --kind regression --out_dir ", data,
                                      " --train 10000 --test 2000 >", dir_,
                                      "/data.log 2>&1")

@@ -1,5 +1,6 @@
-// bench_data: read throughput of the data file readers (worker/data_file.h)
-// against a plain pread() of the same bytes, in one run.
+// bench_data: read throughput of the data file readers
+// (worker/data/data_file.h) against a plain pread() of the same bytes, in one
+// run.
 //
 //   bazel run -c opt //tools:bench_data -- [--json] [--rows N]
 //
@@ -65,7 +66,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "hdf5/serial/hdf5.h"
 #include "proto/worker_summary.pb.h"
-#include "worker/data_file.h"
+#include "worker/data/data_file.h"
 
 ABSL_FLAG(bool, json, false, "Print one JSON object of the figures.");
 ABSL_FLAG(int64_t, rows, 60000, "Rows (samples) in the generated set.");

@@ -8,11 +8,12 @@
 // on batches of 64 Fashion-MNIST-sized inputs, one compute thread: the mean
 // time of a forward + summed cross-entropy + backward step, in
 //   eager:  torch::nn::Sequential (the layers the zoo emits, by hand);
-//   zoo:    the built-in model (worker/model.h: generated TorchScript) under
-//           the simple graph executor the worker uses (UseSimpleGraphExecutor);
+//   zoo:    the built-in model (worker/model/model.h: generated TorchScript)
+//           under the simple graph executor the worker uses
+//           (UseSimpleGraphExecutor);
 // both with identical weights, timed interleaved in rounds after a warm-up.
 // The eager CNN keeps LibTorch's default NCHW activations; the zoo's runs
-// them channels-last on the CPU (worker/model.cc, BuildCnn), so the cnn
+// them channels-last on the CPU (worker/model/model.cc, BuildCnn), so the cnn
 // ratio includes what that layout buys (issue 14: about 1.2-1.4x).
 // Prints ms per step and zoo/eager throughput ratios; --json prints one JSON
 // object with the same figures.
@@ -27,7 +28,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 ABSL_FLAG(bool, json, false, "Print one JSON object of the figures.");
 ABSL_FLAG(int, steps, 60, "Timed steps per round (5 rounds).");

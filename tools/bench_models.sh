@@ -16,7 +16,7 @@
 #           docs/examples/models/cnn_bn.py, the same layers (conv 32 and 64
 #           + BN + ReLU + pool, dense 128 + BN + ReLU, dropout, out; 422,090
 #           parameters both), on --image_train samples, 1 and 2 ranks;
-#   gru, cifar_cnn: 2 ranks, once each, on //tools:make_synthetic_data's
+#   gru, cifar_cnn: 2 ranks, once each, on //tools/data:make_synthetic_data's
 #           `sequences` (--train samples) and `images32` (--image_train).
 # Each pairing runs --repeats times, built-in and TorchScript alternated;
 # the median samples/s is reported and
@@ -53,8 +53,8 @@ bench_init bench_models
 # the sources); make_synthetic_data is in the runfiles only.
 export_py="$bin_dir/tools/export_torchscript.py"
 models="$bin_dir/docs/examples/models"
-synth_bin="$bin_dir/tools/make_synthetic_data"
-[ -x "$synth_bin" ] || synth_bin="$bin_dir/bazel-bin/tools/make_synthetic_data"
+synth_bin="$bin_dir/tools/data/make_synthetic_data"
+[ -x "$synth_bin" ] || synth_bin="$bin_dir/bazel-bin/tools/data/make_synthetic_data"
 python=/usr/bin/python3
 "$python" -c 'import torch' 2>/dev/null || {
   echo "bench_models: needs python3-torch under $python (tools/install_deps.sh)" >&2

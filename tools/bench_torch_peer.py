@@ -8,7 +8,7 @@ Run it with Debian's /usr/bin/python3 (python3-torch 1.13, CPU).
         [--ranks 1|2] [--epochs 1] [--validation_count 2000] [--batch 64] \
         [--lr 0.001] [--seed 1] [--data_unit_size 2048]
 
-The models mirror worker/model.cc with their defaults (no dropout, no batch
+The models mirror worker/model/model.cc with their defaults (no dropout, no batch
 norm): mlp is flatten, dense 256, relu, dense 128, relu, dense 10; cnn is
 conv 3x3 'same' 32, relu, max pool 2, conv 3x3 'same' 64, relu, max pool 2,
 flatten, dense 128, relu, dense 10. Like the worker: uint8 pixels scaled by
@@ -87,7 +87,7 @@ def load_split(data, prefix, limit):
 
 
 def build_model(name):
-    """The built-in model of worker/model.cc (BuildMlp / BuildCnn defaults)."""
+    """The built-in model of worker/model/model.cc (BuildMlp / BuildCnn defaults)."""
     if name == "mlp":
         return nn.Sequential(
             nn.Flatten(),

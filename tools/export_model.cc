@@ -12,7 +12,7 @@
 //   m = torch.jit.load("model.pt"); m.eval(); m(x)       # Python
 //   torch::jit::Module m = torch::jit::load("model.pt");  // C++
 //
-// The model is rebuilt as the job's workers built it (worker/model.h): a
+// The model is rebuilt as the job's workers built it (worker/model/model.h): a
 // built-in model from spec.json's model section for the sample shape and
 // outputs the weights header records (TensorSetHeader.input_shape, outputs;
 // --input_shape and --num_classes override them, and are needed only for
@@ -71,7 +71,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "proto/mpilearn.pb.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 ABSL_FLAG(std::string, state_dir, "",
           "The master's --state_dir (holds jobs/<job_id>/). Required.");

@@ -33,7 +33,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace mpilearn {
 namespace {
@@ -98,8 +98,8 @@ Model BuildMlp(const v1::JobSpec& spec, uint64_t seed) {
 }
 
 // The model's state as a TensorSet, as the master writes weights.pb: names,
-// shapes and buffer flags as worker/job_model.cc's BuildJobModel lays them
-// out, with the input shape and outputs when `input_shape` is not empty
+// shapes and buffer flags as worker/model/job_model.cc's BuildJobModel lays
+// them out, with the input shape and outputs when `input_shape` is not empty
 // (weights written before the header carried them have neither).
 v1::TensorSet ToWeights(const Model& model,
                         absl::Span<const int64_t> input_shape = {},

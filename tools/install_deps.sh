@@ -18,7 +18,7 @@ PACKAGES=(
   libgtest-dev googletest
   zlib1g-dev
   openssl libssl-dev          # TLS: the master checks its key (OpenSSL); tests make certificates
-  libhdf5-dev                # users' data files: .h5 (worker/hdf5_file.cc, tools/convert_data)
+  libhdf5-dev                # users' data files: .h5 (worker/data/hdf5_file.cc, tools/data/convert_data)
   python3-h5py               # to write and inspect .h5 data files from Python
   dataset-fashion-mnist      # the built-in default job's data
   python3-torch              # tools/export_torchscript.py: users' models (PyTorch 1.13)
