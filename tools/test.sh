@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine (packages, Bazel build) and runs the
-# whole test suite: unit tests beside the code and the integration tests in
+# whole test suite: the layout rules (tools/check_layout.sh), unit tests beside the code and the integration tests in
 # tests/ (real master on loopback, real mpirun groups). Then checks locking:
 # tools/check_thread_safety.sh builds the same targets with clang-14 and
 # -Wthread-safety (in its own Bazel output base), and tools/fuzz.sh runs
@@ -23,6 +23,9 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 phase() { echo "test.sh: $1 took $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
 phase_start=$SECONDS
+
+layout_rc=0
+tools/check_layout.sh || layout_rc=$?
 
 tools/install_deps.sh
 phase "installing packages"
@@ -58,6 +61,7 @@ if [ "${MPILEARN_FUZZ:-1}" != 0 ] && [ $# -eq 0 ]; then
 else
   echo "test.sh: fuzz run skipped (MPILEARN_FUZZ=0 or a subset of targets)"
 fi
+[ "$rc" -ne 0 ] || rc=$layout_rc
 [ "$rc" -ne 0 ] || rc=$tsa_rc
 [ "$rc" -ne 0 ] || rc=$fuzz_rc
 
