@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine (packages, Bazel build) and runs the
-# whole test suite: the layout rules (tools/check_layout.sh), unit tests beside the code and the integration tests in
-# tests/ (real master on loopback, real mpirun groups). Then checks locking:
-# tools/check_thread_safety.sh builds the same targets with clang-14 and
-# -Wthread-safety (in its own Bazel output base), and tools/fuzz.sh runs
-# each libFuzzer target of tests/fuzz for a short while (clang-14, ASan,
-# UBSan, its own output base too). The exit code is non-zero when any of
-# them fails; the last line is always the test count.
+# whole test suite: the layout rules (tools/check_layout.sh), the unit tests
+# beside the code and the integration tests in tests/ (real master on
+# loopback, real mpirun groups). Then checks locking:
+# tools/check_thread_safety.sh compiles every target that can have a
+# finding with clang-14 and -Wthread-safety (in its own Bazel output base),
+# and tools/fuzz.sh runs each libFuzzer target of tests/fuzz for a short
+# while (clang-14, ASan, UBSan, its own output base too). The exit code is
+# non-zero when any of them fails; the last line is always the test count.
 #
 #   tools/test.sh                 # everything
 #   tools/test.sh //common/...    # a subset (any bazel target patterns)
