@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/process_stats.h"
-#include "server/core/update_rule.h"
+#include "server/core/update/update_rule.h"
 
 namespace mpilearn::server {
 namespace {

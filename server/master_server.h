@@ -33,7 +33,7 @@
 #include "server/master_service.h"
 #include "server/opt/study_table.h"
 #include "server/study_service.h"
-#include "server/core/optimizer.h"
+#include "server/core/update/optimizer.h"
 
 namespace mpilearn::server {
 

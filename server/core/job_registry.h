@@ -89,7 +89,7 @@
 #include "proto/mpilearn.pb.h"
 #include "server/core/job.h"
 #include "common/trace.h"
-#include "server/core/job_store.h"
+#include "server/core/store/job_store.h"
 #include "server/core/metrics_sink.h"
 #include "server/core/snapshot_sink.h"
 
