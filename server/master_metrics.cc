@@ -173,6 +173,7 @@ MasterMetrics::JobSeries& MasterMetrics::SeriesLocked(
 }
 
 void MasterMetrics::OnUpdateApplied(const std::string& job_id,
+                                    const v1::JobSpec& /*spec*/,
                                     const AppliedUpdate& update) {
   const std::pair<std::string, std::string> key(update.device, update.optimizer);
   {
