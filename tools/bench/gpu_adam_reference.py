@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's own GPU optimizers, the peer of //server/core/cuda:cuda_engine_benchmark.
+"""PyTorch's own GPU optimizers, the peer of //server/core/update/cuda:cuda_engine_benchmark.
 
 Times torch.optim steps on one GPU for the same parameter counts and the same
 model-like split into tensors as the C++ benchmark, with CUDA events, and
