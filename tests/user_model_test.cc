@@ -1,5 +1,5 @@
 // End to end with the user's own models: TorchScript files written by
-// tools/export_torchscript.py (so these tests also prove the helper) trained
+// tools/cli/export_torchscript.py (so these tests also prove the helper) trained
 // by `mpirun -np 2 mpilearn-worker` against the real master, a BatchNorm
 // model whose buffers reach the master and the export, and each bad model
 // ending its job FAILED with the cause while the master keeps serving.
@@ -41,7 +41,7 @@ bool HaveTorchForPython() {
 int ExportModel(const std::string& dir, const std::string& model,
                 const std::string& out, const std::vector<std::string>& args) {
   const std::string command = absl::StrCat(
-      kPython, " ", Runfile("tools/export_torchscript.py"), " ",
+      kPython, " ", Runfile("tools/cli/export_torchscript.py"), " ",
       Runfile(absl::StrCat("docs/examples/models/", model, ".py")), " --out ",
       out, " ", absl::StrJoin(args, " "), " >>", dir, "/export.log 2>&1");
   const int status = std::system(command.c_str());
@@ -177,7 +177,7 @@ TEST_F(UserModelTest, BatchNormBuffersReachTheMasterAndTheExport) {
   // The export holds exactly the master's tensors, buffers included.
   const std::string out = dir_ + "/exported.pt";
   const int exported = std::system(
-      absl::StrCat(Runfile("tools/mpilearn-export"), " --state_dir ", dir_,
+      absl::StrCat(Runfile("tools/cli/mpilearn-export"), " --state_dir ", dir_,
                    " --job_id ", status.job_id(), " --out ", out, " >>", dir_,
                    "/export.log 2>&1")
           .c_str());

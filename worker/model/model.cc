@@ -532,7 +532,7 @@ absl::StatusOr<Model> Model::Build(const ModelSpec& spec,
 
 absl::StatusOr<Model> Model::Load(const std::string& path) {
   constexpr char kHowTo[] =
-      "export the model with tools/export_torchscript.py (torch.jit.script, "
+      "export the model with tools/cli/export_torchscript.py (torch.jit.script, "
       "then .save; see docs/torchscript.md)";
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) {

@@ -17,7 +17,7 @@
 // InvalidArgument naming the shape.
 //
 // TorchScript models: spec.torchscript names a file written by
-// torch.jit.script(...).save (tools/export_torchscript.py). Refused, with a
+// torch.jit.script(...).save (tools/cli/export_torchscript.py). Refused, with a
 // message saying how to export correctly: a file that is missing or not
 // TorchScript, a traced module (its dropout/BatchNorm have the train/eval
 // mode baked in), a frozen module or one without trainable parameters.

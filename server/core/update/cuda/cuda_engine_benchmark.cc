@@ -1,7 +1,7 @@
 // cuda_engine_benchmark: the master's CUDA optimizer engine on one GPU,
 // against the device's own copy bandwidth, with no LibTorch in the binary so
 // that it runs on a GPU machine without one (//tools:bench_optimizer links
-// LibTorch for its CPU peer). tools/gpu_adam_reference.py measures PyTorch's
+// LibTorch for its CPU peer). tools/bench/gpu_adam_reference.py measures PyTorch's
 // fused and foreach optimizers on the same sizes, for the peer comparison.
 //
 //   bazel build -c opt --dynamic_mode=off
