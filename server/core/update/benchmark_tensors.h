@@ -1,8 +1,8 @@
 // Tensor sets for the optimizer benchmarks and tests: sizes split like a
 // model's parameters (a few large tensors, some bias-sized ones) and seeded
 // normal values, so per-tensor overheads count as they do in real jobs.
-// Header-only; used by //server/core:optimizer_benchmark,
-// //server/core/cuda:cuda_engine_benchmark and the parity test.
+// Header-only; used by //server/core/update:optimizer_benchmark,
+// //server/core/update/cuda:cuda_engine_benchmark and the parity test.
 #ifndef MPILEARN_SERVER_CORE_UPDATE_BENCHMARK_TENSORS_H_
 #define MPILEARN_SERVER_CORE_UPDATE_BENCHMARK_TENSORS_H_
 

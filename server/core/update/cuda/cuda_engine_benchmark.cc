@@ -5,7 +5,7 @@
 // fused and foreach optimizers on the same sizes, for the peer comparison.
 //
 //   bazel build -c opt --dynamic_mode=off
-//   //server/core/cuda:cuda_engine_benchmark cuda_engine_benchmark
+//   //server/core/update/cuda:cuda_engine_benchmark cuda_engine_benchmark
 //   --params=1170000,10000000,100000000 --json
 //
 // Per size and optimizer it reports:

@@ -1,5 +1,6 @@
-// CudaEngine for builds without nvcc (see //server/core/cuda:BUILD): no engine can
-// be created and no device is ever reported, so callers take their CPU path.
+// CudaEngine for builds without nvcc (see //server/core/update/cuda:BUILD):
+// no engine can be created and no device is ever reported, so callers take
+// their CPU path.
 #include <memory>
 #include <string>
 #include <utility>
