@@ -206,6 +206,21 @@ std::string UpdateRuleName(const v1::JobSpec& spec) {
   return spec.optimizer().name();
 }
 
+absl::StatusOr<UpdateRule::Result> UpdateRule::Apply(
+    std::vector<std::vector<float>>& weights,
+    const std::vector<std::vector<float>>& update, float scale) {
+  int32_t most = 0;
+  for (const std::vector<float>& v : update) {
+    most = std::max(most, MaxAbsBits(v.data(), v.size()));
+  }
+  std::vector<std::vector<float>> original;
+  const auto writable = [&](bool undoable) {
+    if (undoable) original = weights;
+    return Writable{&weights, undoable ? &original : nullptr};
+  };
+  return ApplyGuarded(writable, update, scale, FromAbsBits(most));
+}
+
 void UpdateRule::PutBack(const Writable& weights) {
   for (size_t t = 0; t < weights.values->size(); ++t) {
     const std::vector<float>& from = (*weights.original)[t];

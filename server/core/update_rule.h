@@ -114,6 +114,13 @@ class UpdateRule {
       const std::vector<std::vector<float>>& update, float scale,
       double max_update) = 0;
 
+  // ApplyGuarded to `weights` that the caller holds alone (no snapshot to
+  // copy on write, as a Job has): keeps the copy an undoable Apply needs
+  // itself and measures `max_update` from `update`.
+  absl::StatusOr<Result> Apply(std::vector<std::vector<float>>& weights,
+                               const std::vector<std::vector<float>>& update,
+                               float scale);
+
  protected:
   // Copies `original` back into `values` (the same sizes).
   static void PutBack(const Writable& weights);

@@ -68,31 +68,12 @@ void ExpectNear(const Floats& got, const Doubles& want, double tolerance) {
   }
 }
 
-// One guarded Apply to `weights`, which the test holds alone (a copy is
-// kept when the rule asks for one): its outcome.
-absl::StatusOr<UpdateRule::Outcome> ApplyTo(UpdateRule& rule, Floats& weights,
-                                            const Floats& update,
-                                            float scale) {
-  double max_update = 0.0;
-  for (const auto& v : update) {
-    for (float x : v) max_update = std::max(max_update, std::fabs(double{x}));
-  }
-  Floats original;
-  const auto writable = [&](bool undoable) {
-    if (undoable) original = weights;
-    return UpdateRule::Writable{&weights, undoable ? &original : nullptr};
-  };
-  absl::StatusOr<UpdateRule::Result> result =
-      rule.ApplyGuarded(writable, update, scale, max_update);
-  if (!result.ok()) return result.status();
-  return result->outcome;
-}
-
+// One guarded Apply to `weights`: whether it was applied.
 bool AppliedTo(UpdateRule& rule, Floats& weights, const Floats& update,
                float scale) {
-  const absl::StatusOr<UpdateRule::Outcome> outcome =
-      ApplyTo(rule, weights, update, scale);
-  return outcome.ok() && *outcome == UpdateRule::Outcome::kApplied;
+  const absl::StatusOr<UpdateRule::Result> result =
+      rule.Apply(weights, update, scale);
+  return result.ok() && result->outcome == UpdateRule::Outcome::kApplied;
 }
 
 // downpour and sync: the job's optimizer steps on the gradient times the
@@ -212,10 +193,10 @@ TEST(UpdateRuleTest, NonFiniteApplyIsUndoneByTheRule) {
       return bits;
     };
     const std::string state_before = state_bits();
-    const absl::StatusOr<UpdateRule::Outcome> outcome =
-        ApplyTo(**rule, weights, overflow, 1.0f);
-    ASSERT_TRUE(outcome.ok()) << outcome.status();
-    EXPECT_EQ(*outcome, UpdateRule::Outcome::kUndone);
+    const absl::StatusOr<UpdateRule::Result> result =
+        (*rule)->Apply(weights, overflow, 1.0f);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->outcome, UpdateRule::Outcome::kUndone);
     EXPECT_EQ(std::memcmp(weights[0].data(), before[0].data(), 7 * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(weights[1].data(), before[1].data(), 3 * sizeof(float)), 0);
     EXPECT_EQ(state_bits(), state_before);
