@@ -21,9 +21,28 @@
 #include "common/channel_args.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/core/job_tracer.h"
 
 namespace mpilearn::server {
 namespace {
+
+// Wakes MPI Opt's study table when a trial's job recorded a validation, a
+// group left it or it was cancelled, instead of leaving that to the table's
+// next refresh. `studies` is set once the table exists (no RPC arrives
+// before).
+class StudyWake final : public JobObserver {
+ public:
+  explicit StudyWake(const std::atomic<opt::StudyTable*>& studies)
+      : studies_(studies) {}
+
+  void OnJobChanged(const std::string& /*job_id*/) override {
+    opt::StudyTable* studies = studies_.load();
+    if (studies != nullptr) studies->Wake();
+  }
+
+ private:
+  const std::atomic<opt::StudyTable*>& studies_;
+};
 
 // The whole of a PEM file named by `flag`; an error names both.
 absl::StatusOr<std::string> ReadPemFile(const std::string& path,
@@ -205,15 +224,13 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     server->metrics_ = std::make_shared<MasterMetrics>(metrics_options);
   }
   MasterCore::Options core_options;
-  // A trial's job that validated or ended wakes the study table (set once
-  // the table exists; no RPC arrives before).
-  MasterServer* self_for_jobs = server.get();
-  core_options.registry.on_job_changed = [self_for_jobs](const std::string&) {
-    opt::StudyTable* studies = self_for_jobs->studies_for_wake_.load();
-    if (studies != nullptr) studies->Wake();
-  };
-  core_options.registry.metrics = server->metrics_.get();
-  core_options.registry.trace = server->trace_.get();
+  if (server->trace_ != nullptr) {
+    server->job_tracer_ = std::make_unique<JobTracer>(*server->trace_);
+  }
+  server->study_wake_ = std::make_unique<StudyWake>(server->studies_for_wake_);
+  core_options.registry.observers = {server->metrics_.get(),
+                                     server->job_tracer_.get(),
+                                     server->study_wake_.get()};
   core_options.registry.state_dir = options.state_dir;
   core_options.registry.group_timeout = options.group_timeout;
   core_options.registry.engine = options.engine;

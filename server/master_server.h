@@ -28,12 +28,13 @@
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "server/auth.h"
+#include "server/core/job_observer.h"
 #include "server/core/master_core.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"
 #include "server/opt/study_table.h"
 #include "server/study_service.h"
-#include "server/core/optimizer.h"
+#include "server/core/update/optimizer.h"
 
 namespace mpilearn::server {
 
@@ -126,6 +127,10 @@ class MasterServer {
   std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<TraceRecorder> trace_;
   std::shared_ptr<MasterMetrics> metrics_;
+  // The registry's other observers (job_observer.h): its trace events and
+  // the study table's wake-up (studies_for_wake_).
+  std::unique_ptr<JobObserver> job_tracer_;
+  std::unique_ptr<JobObserver> study_wake_;
   // Declared before the service (streams hold its subscriptions), so it
   // outlives it.
   std::unique_ptr<MasterCore> core_;
@@ -135,7 +140,7 @@ class MasterServer {
   // first).
   std::unique_ptr<CoreTrialJobs> trial_jobs_;
   std::unique_ptr<opt::StudyTable> studies_;
-  // studies_ for the registry's on_job_changed, which RPC threads call.
+  // studies_ for study_wake_, which RPC threads call.
   std::atomic<opt::StudyTable*> studies_for_wake_{nullptr};
   std::unique_ptr<StudyServiceImpl> study_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -168,7 +168,7 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
   core->limits_ = options.limits;
   options.registry.max_queued_jobs = options.limits.max_queued_jobs;
   core->snapshots_ = std::make_unique<SnapshotHub>();
-  options.registry.snapshot_sink = core->snapshots_.get();
+  options.registry.observers.push_back(core->snapshots_.get());
   MPILEARN_ASSIGN_OR_RETURN(core->registry_,
                             JobRegistry::Create(std::move(options.registry)));
   return core;

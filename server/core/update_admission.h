@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/mpilearn.pb.h"
-#include "server/core/finite_bound.h"
+#include "server/core/update/finite_bound.h"
 #include "server/core/job_values.h"
 
 namespace mpilearn::server {
