@@ -11,7 +11,7 @@
 // Roles nest: admin may do everything a worker may, and a worker everything
 // a reader may (a validation pool and a worker read job status). Each RPC
 // needs one role (RequiredRole); clients send the token as the call
-// metadata "authorization: Bearer TOKEN" (common/client_security.h).
+// metadata "authorization: Bearer TOKEN" (common/client/client_security.h).
 //
 // A worker group is bound to the NAME of the token that registered it:
 // every later call naming that group id must come from a token of the same

@@ -1,21 +1,12 @@
-// The study table (study_table.h). Over ~500 lines because it is one state
-// machine (a study's trials from creation to end, across restarts) whose
-// parts share the table's lock and the event log; splitting it would spread
-// one invariant over several files.
 #include "server/opt/study_table.h"
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint_file.h"
 #include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -30,7 +21,6 @@ constexpr int kMaxTrials = 10000;
 constexpr int kMaxParallelism = 1024;
 constexpr int kMaxRetries = 100;
 constexpr size_t kMaxNameBytes = 256;
-constexpr size_t kMaxMessageBytes = 1024;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -47,47 +37,6 @@ absl::Status StudyStateError(absl::string_view message) {
 
 bool IsClassification(const std::string& loss) {
   return loss == "categorical_crossentropy" || loss == "binary_crossentropy";
-}
-
-// The objective's value in a validation, if it has one.
-std::optional<double> MetricOf(const v1::ValidationRecord& record,
-                               const std::string& metric) {
-  auto it = record.metrics().find(metric);
-  if (it != record.metrics().end()) return it->second;
-  if (metric == "val_loss") return record.val_loss();
-  if (metric == "val_accuracy" && record.metrics().empty()) {
-    return record.val_accuracy();
-  }
-  return std::nullopt;
-}
-
-bool InFlight(const v1::Trial& trial) {
-  return trial.state() == v1::TRIAL_STATE_QUEUED ||
-         trial.state() == v1::TRIAL_STATE_RUNNING;
-}
-
-bool Maximizing(const v1::StudySpec& spec) {
-  return spec.objective().direction() == "maximize";
-}
-
-// `a` is better than `b` in the study's direction.
-bool Better(const v1::StudySpec& spec, double a, double b) {
-  return Maximizing(spec) ? a > b : a < b;
-}
-
-std::string Truncated(absl::string_view text) {
-  if (text.size() <= kMaxMessageBytes) return std::string(text);
-  return absl::StrCat(text.substr(0, kMaxMessageBytes), "...");
-}
-
-std::string JobName(const std::string& study_id, const v1::Trial& trial) {
-  std::string name = absl::StrCat(study_id, "/trial-", trial.number());
-  if (trial.retries() > 0) absl::StrAppend(&name, "/retry-", trial.retries());
-  return name;
-}
-
-std::string StudyDir(const std::string& state_dir, const std::string& id) {
-  return absl::StrCat(state_dir, "/studies/", id);
 }
 
 }  // namespace
@@ -192,7 +141,9 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
 // Creation and loading.
 
 StudyTable::StudyTable(Options options, TrialJobs& jobs)
-    : options_(std::move(options)), jobs_(jobs) {}
+    : options_(std::move(options)),
+      store_(options_.state_dir),
+      scheduler_(jobs, store_, *this, options_.clock) {}
 
 absl::StatusOr<std::unique_ptr<StudyTable>> StudyTable::Create(Options options,
                                                                TrialJobs& jobs) {
@@ -237,82 +188,22 @@ void StudyTable::Wake() {
   wake_ = true;
 }
 
-absl::StatusOr<std::unique_ptr<StudyTable::Study>> StudyTable::NewStudy(
-    v1::StudyStatus status) const {
-  auto study = std::make_unique<Study>();
-  const v1::StudySpec& spec = status.spec();
-  MPILEARN_ASSIGN_OR_RETURN(SearchSpace space,
-                            SearchSpace::Create(spec.base(), spec.parameters()));
-  study->space = std::make_unique<SearchSpace>(std::move(space));
-  const uint64_t seed = spec.seed();
-  if (spec.sampler() == "grid") {
-    MPILEARN_ASSIGN_OR_RETURN(study->sampler, NewGridSampler(*study->space, seed));
-  } else if (spec.sampler() == "random") {
-    study->sampler = NewRandomSampler(study->space->dimensions(), seed);
-  } else if (spec.sampler() == "tpe") {
-    TpeOptions tpe;
-    tpe.startup_trials = spec.tpe().startup_trials();
-    tpe.ei_candidates = spec.tpe().ei_candidates();
-    tpe.prior_weight = spec.tpe().prior_weight();
-    tpe.constant_liar = spec.tpe().constant_liar();
-    study->sampler = NewTpeSampler(study->space->dimensions(), tpe, seed);
-  }  // external: trials only come from AskTrial
-  MPILEARN_ASSIGN_OR_RETURN(study->pruner, NewPruner(spec.pruner()));
-  study->budget = spec.trials();
-  study->status = std::move(status);
-  return study;
-}
-
 absl::Status StudyTable::LoadStudies() {
-  const std::string root = absl::StrCat(options_.state_dir, "/studies");
-  std::error_code error;
-  std::filesystem::create_directories(root, error);
-  if (error) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot create ", root, ": ", error.message(),
-        "; give --state_dir a directory the master can write"));
-  }
-  std::vector<std::pair<int, std::string>> found;
-  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
-    const std::string id = entry.path().filename().string();
-    int number = 0;
-    if (!absl::StartsWith(id, "s-") || !absl::SimpleAtoi(id.substr(2), &number)) {
-      continue;
-    }
-    found.emplace_back(number, id);
-  }
-  std::sort(found.begin(), found.end());
+  MPILEARN_ASSIGN_OR_RETURN(StudyStore::Loaded loaded, store_.Load());
   absl::MutexLock lock(&mu_);
-  for (const auto& [number, id] : found) {
-    last_study_number_ = std::max(last_study_number_, number);
-    // Temporary files of writes a crash interrupted (WriteFileAtomically).
-    for (const auto& file : std::filesystem::directory_iterator(
-             absl::StrCat(root, "/", id), error)) {
-      if (absl::StrContains(file.path().filename().string(),
-                            kAtomicWriteTempInfix)) {
-        std::filesystem::remove(file.path(), error);
-      }
-    }
-    const std::string path = absl::StrCat(root, "/", id, "/study.pb");
-    absl::StatusOr<std::string> bytes = ReadWholeFile(path);
-    v1::StudyFile file;
-    if (!bytes.ok() || !file.ParseFromString(*bytes) ||
-        file.status().study_id() != id) {
-      LOG(WARNING) << "study " << id << ": cannot read " << path
-                   << (bytes.ok() ? "" : absl::StrCat(": ", bytes.status().ToString()))
-                   << "; skipped";
-      continue;
-    }
+  last_study_number_ = std::max(last_study_number_, loaded.last_number);
+  for (v1::StudyStatus& status : loaded.studies) {
+    const std::string id = status.study_id();
     absl::StatusOr<std::unique_ptr<Study>> study =
-        NewStudy(std::move(*file.mutable_status()));
+        scheduler_.NewStudy(std::move(status));
     if (!study.ok()) {
       LOG(WARNING) << "study " << id << ": " << study.status() << "; skipped";
       continue;
     }
     int in_flight = 0;
     for (const v1::Trial& trial : (*study)->status.trials()) {
-      in_flight += InFlight(trial) ? 1 : 0;
-      if (InFlight(trial) && trial.job_id().empty()) {
+      in_flight += TrialInFlight(trial) ? 1 : 0;
+      if (TrialInFlight(trial) && trial.job_id().empty()) {
         (*study)->maybe_submitted.insert(trial.number());
       }
     }
@@ -343,12 +234,12 @@ absl::StatusOr<v1::CreateStudyResponse> StudyTable::CreateStudy(
   status.set_study_id(absl::StrCat("s-", ++last_study_number_));
   *status.mutable_spec() = spec;
   status.set_state(v1::STUDY_STATE_RUNNING);
-  status.set_created_unix_seconds(NowSeconds());
+  status.set_created_unix_seconds(scheduler_.NowSeconds());
   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<Study> study,
-                            NewStudy(std::move(status)));
+                            scheduler_.NewStudy(std::move(status)));
   const std::string id = study->status.study_id();
   study->dirty = true;
-  PersistLocked(*study);
+  scheduler_.Persist(*study);
   LOG(INFO) << "study " << id << " created: " << spec.parameters_size()
             << " parameter(s), sampler " << spec.sampler() << ", pruner "
             << spec.pruner().name() << ", " << spec.trials() << " trial(s), "
@@ -356,7 +247,7 @@ absl::StatusOr<v1::CreateStudyResponse> StudyTable::CreateStudy(
   Study& stored = *study;
   order_.push_back(id);
   studies_[id] = std::move(study);
-  RefreshStudyLocked(stored);  // its first trials, at once
+  scheduler_.Refresh(stored);  // its first trials, at once
   v1::CreateStudyResponse response;
   response.set_study_id(id);
   *response.mutable_spec() = spec;
@@ -393,11 +284,11 @@ absl::StatusOr<v1::StudyStatus> StudyTable::CancelStudy(
         "study ", request.study_id(), " has already ended (",
         v1::StudyState_Name(study->status.state()), ")"));
   }
-  EndStudyLocked(*study, v1::STUDY_STATE_CANCELLED,
+  scheduler_.EndStudy(*study, v1::STUDY_STATE_CANCELLED,
                  request.reason().empty()
                      ? std::string("cancelled")
-                     : absl::StrCat("cancelled: ", Truncated(request.reason())));
-  PersistLocked(*study);
+                     : absl::StrCat("cancelled: ", TruncatedMessage(request.reason())));
+  scheduler_.Persist(*study);
   return study->status;
 }
 
@@ -407,17 +298,17 @@ absl::StatusOr<v1::Trial> StudyTable::CancelTrial(
   MPILEARN_ASSIGN_OR_RETURN(Study * study, FindOrError(request.study_id()));
   MPILEARN_ASSIGN_OR_RETURN(v1::Trial * trial,
                             TrialOrError(*study, request.trial()));
-  if (!InFlight(*trial)) {
+  if (!TrialInFlight(*trial)) {
     return StudyStateError(absl::StrCat(
         "trial ", trial->number(), " of study ", request.study_id(),
         " has already ended (", v1::TrialState_Name(trial->state()), ")"));
   }
-  EndTrialLocked(*study, *trial, v1::TRIAL_STATE_CANCELLED,
+  scheduler_.EndTrial(*study, *trial, v1::TRIAL_STATE_CANCELLED,
                  request.reason().empty()
                      ? std::string("cancelled")
-                     : absl::StrCat("cancelled: ", Truncated(request.reason())));
-  SummarizeLocked(*study);
-  PersistLocked(*study);
+                     : absl::StrCat("cancelled: ", TruncatedMessage(request.reason())));
+  scheduler_.Summarize(*study);
+  scheduler_.Persist(*study);
   return *trial;
 }
 
@@ -449,9 +340,9 @@ absl::StatusOr<v1::Trial> StudyTable::AskTrial(
         " has sampler \"external\"; give a value for every parameter"));
   }
   MPILEARN_ASSIGN_OR_RETURN(v1::Trial * trial,
-                            NewTrialLocked(*study, point, /*asked=*/true));
-  SummarizeLocked(*study);
-  PersistLocked(*study);
+                            scheduler_.NewTrial(*study, point, /*asked=*/true));
+  scheduler_.Summarize(*study);
+  scheduler_.Persist(*study);
   return *trial;
 }
 
@@ -468,7 +359,7 @@ absl::StatusOr<v1::Trial> StudyTable::TellTrial(
         "state: ", v1::TrialState_Name(state),
         "; tell TRIAL_STATE_COMPLETED, TRIAL_STATE_PRUNED or TRIAL_STATE_FAILED"));
   }
-  if (!InFlight(*trial)) {
+  if (!TrialInFlight(*trial)) {
     return StudyStateError(absl::StrCat(
         "trial ", trial->number(), " of study ", request.study_id(),
         " has already ended (", v1::TrialState_Name(trial->state()), ")"));
@@ -483,15 +374,15 @@ absl::StatusOr<v1::Trial> StudyTable::TellTrial(
         "value: trial ", trial->number(),
         " has no value yet; give one to complete it"));
   }
-  std::string message = Truncated(request.message());
+  std::string message = TruncatedMessage(request.message());
   if (message.empty()) {
     message = state == v1::TRIAL_STATE_PRUNED ? "pruned by the external optimizer"
               : state == v1::TRIAL_STATE_FAILED ? "failed, said the external optimizer"
                                                 : "";
   }
-  EndTrialLocked(*study, *trial, state, message);
-  SummarizeLocked(*study);
-  PersistLocked(*study);
+  scheduler_.EndTrial(*study, *trial, state, message);
+  scheduler_.Summarize(*study);
+  scheduler_.Persist(*study);
   return *trial;
 }
 
@@ -512,7 +403,7 @@ absl::StatusOr<std::unique_ptr<StudyTable::Watch>> StudyTable::WatchStudy(
       event.set_best_trial(study->status.best_trial());
       event.set_best_value(study->status.best_value());
     }
-    event.set_unix_seconds(NowSeconds());
+    event.set_unix_seconds(scheduler_.NowSeconds());
     watch->pending_.push_back(std::move(event));
   }
   if (study->status.state() != v1::STUDY_STATE_RUNNING) {
@@ -578,381 +469,15 @@ void StudyTable::Refresh() {
   for (const std::string& id : order_) {
     Study& study = *studies_.at(id);
     if (study.status.state() == v1::STUDY_STATE_RUNNING) {
-      RefreshStudyLocked(study);
+      scheduler_.Refresh(study);
     }
-    PersistLocked(study);  // also retries a failed write of an ended study
+    scheduler_.Persist(study);  // also retries a failed write of an ended study
   }
 }
 
-void StudyTable::RefreshStudyLocked(Study& study) {
-  const v1::StudySpec& spec = study.status.spec();
-  for (v1::Trial& trial : *study.status.mutable_trials()) {
-    if (InFlight(trial)) RefreshTrialLocked(study, trial);
-  }
-  SummarizeLocked(study);
-  // The target, by any trial's value so far (running ones too).
-  if (spec.has_target()) {
-    for (const v1::Trial& trial : study.status.trials()) {
-      const bool measured = trial.state() != v1::TRIAL_STATE_FAILED &&
-                            trial.state() != v1::TRIAL_STATE_CANCELLED;
-      if (measured && trial.has_value() &&
-          !Better(spec, spec.target(), trial.value())) {
-        EndStudyLocked(study, v1::STUDY_STATE_COMPLETED,
-                       absl::StrFormat("target %s %g reached by trial %d (%g)",
-                                       spec.objective().metric(), spec.target(),
-                                       trial.number(), trial.value()));
-        return;
-      }
-    }
-  }
-  // New trials up to the parallelism and the budget.
-  while (study.sampler != nullptr && !study.exhausted &&
-         study.status.trials_running() < spec.parallelism() &&
-         study.status.trials_size() < study.budget) {
-    absl::StatusOr<v1::Trial*> trial =
-        NewTrialLocked(study, std::nullopt, /*asked=*/false);
-    if (!trial.ok()) {
-      if (trial.status().code() != absl::StatusCode::kOutOfRange) {
-        LOG(ERROR) << "study " << study.status.study_id()
-                   << ": no new trial: " << trial.status();
-      }
-      study.exhausted = true;  // the grid is spent (or the sampler broke)
-      break;
-    }
-    SummarizeLocked(study);
-  }
-  if (study.status.trials_running() == 0 &&
-      (study.exhausted || study.status.trials_size() >= study.budget)) {
-    EndStudyLocked(study, v1::STUDY_STATE_COMPLETED,
-                   absl::StrCat("all ", study.status.trials_size(),
-                                " trials ended"));
-  }
-}
-
-void StudyTable::RefreshTrialLocked(Study& study, v1::Trial& trial) {
-  const v1::StudySpec& spec = study.status.spec();
-  const std::string& study_id = study.status.study_id();
-  if (trial.job_id().empty()) {
-    // Written, but its job not submitted (a restart, or a submit that
-    // failed for a reason that may pass).
-    SubmitTrialJobLocked(study, trial,
-                         study.maybe_submitted.erase(trial.number()) > 0);
-    return;
-  }
-  absl::StatusOr<v1::JobStatus> job = jobs_.Status(trial.job_id());
-  if (!job.ok()) {
-    if (job.status().code() == absl::StatusCode::kNotFound) {
-      LOG(WARNING) << "study " << study_id << ": trial " << trial.number()
-                   << ": the master no longer holds job " << trial.job_id()
-                   << "; submitting it again";
-      trial.clear_job_id();
-      SubmitTrialJobLocked(study, trial, /*may_exist=*/false);
-    } else {
-      LOG(WARNING) << "study " << study_id << ": trial " << trial.number()
-                   << ": " << job.status();
-    }
-    return;
-  }
-
-  // Epochs and intermediate values.
-  const int epochs = job->epochs_done();
-  if (epochs != trial.epochs_done()) {
-    trial.set_epochs_trained(trial.epochs_trained() + epochs - trial.epochs_done());
-    trial.set_epochs_done(epochs);
-    study.dirty = true;
-  }
-  std::map<int, double> values;
-  for (const v1::ValidationRecord& record : job->validations()) {
-    if (record.epoch() < 1) continue;
-    std::optional<double> value = MetricOf(record, spec.objective().metric());
-    if (value.has_value()) values[record.epoch()] = *value;
-  }
-  bool reported = static_cast<int>(values.size()) != trial.intermediate_size();
-  if (!reported) {
-    int i = 0;
-    for (const auto& [epoch, value] : values) {
-      const v1::IntermediateValue& old = trial.intermediate(i++);
-      if (old.epoch() != epoch || old.value() != value) reported = true;
-    }
-  }
-  if (reported) {
-    trial.clear_intermediate();
-    for (const auto& [epoch, value] : values) {
-      v1::IntermediateValue* stored = trial.add_intermediate();
-      stored->set_epoch(epoch);
-      stored->set_value(value);
-      if (!trial.has_value() || Better(spec, value, trial.value())) {
-        trial.set_value(value);
-      }
-    }
-    study.dirty = true;
-  }
-  if (trial.state() == v1::TRIAL_STATE_QUEUED &&
-      job->state() != v1::JOB_STATE_QUEUED) {
-    trial.set_state(v1::TRIAL_STATE_RUNNING);
-    EventLocked(study, v1::StudyEvent::KIND_STARTED, &trial);
-  }
-  if (reported) EventLocked(study, v1::StudyEvent::KIND_REPORTED, &trial);
-
-  switch (job->state()) {
-    case v1::JOB_STATE_COMPLETED:
-      if (absl::StartsWith(job->stop_reason(), "pruned by study ")) {
-        // Pruned before a restart that came before the study was written.
-        EndTrialLocked(study, trial, v1::TRIAL_STATE_PRUNED, job->stop_reason());
-      } else if (trial.has_value()) {
-        EndTrialLocked(study, trial, v1::TRIAL_STATE_COMPLETED,
-                       job->stop_reason());
-      } else {
-        EndTrialLocked(
-            study, trial, v1::TRIAL_STATE_FAILED,
-            absl::StrCat("job ", trial.job_id(), " completed without reporting ",
-                         spec.objective().metric(),
-                         "; keep inband_validation on or attach a validation "
-                         "pool"));
-      }
-      return;
-    case v1::JOB_STATE_FAILED:
-      if (trial.retries() < spec.max_retries()) {
-        LOG(INFO) << "study " << study_id << ": trial " << trial.number()
-                  << ": job " << trial.job_id() << " failed ("
-                  << job->message() << "); running it again";
-        trial.set_retries(trial.retries() + 1);
-        trial.set_epochs_done(0);
-        trial.clear_intermediate();
-        trial.clear_value();
-        trial.clear_rungs();
-        trial.set_message(Truncated(absl::StrCat("attempt ", trial.retries(),
-                                                 " failed: ", job->message())));
-        trial.clear_job_id();
-        trial.set_state(v1::TRIAL_STATE_QUEUED);
-        SubmitTrialJobLocked(study, trial, /*may_exist=*/false);
-      } else {
-        EndTrialLocked(study, trial, v1::TRIAL_STATE_FAILED,
-                       absl::StrCat("job ", trial.job_id(),
-                                    " failed: ", job->message()));
-      }
-      return;
-    case v1::JOB_STATE_CANCELLED:
-      // Cancelled outside the study (mpilearnctl cancel): the trial ends.
-      EndTrialLocked(study, trial, v1::TRIAL_STATE_CANCELLED,
-                     absl::StrCat("job ", trial.job_id(),
-                                  " was cancelled: ", job->message()));
-      return;
-    default:
-      break;
-  }
-  if (!reported || values.empty()) return;
-
-  // The pruner, on every trial's curve in minimize form.
-  const double sign = Maximizing(spec) ? -1.0 : 1.0;
-  std::vector<TrialCurve> curves;
-  int mine = -1;
-  for (const v1::Trial& other : study.status.trials()) {
-    TrialCurve curve;
-    curve.number = other.number();
-    curve.complete = other.state() == v1::TRIAL_STATE_COMPLETED;
-    for (const v1::IntermediateValue& value : other.intermediate()) {
-      curve.values[value.epoch()] = sign * value.value();
-    }
-    for (const auto& [rung, value] : other.rungs()) curve.rungs[rung] = value;
-    if (other.number() == trial.number()) mine = static_cast<int>(curves.size());
-    curves.push_back(std::move(curve));
-  }
-  if (mine < 0) return;
-  TrialCurve me = curves[mine];
-  const bool prune = study.pruner->ShouldPrune(&me, curves);
-  trial.clear_rungs();
-  for (const auto& [rung, value] : me.rungs) (*trial.mutable_rungs())[rung] = value;
-  if (prune) {
-    const v1::IntermediateValue& last =
-        trial.intermediate(trial.intermediate_size() - 1);
-    EndTrialLocked(study, trial, v1::TRIAL_STATE_PRUNED,
-                   absl::StrFormat("pruned by study %s (%s) at epoch %d: %s %g",
-                                   study_id, spec.pruner().name(), last.epoch(),
-                                   spec.objective().metric(), last.value()));
-  }
-}
-
-absl::StatusOr<v1::Trial*> StudyTable::NewTrialLocked(Study& study,
-                                                      std::optional<Point> point,
-                                                      bool asked) {
-  const int number = study.status.trials_size();
-  if (!point.has_value()) {
-    MPILEARN_ASSIGN_OR_RETURN(
-        Point suggested,
-        study.sampler->Suggest(number, HistoryLocked(study, /*except=*/-1)));
-    point = std::move(suggested);
-  }
-  v1::Trial* trial = study.status.add_trials();
-  trial->set_number(number);
-  *trial->mutable_params() = study.space->Values(*point);
-  trial->set_state(v1::TRIAL_STATE_QUEUED);
-  trial->set_created_unix_seconds(NowSeconds());
-  trial->set_asked(asked);
-  study.dirty = true;
-  absl::StatusOr<v1::JobSpec> job_spec = study.space->Apply(*point);
-  if (!job_spec.ok()) {
-    EndTrialLocked(study, *trial, v1::TRIAL_STATE_FAILED,
-                   Truncated(job_spec.status().message()));
-    return trial;
-  }
-  // On disk before its job exists: a master that dies in between finds the
-  // job by its name after the restart (see the class comment).
-  PersistLocked(study);
-  SubmitTrialJobLocked(study, *trial, /*may_exist=*/false);
-  return trial;
-}
-
-void StudyTable::SubmitTrialJobLocked(Study& study, v1::Trial& trial,
-                                      bool may_exist) {
-  const std::string name = JobName(study.status.study_id(), trial);
-  std::optional<std::string> job_id;
-  if (may_exist) job_id = jobs_.FindByName(name);
-  if (!job_id.has_value()) {
-    absl::StatusOr<Point> point = study.space->FromValues(trial.params());
-    absl::StatusOr<v1::JobSpec> spec =
-        point.ok() ? study.space->Apply(*point)
-                   : absl::StatusOr<v1::JobSpec>(point.status());
-    if (!spec.ok()) {
-      EndTrialLocked(study, trial, v1::TRIAL_STATE_FAILED,
-                     Truncated(spec.status().message()));
-      return;
-    }
-    spec->set_name(name);
-    absl::StatusOr<std::string> submitted = jobs_.Submit(*spec);
-    if (!submitted.ok()) {
-      if (submitted.status().code() == absl::StatusCode::kInvalidArgument) {
-        EndTrialLocked(study, trial, v1::TRIAL_STATE_FAILED,
-                       Truncated(submitted.status().message()));
-      } else {
-        // Left without a job; the next refresh tries again.
-        LOG(WARNING) << "study " << study.status.study_id() << ": trial "
-                     << trial.number() << ": " << submitted.status()
-                     << "; will retry";
-      }
-      return;
-    }
-    job_id = *std::move(submitted);
-  }
-  trial.set_job_id(*job_id);
-  trial.add_job_ids(*job_id);
-  trial.set_state(v1::TRIAL_STATE_QUEUED);
-  study.dirty = true;
-  VLOG(1) << "study " << study.status.study_id() << ": trial " << trial.number()
-          << " is job " << *job_id;
-  EventLocked(study, v1::StudyEvent::KIND_CREATED, &trial);
-}
-
-void StudyTable::EndTrialLocked(Study& study, v1::Trial& trial,
-                                v1::TrialState state,
-                                const std::string& message) {
-  if (InFlight(trial) && !trial.job_id().empty() &&
-      state != v1::TRIAL_STATE_COMPLETED) {
-    absl::Status stopped = jobs_.Stop(trial.job_id(), message);
-    if (!stopped.ok() && stopped.code() != absl::StatusCode::kFailedPrecondition &&
-        stopped.code() != absl::StatusCode::kNotFound) {
-      LOG(WARNING) << "study " << study.status.study_id() << ": trial "
-                   << trial.number() << ": " << stopped;
-    }
-  } else if (InFlight(trial) && !trial.job_id().empty() &&
-             state == v1::TRIAL_STATE_COMPLETED) {
-    // Told COMPLETED while its job still runs (an external optimizer):
-    // stop the job too; a job that completed by itself has ended already.
-    (void)jobs_.Stop(trial.job_id(), "completed by the study's optimizer");
-  }
-  trial.set_state(state);
-  trial.set_message(Truncated(message));
-  trial.set_ended_unix_seconds(NowSeconds());
-  study.dirty = true;
-  LOG(INFO) << "study " << study.status.study_id() << ": trial "
-            << trial.number() << " " << v1::TrialState_Name(state)
-            << (trial.has_value() ? absl::StrCat(" value ", trial.value()) : "")
-            << (message.empty() ? "" : absl::StrCat(": ", message));
-  SummarizeLocked(study);
-  EventLocked(study, v1::StudyEvent::KIND_ENDED, &trial);
-}
-
-void StudyTable::EndStudyLocked(Study& study, v1::StudyState state,
-                                const std::string& message) {
-  for (v1::Trial& trial : *study.status.mutable_trials()) {
-    if (InFlight(trial)) {
-      EndTrialLocked(study, trial, v1::TRIAL_STATE_CANCELLED,
-                     absl::StrCat("study ended: ", message));
-    }
-  }
-  study.status.set_state(state);
-  study.status.set_message(message);
-  study.status.set_ended_unix_seconds(NowSeconds());
-  study.dirty = true;
-  SummarizeLocked(study);
-  LOG(INFO) << "study " << study.status.study_id() << " "
-            << v1::StudyState_Name(state) << ": " << message;
-  EventLocked(study, v1::StudyEvent::KIND_STUDY_ENDED, nullptr, message);
-}
-
-void StudyTable::SummarizeLocked(Study& study) const {
-  v1::StudyStatus& status = study.status;
-  status.clear_best_trial();
-  status.clear_best_value();
-  int running = 0;
-  int epochs = 0;
-  for (const v1::Trial& trial : status.trials()) {
-    running += InFlight(trial) ? 1 : 0;
-    epochs += trial.epochs_trained();
-    const bool counts = trial.state() == v1::TRIAL_STATE_COMPLETED ||
-                        trial.state() == v1::TRIAL_STATE_PRUNED;
-    if (counts && trial.has_value() &&
-        (!status.has_best_value() ||
-         Better(status.spec(), trial.value(), status.best_value()))) {
-      status.set_best_trial(trial.number());
-      status.set_best_value(trial.value());
-    }
-  }
-  status.set_trials_running(running);
-  status.set_trials_created(status.trials_size());
-  status.set_epochs_trained(epochs);
-}
-
-std::vector<Observation> StudyTable::HistoryLocked(const Study& study,
-                                                   int except) const {
-  const double sign = Maximizing(study.status.spec()) ? -1.0 : 1.0;
-  std::vector<Observation> history;
-  for (const v1::Trial& trial : study.status.trials()) {
-    if (trial.number() == except) continue;
-    absl::StatusOr<Point> point = study.space->FromValues(trial.params());
-    if (!point.ok()) continue;
-    Observation observation;
-    observation.number = trial.number();
-    observation.point = *std::move(point);
-    for (const v1::IntermediateValue& value : trial.intermediate()) {
-      observation.intermediate[value.epoch()] = sign * value.value();
-    }
-    switch (trial.state()) {
-      case v1::TRIAL_STATE_COMPLETED:
-        observation.state = trial.has_value() ? Observation::State::kComplete
-                                              : Observation::State::kFailed;
-        observation.value = sign * trial.value();
-        break;
-      case v1::TRIAL_STATE_PRUNED:
-        observation.state = observation.intermediate.empty()
-                                ? Observation::State::kFailed
-                                : Observation::State::kPruned;
-        break;
-      case v1::TRIAL_STATE_QUEUED:
-      case v1::TRIAL_STATE_RUNNING:
-        observation.state = Observation::State::kRunning;
-        break;
-      default:
-        observation.state = Observation::State::kFailed;
-        break;
-    }
-    history.push_back(std::move(observation));
-  }
-  return history;
-}
-
-void StudyTable::EventLocked(Study& study, v1::StudyEvent::Kind kind,
-                             const v1::Trial* trial, const std::string& message) {
+void StudyTable::Log(Study& study, v1::StudyEvent::Kind kind,
+                     const v1::Trial* trial, const std::string& message) {
+  mu_.AssertHeld();  // the scheduler calls it under the table's lock
   v1::StudyEvent event;
   event.set_sequence(next_sequence_++);
   event.set_kind(kind);
@@ -962,7 +487,7 @@ void StudyTable::EventLocked(Study& study, v1::StudyEvent::Kind kind,
     event.set_best_trial(study.status.best_trial());
     event.set_best_value(study.status.best_value());
   }
-  event.set_unix_seconds(NowSeconds());
+  event.set_unix_seconds(scheduler_.NowSeconds());
   event.set_message(message);
   study.events.push_back(std::move(event));
   while (static_cast<int>(study.events.size()) > options_.max_events) {
@@ -971,38 +496,15 @@ void StudyTable::EventLocked(Study& study, v1::StudyEvent::Kind kind,
   changed_.SignalAll();
 }
 
-void StudyTable::PersistLocked(Study& study) {
-  if (!study.dirty) return;
-  if (options_.state_dir.empty()) {
-    study.dirty = false;
-    return;
-  }
-  const std::string dir = StudyDir(options_.state_dir, study.status.study_id());
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  v1::StudyFile file;
-  *file.mutable_status() = study.status;
-  absl::Status written =
-      error ? absl::UnavailableError(error.message())
-            : WriteFileAtomically(absl::StrCat(dir, "/study.pb"),
-                                  file.SerializeAsString());
-  if (!written.ok()) {
-    LOG(ERROR) << "study " << study.status.study_id() << ": cannot write "
-               << dir << "/study.pb: " << written << "; will retry";
-    return;
-  }
-  study.dirty = false;
-}
-
 // ---------------------------------------------------------------------------
 // Lookups.
 
-StudyTable::Study* StudyTable::FindLocked(const std::string& id) const {
+Study* StudyTable::FindLocked(const std::string& id) const {
   auto it = studies_.find(id);
   return it == studies_.end() ? nullptr : it->second.get();
 }
 
-absl::StatusOr<StudyTable::Study*> StudyTable::FindOrError(
+absl::StatusOr<Study*> StudyTable::FindOrError(
     const std::string& id) const {
   Study* study = FindLocked(id);
   if (study == nullptr) {
@@ -1021,10 +523,6 @@ absl::StatusOr<v1::Trial*> StudyTable::TrialOrError(Study& study,
         study.status.trials_size(), ")"));
   }
   return study.status.mutable_trials(number);
-}
-
-double StudyTable::NowSeconds() const {
-  return absl::ToDoubleSeconds(options_.clock() - absl::UnixEpoch());
 }
 
 }  // namespace mpilearn::opt

@@ -30,9 +30,15 @@
 // or the job's files were lost) is matched to a job by its name if one
 // exists, else submitted again; it never runs twice at once.
 //
-// Threading: thread-safe. One mutex guards every study; calls into
-// TrialJobs are made while holding it, so TrialJobs must never call back
-// into the table. Watches wait on a condition of the same mutex.
+// The table holds the studies, their event logs and watches, and the
+// refresh thread; TrialScheduler (trial_scheduler.h) runs each study's
+// trials and StudyStore (study_store.h) writes and loads the files.
+//
+// Threading: thread-safe. One mutex guards every study; the scheduler, and
+// through it TrialJobs, run while it is held, so TrialJobs must never call
+// back into the table. Watches wait on a condition of the same mutex. Lock
+// order: the table's mutex, then TrialJobs' locks; the wake-up mutex is a
+// leaf (nothing is taken under it).
 #ifndef MPILEARN_SERVER_OPT_STUDY_TABLE_H_
 #define MPILEARN_SERVER_OPT_STUDY_TABLE_H_
 
@@ -40,7 +46,6 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -53,33 +58,16 @@
 #include "absl/time/time.h"
 #include "proto/mpilearn.pb.h"
 #include "proto/study.pb.h"
-#include "server/opt/pruner.h"
-#include "server/opt/sampler.h"
-#include "server/opt/search_space.h"
+#include "server/opt/study_store.h"
+#include "server/opt/trial_scheduler.h"
 
 namespace mpilearn::opt {
-
-// What the study table needs of the master's jobs. The master implements it
-// over MasterCore (server/study_service.cc); tests use a fake.
-class TrialJobs {
- public:
-  virtual ~TrialJobs() = default;
-  // Validates and queues a job; returns its id.
-  virtual absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) = 0;
-  // The job's status with its validations; NOT_FOUND for an unknown id.
-  virtual absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) = 0;
-  // Stops a QUEUED or RUNNING job (JobRegistry::Stop).
-  virtual absl::Status Stop(const std::string& job_id,
-                            const std::string& reason) = 0;
-  // The id of the job with exactly this name, if any (the restart rule).
-  virtual std::optional<std::string> FindByName(const std::string& name) = 0;
-};
 
 // Fills a StudySpec's defaults and checks it; INVALID_ARGUMENT names the
 // field. Exposed for tests and clients' dry runs.
 absl::Status NormalizeStudySpec(v1::StudySpec* spec);
 
-class StudyTable {
+class StudyTable : private StudyEvents {
  public:
   struct Options {
     // Studies are written under <state_dir>/studies; empty keeps them in
@@ -152,29 +140,9 @@ class StudyTable {
   void CloseWatches();
 
  private:
-  struct Study {
-    v1::StudyStatus status;
-    std::unique_ptr<SearchSpace> space;
-    std::unique_ptr<Sampler> sampler;
-    std::unique_ptr<Pruner> pruner;
-    // Trials created, with the budget (grid: at most its size).
-    int budget = 0;
-    // Sampler said the grid is spent.
-    bool exhausted = false;
-    std::deque<v1::StudyEvent> events;
-    // The study changed since it was last written.
-    bool dirty = false;
-    // Trials loaded in flight without a job id: their job may exist (the
-    // master died between submitting it and writing the study), so the
-    // first submit looks for it by name.
-    std::set<int> maybe_submitted;
-  };
-
   StudyTable(Options options, TrialJobs& jobs);
 
   absl::Status LoadStudies();
-  // Builds the space, sampler and pruner of a normalized spec.
-  absl::StatusOr<std::unique_ptr<Study>> NewStudy(v1::StudyStatus status) const;
 
   Study* FindLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Study*> FindOrError(const std::string& id) const
@@ -182,42 +150,14 @@ class StudyTable {
   absl::StatusOr<v1::Trial*> TrialOrError(Study& study, int number) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void RefreshStudyLocked(Study& study) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads a trial's job; records values, prunes, retries, ends the trial.
-  void RefreshTrialLocked(Study& study, v1::Trial& trial)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Creates trial `number` with `point` (or the sampler's), writes the
-  // study, submits its job.
-  absl::StatusOr<v1::Trial*> NewTrialLocked(Study& study,
-                                            std::optional<Point> point,
-                                            bool asked)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Submits the trial's job (attempt trial.retries()); with `may_exist`
-  // first looks for a job of the same name (the restart rule).
-  void SubmitTrialJobLocked(Study& study, v1::Trial& trial, bool may_exist)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends a trial in `state`; stops its job if it still runs.
-  void EndTrialLocked(Study& study, v1::Trial& trial, v1::TrialState state,
-                      const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndStudyLocked(Study& study, v1::StudyState state,
-                      const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Best trial, counts and epochs from the trials.
-  void SummarizeLocked(Study& study) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<Observation> HistoryLocked(const Study& study, int except) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EventLocked(Study& study, v1::StudyEvent::Kind kind,
-                   const v1::Trial* trial, const std::string& message = "")
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the study's file if it changed (failures are logged and retried
-  // at the next refresh).
-  void PersistLocked(Study& study) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  double NowSeconds() const;
+  // StudyEvents, for the scheduler (which runs under mu_).
+  void Log(Study& study, v1::StudyEvent::Kind kind, const v1::Trial* trial,
+           const std::string& message) override;
 
   const Options options_;
-  TrialJobs& jobs_;
+  const StudyStore store_;
+  // Runs every study's trials; called with mu_ held.
+  TrialScheduler scheduler_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Study>> studies_ ABSL_GUARDED_BY(mu_);
