@@ -112,10 +112,9 @@ absl::StatusOr<v1::TensorSetHeader> Job::Layout() const {
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     const GradientUpdate& update, absl::Time now, AppliedUpdate* applied) {
-  // The scan is the costly part of the checks; it needs no lock. Its
-  // maximum feeds the guard (below), its sums of squares the clipping.
+  // Admission's costly part, the scan, needs no lock. Its maximum feeds the
+  // guard, its sums of squares the clipping.
   const UpdateScan scan = ScanUpdate(update.values, ClipsGradients(spec_));
-  const int non_finite = scan.non_finite;
   absl::MutexLock lock(&mu_);
   // Every check comes before the first change, so a refused update leaves
   // the job as it was (except stats_.stale_rejected, which counts refusals).
@@ -125,68 +124,65 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   // it has to register again, not that the job is not running.
   MPILEARN_ASSIGN_OR_RETURN(GroupTable::Group * group,
                             groups_.Active(update.group_id));
-  if (StoppedLocked() || state_ == v1::JOB_STATE_CANCELLED) {
-    // The weights are frozen; a group still training its unit gets them
-    // back and learns the job is done at its next NextDataUnit (DONE), so
-    // every rank of it ends its unit together and the group leaves cleanly
-    // (a refusal here would end a downpour rank on its own).
-    group->last_seen = now;
-    if (applied != nullptr) *applied = UnappliedLocked();
-    return std::shared_ptr<const WeightsSnapshot>(weights_);
-  }
-  if (state_ != v1::JOB_STATE_RUNNING) {
+  // Weights frozen (a group still training its unit gets them back and
+  // learns the job is done at its next NextDataUnit, DONE, so every rank of
+  // it ends its unit together and the group leaves cleanly: a refusal here
+  // would end a downpour rank on its own), or a push applied already.
+  const bool frozen = StoppedLocked() || state_ == v1::JOB_STATE_CANCELLED;
+  if (!frozen && state_ != v1::JOB_STATE_RUNNING) {
     return FailedPrecondition(
         EndedLocked() ? v1::ERROR_REASON_JOB_ENDED : v1::ERROR_REASON_JOB_STATE,
         absl::StrCat("job ", id_, " is ", v1::JobState_Name(state_),
                      " and takes no more updates"));
   }
-  if (update.sequence != 0) {
-    const auto last = group->last_sequence.find(update.rank);
-    if (last != group->last_sequence.end() && update.sequence <= last->second) {
-      // Applied already (a retry after a lost reply) or overtaken by a
-      // newer push of the same rank: the current weights, not applied.
+  if (frozen || AlreadyApplied(update, group->last_sequence)) {
+    group->last_seen = now;
+    if (applied != nullptr) *applied = UnappliedLocked();
+    return std::shared_ptr<const WeightsSnapshot>(weights_);
+  }
+  absl::StatusOr<Admission> admission =
+      AdmitUpdate(update, scan, spec_, id_, *weights_);
+  if (!admission.ok()) {
+    if (IsStaleRefusal(admission.status())) {
       group->last_seen = now;
-      if (applied != nullptr) *applied = UnappliedLocked();
-      return std::shared_ptr<const WeightsSnapshot>(weights_);
+      ++stats_.stale_rejected;
     }
+    return admission.status();
   }
-  MPILEARN_RETURN_IF_ERROR(
-      CheckUpdate(update, non_finite, spec_, id_, *weights_));
   group->last_seen = now;
-  const uint64_t version = weights_->header.version();
-  absl::StatusOr<uint64_t> staleness =
-      StalenessOf(spec_, update.base_version, version);
-  if (!staleness.ok()) {
-    ++stats_.stale_rejected;
-    return staleness.status();
-  }
+  return ApplyAdmittedLocked(update, *admission, *group, now, applied);
+}
 
-  // Guarded weights: an update that would make the weights or the rule's
-  // state non-finite is undone and refused. When the rule cannot show that
-  // this one stays finite (UpdateRule::PrepareApply: never in normal
-  // training), it is applied to a copy of the weights, with a copy of the
-  // rule's state, so it can be undone; otherwise in place, and the rule's
-  // tracked magnitudes confirm it after.
-  const bool certain = rule_->PrepareApply(scan.max_abs);
+absl::StatusOr<std::shared_ptr<const WeightsSnapshot>>
+Job::ApplyAdmittedLocked(const GradientUpdate& update,
+                         const Admission& admission, GroupTable::Group& group,
+                         absl::Time now, AppliedUpdate* applied) {
+  // The update itself, guarded by the rule, timed for the metrics and the
+  // trace (from after the copy it may need).
+  absl::Time apply_start;
+  const uint64_t version = weights_->header.version();
   // The weights before the update, kept when they are not updated in place.
   std::shared_ptr<WeightsSnapshot> before;
-  if (rule_->replies_with_previous() || HeldElsewhereLocked() || !certain) {
-    // Copy-on-write: a reply may still be encoding the current snapshot.
-    before = weights_;
-    CopyOnWriteLocked();
-  }
-  if (!certain) MPILEARN_RETURN_IF_ERROR(rule_->BeginUndoable());
-  // The reply: the new weights, or for easgd the centre before the move.
-  std::shared_ptr<const WeightsSnapshot> reply;
-  if (rule_->replies_with_previous()) reply = before;
-  // The update itself, timed for the metrics and the trace.
-  const absl::Time apply_start = absl::Now();
-  const float scale = static_cast<float>(
-      StalenessScale(spec_, *staleness) *
-      ClipScale(spec_, scan, weights_->header));
-  MPILEARN_RETURN_IF_ERROR(rule_->Apply(weights_->values, update.values, scale));
-  if (!rule_->Finite(weights_->values)) {
-    return RejectUpdateLocked(std::move(before));
+  const auto writable =
+      [&](bool undoable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (undoable || rule_->replies_with_previous() ||
+            HeldElsewhereLocked()) {
+          // Copy-on-write: a reply may still be encoding the current
+          // snapshot, easgd replies with it, and an undoable update needs it.
+          before = weights_;
+          CopyOnWriteLocked();
+        }
+        apply_start = absl::Now();
+        return UpdateRule::Writable{&weights_->values,
+                                    before == nullptr ? nullptr
+                                                      : &before->values};
+      };
+  MPILEARN_ASSIGN_OR_RETURN(
+      const UpdateRule::Result result,
+      rule_->ApplyGuarded(writable, update.values, admission.scale,
+                          admission.max_update));
+  if (result.outcome != UpdateRule::Outcome::kApplied) {
+    return RejectUpdateLocked(result);
   }
   rejected_in_a_row_ = 0;
   // Buffers (BatchNorm's running statistics) are not trained: whatever the
@@ -196,29 +192,30 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   }
   const absl::Time apply_end = absl::Now();
   weights_->header.set_version(version + 1);
-  stats_.Applied(*staleness);
-  ++group->updates_applied;
-  if (update.sequence != 0) group->last_sequence[update.rank] = update.sequence;
+  stats_.Applied(admission.staleness);
+  ++group.updates_applied;
+  if (update.sequence != 0) group.last_sequence[update.rank] = update.sequence;
   checkpoints_.Changed();
-  if (reply == nullptr) reply = weights_;
   if (applied != nullptr) {
     *applied = UnappliedLocked();
     applied->applied = true;
     applied->checkpoint_due = checkpoints_.Due(CheckpointTrigger::kUpdates,
                                                version + 1, false, now);
-    applied->staleness = *staleness;
+    applied->staleness = admission.staleness;
     applied->apply_start = apply_start;
     applied->apply_end = apply_end;
     applied->device = engine_.device;
     applied->optimizer = update_rule_;
   }
-  return reply;
+  // The reply: the new weights, or for easgd the centre before the move.
+  return std::shared_ptr<const WeightsSnapshot>(
+      rule_->replies_with_previous() ? before : weights_);
 }
 
-absl::Status Job::RejectUpdateLocked(std::shared_ptr<WeightsSnapshot> before) {
+absl::Status Job::RejectUpdateLocked(const UpdateRule::Result& result) {
   ++stats_.rejected;
   ++rejected_in_a_row_;
-  if (before == nullptr) {
+  if (result.outcome == UpdateRule::Outcome::kNotUndone) {
     // Applied in place because the rule showed it would stay finite, and
     // yet it did not: nothing to go back to. Cannot happen unless a rule's
     // bound is wrong; the job stops rather than train on NaN.
@@ -231,17 +228,15 @@ absl::Status Job::RejectUpdateLocked(std::shared_ptr<WeightsSnapshot> before) {
     checkpoints_.Changed();
     return WithReason(absl::InternalError(message_), v1::ERROR_REASON_INTERNAL);
   }
-  weights_ = std::move(before);
-  const absl::Status undone = rule_->Undo();
   std::string message = absl::StrCat(
       "update refused: applying it would have made job ", id_,
       "'s weights or optimizer state NaN or Inf (it was not applied); lower "
       "optimizer.learning_rate or set optimizer.clip_grad_norm");
-  if (!undone.ok()) {
+  if (result.outcome == UpdateRule::Outcome::kStateLost) {
     // The optimizer's state could not be put back: the job cannot go on.
     state_ = v1::JOB_STATE_FAILED;
     message_ = absl::StrCat(message, "; restoring the optimizer state failed: ",
-                            undone.message());
+                            result.undo_error.message());
   } else if (rejected_in_a_row_ >= kMaxRejectedInARow) {
     state_ = v1::JOB_STATE_FAILED;
     message_ = absl::StrCat(

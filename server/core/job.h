@@ -3,7 +3,8 @@
 //
 // Parts, each a value class used under the job's mutex (none has a lock of
 // its own): GroupTable (groups, liveness, telemetry), DataQueue (units,
-// epochs and their records), UpdateRule (how an update changes the weights),
+// epochs and their records), update admission (update_admission.h: whether
+// an update is taken), UpdateRule (how it changes the weights, guarded),
 // StopRules (validations); job_checkpoint.h encodes the weights and the
 // rule's state. Job itself keeps the state machine below, the weights, the
 // counters and the mutex.
@@ -116,6 +117,7 @@
 #include "server/core/update/optimizer.h"
 #include "server/core/stop_rules.h"
 #include "server/core/update/update_rule.h"
+#include "server/core/update_admission.h"
 
 namespace mpilearn::server {
 
@@ -177,8 +179,10 @@ class Job {
   // JobStatus.updates_rejected) when applying it would have made the weights
   // or the optimizer state NaN or Inf: the job's weights and optimizer
   // state stay exactly as they were (bit for bit), and kMaxRejectedInARow
-  // such refusals in a row FAIL the job. The guard costs no extra pass in
-  // normal training: UpdateRule::PrepareApply bounds the step from the
+  // such refusals in a row FAIL the job. The checks are update admission's
+  // (update_admission.h: its scan runs before the job's mutex is taken),
+  // the guard is the rule's (UpdateRule::ApplyGuarded). The guard costs no
+  // extra pass in normal training: the rule bounds the step from the
   // magnitudes known from earlier ones, and only an update it cannot vouch
   // for is applied to a copy that can be undone (the CUDA optimizer's
   // device state is not put back; see cuda_engine.h).
@@ -348,12 +352,19 @@ class Job {
   // InitWeights, ERROR_REASON_JOB_ENDED for an ended job (its weights, if
   // any, are in its last checkpoint).
   absl::Status NoWeightsError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Refuses an update whose Apply made the weights or the rule's state
-  // non-finite: puts back the weights `before` it (null when it was applied
-  // in place, which fails the job) and the rule's state, counts it in
-  // stats_.rejected and rejected_in_a_row_ (kMaxRejectedInARow fail the
-  // job), and returns the pusher's error (ERROR_REASON_UPDATE_REJECTED).
-  absl::Status RejectUpdateLocked(std::shared_ptr<WeightsSnapshot> before)
+  // ApplyGradient's second half, for an update AdmitUpdate admitted from
+  // `group`: applies it with the rule's guard and books it (version,
+  // counters, the group's sequence, the checkpoint schedule, `applied`).
+  // Returns the reply's weights.
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ApplyAdmittedLocked(
+      const GradientUpdate& update, const Admission& admission,
+      GroupTable::Group& group, absl::Time now, AppliedUpdate* applied)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts an update the rule's guard refused (`result`: undone, or not)
+  // in stats_.rejected and rejected_in_a_row_, fails the job when it could
+  // not be undone or after kMaxRejectedInARow in a row, and returns the
+  // pusher's error (ERROR_REASON_UPDATE_REJECTED; INTERNAL when not undone).
+  absl::Status RejectUpdateLocked(const UpdateRule::Result& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether anyone besides weights_ (and the spare list, which weights_
   // joins once it came from a copy) holds the current snapshot: a reply

@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/core/update/cuda/cuda_engine.h"
+#include "server/core/update/finite_bound.h"
 #include "server/core/update/optimizer_rules.h"
 #include "server/core/update/optimizer_step.h"
 
@@ -52,27 +53,12 @@ constexpr int kMaxThreads = 256;
 
 inline size_t MainLoopEnd(size_t n) { return n & ~(kBlock - 1); }
 
-// The largest magnitudes a step wrote, as the bit patterns of |x| read as
-// int32: for floats of one sign the bit patterns order as the values do,
-// and NaN and Inf (exponent all ones) are above kMaxFiniteBits. An int32 max
-// vectorises at -O2 where a float max (NaN-aware) does not.
+// The largest magnitudes a step wrote, as AbsBits (finite_bound.h): an
+// int32 max vectorises at -O2 where a float max (NaN-aware) does not.
 struct Magnitudes {
   int32_t param = 0;
   int32_t state = 0;
 };
-constexpr int32_t kMaxFiniteBits = 0x7f7fffff;
-
-inline int32_t AbsBits(float x) {
-  int32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return bits & 0x7fffffff;
-}
-
-inline float FromBits(int32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
-}
 
 // A kernel applies one rule to elements [0, n) of one tensor range. s0..s2
 // are the rule's state operands (StateOperands), null where unused. With
@@ -233,11 +219,6 @@ absl::Status ValidateConfig(const OptimizerConfig& c) {
   return ResolveOptimizerConfig(spec).status();
 }
 
-// Values a guarded step may reach and still count as certainly finite: far
-// enough below FLT_MAX (3.4e38) that the fp32 rounding of the rules'
-// arithmetic cannot carry a value bounded here (in double) past it.
-constexpr double kCertainlyFiniteBound = 1e36;
-
 // True when one step of `c` with scalars `s` is certain to keep every
 // intermediate and result finite, given that the parameters are at most
 // `p`, the state values at most `state` and the gradients at most `g` in
@@ -322,9 +303,9 @@ StepBounds StepBound(const OptimizerConfig& c, const StepScalars& s, double p,
     }
   }
   most = std::max({most, next_p, next_state});
-  // A NaN bound (from a NaN input) compares false: not certain.
+  // A NaN bound (from a NaN input) is not within bound: not certain.
   StepBounds bounds;
-  bounds.certain = most < kCertainlyFiniteBound;
+  bounds.certain = WithinBound(most);
   bounds.param = next_p;
   bounds.state = next_state;
   return bounds;
@@ -446,6 +427,7 @@ class CpuOptimizer final : public Optimizer {
     // need no tracking (see there); a Step without PrepareStep runs
     // untracked and leaves the magnitudes unknown.
     const bool track = prepared_ && track_next_;
+    undoable_ = undoable_ && prepared_;  // UndoStep undoes this step only
     const Kernel kernel = track ? SelectKernel<true>(config_.kind, scalars)
                                 : SelectKernel<false>(config_.kind, scalars);
     ++state_.steps;
@@ -480,10 +462,10 @@ class CpuOptimizer final : public Optimizer {
         all.param = std::max(all.param, magnitudes[k].param);
         all.state = std::max(all.state, magnitudes[k].state);
       }
-      finite_ = all.param <= kMaxFiniteBits && all.state <= kMaxFiniteBits;
+      finite_ = FiniteBits(all.param) && FiniteBits(all.state);
       known_ = finite_;
-      bound_param_ = FromBits(all.param);
-      bound_state_ = FromBits(all.state);
+      bound_param_ = FromAbsBits(all.param);
+      bound_state_ = FromAbsBits(all.state);
     } else if (prepared_) {
       // Certain: finite, within the bounds PrepareStep computed.
       finite_ = true;
@@ -504,19 +486,36 @@ class CpuOptimizer final : public Optimizer {
   // untracked step; a tracked step re-anchors them on the real values).
   // Adadelta's bound on its accumulators grows geometrically when carried
   // forward, so its steps are always tracked (and their bound taken from
-  // the measured values).
+  // the measured values). An uncertain step is undoable: the state is
+  // copied first (into buffers kept from the last copy).
   bool PrepareStep(double max_grad) override {
     prepared_ = true;
     track_next_ = true;
-    if (!known_) return false;
-    next_ = StepBound(config_, ComputeStepScalars(config_, state_.steps + 1),
-                      std::max(bound_param_, max_grad), bound_state_, max_grad);
-    track_next_ = !next_.certain || config_.kind == OptimizerKind::kAdadelta;
+    next_ = {};
+    if (known_) {
+      next_ = StepBound(config_, ComputeStepScalars(config_, state_.steps + 1),
+                        std::max(bound_param_, max_grad), bound_state_,
+                        max_grad);
+      track_next_ = !next_.certain || config_.kind == OptimizerKind::kAdadelta;
+    }
+    undoable_ = !next_.certain;
+    if (undoable_) saved_ = state_;
     return next_.certain;
   }
 
-  bool LastStepFinite() const override { return finite_; }
-  bool tracks_finiteness() const override { return true; }
+  bool LastStepFinite(absl::Span<const absl::Span<float>>) const override {
+    return finite_;
+  }
+
+  absl::Status UndoStep() override {
+    if (!undoable_) {
+      return absl::FailedPreconditionError(
+          "no undoable optimizer step to undo (PrepareStep vouched for it)");
+    }
+    state_ = saved_;
+    ForgetMagnitudes();
+    return absl::OkStatus();
+  }
 
   int64_t steps() const override { return state_.steps; }
   std::string name() const override { return OptimizerKindName(config_.kind); }
@@ -551,13 +550,20 @@ class CpuOptimizer final : public Optimizer {
       }
     }
     state_ = state;
-    known_ = false;
-    prepared_ = false;
-    finite_ = true;
+    ForgetMagnitudes();
     return absl::OkStatus();
   }
 
  private:
+  // The state changed outside Step (UndoStep, RestoreState): nothing is
+  // known of its magnitudes, and nothing is left to undo.
+  void ForgetMagnitudes() {
+    known_ = false;
+    prepared_ = false;
+    undoable_ = false;
+    finite_ = true;
+  }
+
   // Elements [begin, end) of one tensor.
   struct Segment {
     size_t tensor;
@@ -614,7 +620,8 @@ class CpuOptimizer final : public Optimizer {
   // RestoreState). finite_: the last step wrote only finite values (as far
   // as it was tracked or vouched for). prepared_: PrepareStep was called
   // for the next Step, which is tracked when track_next_, else carries
-  // next_ forward.
+  // next_ forward. undoable_: saved_ holds the state before that Step
+  // (PrepareStep was not certain), for UndoStep.
   bool known_ = false;
   double bound_param_ = 0.0;
   double bound_state_ = 0.0;
@@ -622,6 +629,8 @@ class CpuOptimizer final : public Optimizer {
   bool prepared_ = false;
   bool track_next_ = true;
   StepBounds next_;
+  bool undoable_ = false;
+  OptimizerState saved_;
 };
 
 

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/core/update/finite_bound.h"
 #include "server/core/update/optimizer_config.h"
 
 namespace mpilearn::server {
@@ -48,35 +49,47 @@ class Optimizer {
   virtual absl::Status Step(absl::Span<const absl::Span<float>> params,
                             absl::Span<const absl::Span<const float>> grads) = 0;
 
-  // Guarded updates (UpdateRule, Job::ApplyGradient): a step must not make
-  // the parameters or the state non-finite, and the caller undoes one that
-  // did. Undoing needs a copy taken before the step; these two calls let
-  // the caller take it only when a step could overflow.
+  // Guarded steps (UpdateRule::ApplyGuarded): a step must not leave the
+  // parameters or the state non-finite, and one that did is undone. Per
+  // step, in this order:
   //
-  // Called right before a Step whose gradients are at most `max_grad` in
+  //   const bool certain = optimizer->PrepareStep(max_grad);
+  //   (the caller keeps a copy of the parameters unless certain)
+  //   MPILEARN_RETURN_IF_ERROR(optimizer->Step(params, grads));
+  //   if (!optimizer->LastStepFinite(params)) {
+  //     (the caller puts its copy of the parameters back)
+  //     MPILEARN_RETURN_IF_ERROR(optimizer->UndoStep());
+  //   }
+  //
+  // PrepareStep: the gradients of the coming Step are at most `max_grad` in
   // magnitude (the parameters being at most max(`max_grad`, what the
   // backend knows of them): a caller may set some, like buffers, to
   // gradient values between steps). True when that Step is certain to
-  // leave every parameter and state value finite. The CPU backend bounds
-  // the step's arithmetic from what it knows of the magnitudes: measured
-  // in the pass of the last step that tracked them, or bounded since. It
-  // answers false when it cannot tell (no tracked step since creation or
-  // RestoreState, centered rmsprop, whose sqrt(E[g^2] - E[g]^2) can round
-  // below zero, or a bound near the fp32 range), and then tracks the next
-  // Step's magnitudes in its own pass. A Step without PrepareStep is not
-  // tracked. A backend that tracks nothing answers false.
+  // leave every parameter and state value finite (WithinBound). The CPU
+  // backend bounds the step's arithmetic from what it knows of the
+  // magnitudes: measured in the pass of the last step that tracked them, or
+  // bounded since. It answers false when it cannot tell (no tracked step
+  // since creation or RestoreState, centered rmsprop, whose
+  // sqrt(E[g^2] - E[g]^2) can round below zero, or a bound near the fp32
+  // range); it then keeps a copy of its state for UndoStep and tracks the
+  // next Step's magnitudes in its own pass. A Step without PrepareStep is
+  // not tracked. A backend that tracks nothing answers false.
   virtual bool PrepareStep(double /*max_grad*/) { return false; }
 
-  // Whether every parameter and state value the last Step wrote is finite:
-  // measured when that step was tracked, vouched for by PrepareStep when
-  // not. A backend that does not track answers true and leaves the check of
-  // the parameters to the caller (tracks_finiteness() false).
-  virtual bool LastStepFinite() const { return true; }
-  virtual bool tracks_finiteness() const { return false; }
+  // Whether every parameter (`params`, as the last Step left them) and
+  // state value is finite: measured when that step was tracked, vouched
+  // for by PrepareStep when not. A backend that tracks nothing scans
+  // `params` (its state is not checked).
+  virtual bool LastStepFinite(
+      absl::Span<const absl::Span<float>> params) const {
+    return FirstNonFinite(params) < 0;
+  }
 
-  // The caller changed the parameters outside Step (it undid a step): a
-  // backend holding a copy of its own (CUDA) reloads them before the next.
-  virtual void HostParamsChanged() {}
+  // After a Step that PrepareStep did not vouch for, whose parameters the
+  // caller put back: puts the state back as it was before that Step. A
+  // backend holding a copy of the parameters of its own reloads them
+  // before the next Step (CUDA, whose device state is not put back).
+  virtual absl::Status UndoStep() { return absl::OkStatus(); }
 
   // Number of steps applied (or restored) so far.
   virtual int64_t steps() const = 0;

@@ -880,7 +880,8 @@ TEST(OptimizerValidationTest, AgreesWithJobSpecNormalization) {
 
 // Guarded updates: LastStepFinite reports what the step wrote (checked
 // against a scan of the parameters and every state buffer), and whenever
-// PrepareStep vouches for a step, the step is finite. Magnitudes
+// PrepareStep vouches for a step, the step is finite; UndoStep puts back
+// the state of a step it did not vouch for. Magnitudes
 // sweep from normal training to the edge of fp32; a normal step must be
 // vouched for (else every update would pay for the undoable path).
 TEST(OptimizerGuardTest, CertainStepsStayFiniteAndTrackingIsExact) {
@@ -947,20 +948,35 @@ TEST(OptimizerGuardTest, CertainStepsStayFiniteAndTrackingIsExact) {
         std::vector<absl::Span<const float>> g1(small.begin(), small.end());
         std::vector<absl::Span<const float>> g2(grads.begin(), grads.end());
         ASSERT_TRUE(optimizer->Step(p, g1).ok());
-        EXPECT_EQ(optimizer->LastStepFinite(),
+        EXPECT_EQ(optimizer->LastStepFinite(p),
                   finite_everywhere(*optimizer, params));
-        if (!optimizer->LastStepFinite()) continue;
+        if (!optimizer->LastStepFinite(p)) continue;
         double max_grad = 0.0;
         for (const auto& t : grads) {
           for (float v : t) max_grad = std::max(max_grad, std::fabs(double{v}));
         }
+        const OptimizerState before = optimizer->SaveState().value();
         const bool certain = optimizer->PrepareStep(max_grad);
         ASSERT_TRUE(optimizer->Step(p, g2).ok());
         const bool finite = finite_everywhere(*optimizer, params);
-        EXPECT_EQ(optimizer->LastStepFinite(), finite);
+        EXPECT_EQ(optimizer->LastStepFinite(p), finite);
         if (certain) {
           EXPECT_TRUE(finite);
           ++vouched;
+        } else if (!finite) {
+          // An uncertain step is undoable: UndoStep puts the state back.
+          ASSERT_TRUE(optimizer->UndoStep().ok());
+          const OptimizerState undone = optimizer->SaveState().value();
+          EXPECT_EQ(undone.steps, before.steps);
+          EXPECT_EQ(undone.buffers.size(), before.buffers.size());
+          for (size_t b = 0; b < before.buffers.size(); ++b) {
+            for (size_t t = 0; t < before.buffers[b].size(); ++t) {
+              EXPECT_EQ(std::memcmp(undone.buffers[b][t].data(),
+                                    before.buffers[b][t].data(),
+                                    before.buffers[b][t].size() * sizeof(float)),
+                        0);
+            }
+          }
         }
         if (param_scale == 1.0 && grad_scale <= 1.0 && !spec.centered()) {
           EXPECT_TRUE(certain) << "a normal step must take the fast path";

@@ -7,16 +7,18 @@
 //                   (replies_with_previous()).
 //   gem             UPDATE_KIND_DELTA: c += delta.
 //
-// `scale` is the staleness scale (StalenessScale): it multiplies the
-// gradient, alpha or delta.
+// Each Apply is guarded: one that would leave the weights or the rule's
+// state NaN or Inf is undone by the rule itself. Admission comes first
+// (update_admission.h: the checks, the staleness and the scale):
 //
 //   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<UpdateRule> rule,
 //                             UpdateRule::Create(spec, sizes, engine));
-//   MPILEARN_RETURN_IF_ERROR(CheckUpdate(update, -1, spec, id, weights));
-//   MPILEARN_ASSIGN_OR_RETURN(uint64_t staleness,
-//                             StalenessOf(spec, update.base_version, version));
-//   MPILEARN_RETURN_IF_ERROR(rule->Apply(weights.values, update.values,
-//                                        StalenessScale(spec, staleness)));
+//   MPILEARN_ASSIGN_OR_RETURN(const Admission admission,
+//                             AdmitUpdate(update, scan, spec, id, weights));
+//   MPILEARN_ASSIGN_OR_RETURN(
+//       const UpdateRule::Outcome outcome,
+//       rule->ApplyGuarded(writable, update.values, admission.scale,
+//                          admission.max_update));
 //
 // Threading: not thread-safe; a Job calls it under its own mutex.
 #ifndef MPILEARN_SERVER_CORE_UPDATE_RULE_H_
@@ -28,11 +30,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "proto/mpilearn.pb.h"
-#include "server/core/job_values.h"
 #include "server/core/update/optimizer.h"
 
 namespace mpilearn::server {
@@ -41,45 +42,6 @@ namespace mpilearn::server {
 // `optimizer` label, job_info's): the optimizer's name for downpour and sync,
 // "easgd" or "gem" for those algorithms (they apply their own rule).
 std::string UpdateRuleName(const v1::JobSpec& spec);
-
-// The factor an update computed `staleness` versions behind is scaled by:
-// 1 / max(1, staleness) with staleness_scaling "inverse", else 1.
-float StalenessScale(const v1::JobSpec& spec, uint64_t staleness);
-
-// Index of the first tensor holding NaN or Inf, or -1. Costly on a large
-// model: callers scan before taking their lock.
-int FirstNonFinite(const std::vector<std::vector<float>>& values);
-
-// One pass over an update's values, made before the job's lock is taken:
-// what CheckUpdate, the guard and clipping need.
-struct UpdateScan {
-  // FirstNonFinite of the values.
-  int non_finite = -1;
-  // The largest |value| (meaningful when non_finite < 0).
-  double max_abs = 0.0;
-  // Per tensor, the sum of squares in double; only with `squares`.
-  std::vector<double> sum_squares;
-};
-// Scans `values` (the sums of squares too when `squares`: clipping). The
-// non-finite test and the maximum are one vectorised pass, as cheap as
-// FirstNonFinite alone.
-UpdateScan ScanUpdate(const std::vector<std::vector<float>>& values,
-                      bool squares);
-
-// The factor optimizer.clip_grad_norm scales a gradient by, as PyTorch's
-// clip_grad_norm_ computes it: with N the L2 norm over every trainable
-// tensor of the update (buffers excluded, `layout` says which),
-// min(1, clip / (N + 1e-6)); 1 when clipping is off (absent or 0) or the
-// algorithm is not downpour/sync. `scan` must hold the sums of squares
-// when clipping is on (ClipsGradients).
-bool ClipsGradients(const v1::JobSpec& spec);
-double ClipScale(const v1::JobSpec& spec, const UpdateScan& scan,
-                 const v1::TensorSetHeader& layout);
-
-// INVALID_ARGUMENT (ERROR_REASON_INVALID_REQUEST) naming tensor `name`, which
-// holds NaN or Inf; `what` names the tensors ("gradient", "update",
-// "initial weight").
-absl::Status NonFiniteError(absl::string_view what, absl::string_view name);
 
 class UpdateRule {
  public:
@@ -108,68 +70,61 @@ class UpdateRule {
   // the job's checkpoint.
   virtual const Optimizer* optimizer() const { return nullptr; }
 
-  // Applies `update` scaled by `scale` to `weights` in place. Precondition:
-  // CheckUpdate(update, ..., weights, ...) passed. Only an optimizer on a
-  // device can fail (ERROR_REASON_INTERNAL).
-  virtual absl::Status Apply(std::vector<std::vector<float>>& weights,
-                             const std::vector<std::vector<float>>& update,
-                             float scale) = 0;
+  // The weights an ApplyGuarded changes: `values` in place, with the
+  // weights as they were in `original` (kept by the caller until
+  // ApplyGuarded returns) or null when `values` are the only copy.
+  struct Writable {
+    std::vector<std::vector<float>>* values = nullptr;
+    const std::vector<std::vector<float>>* original = nullptr;
+  };
+  // How a guarded Apply ended.
+  enum class Outcome {
+    // Applied: the weights and the rule's state are finite.
+    kApplied,
+    // It would have made the weights or the state NaN or Inf: both are
+    // back as they were, bit for bit (the CUDA optimizer's device state
+    // excepted: see cuda_engine.h).
+    kUndone,
+    // As kUndone, except that the rule's state could not be put back
+    // (undo_error says why): the job cannot go on.
+    kStateLost,
+    // Non-finite, and applied in place on the rule's own bound, which did
+    // not hold: nothing to go back to (an internal error).
+    kNotUndone,
+  };
+  struct Result {
+    Outcome outcome = Outcome::kApplied;
+    absl::Status undo_error;  // kStateLost only
+  };
 
-  // Guarded updates: an Apply that makes the weights or the rule's state
-  // non-finite is undone (Job::ApplyGradient). A rule bounds each Apply
-  // beforehand from what it knows of the magnitudes (carried forward from
-  // earlier Applys); when the bound holds, the Apply runs as fast as ever,
-  // in place. Otherwise it tracks the magnitudes it writes in its own pass
-  // (which re-anchors the bound), and the caller keeps what it needs to
-  // undo it:
-  //
-  //   if (!rule->PrepareApply(scan.max_abs)) {
-  //     keep a copy of the weights; MPILEARN_RETURN_IF_ERROR(rule->BeginUndoable());
-  //   }
-  //   MPILEARN_RETURN_IF_ERROR(rule->Apply(weights, update, scale));
-  //   if (!rule->Finite(weights)) { put the weights back; rule->Undo(); }
-  //
-  // Call right before each Apply with the update's largest |value|; true
-  // when that Apply (any scale <= 1) is certain to leave the weights and
-  // the state finite. False before the first Apply, after Undo, when the
-  // bound nears the fp32 range, and always for an optimizer that tracks
-  // nothing (CUDA).
-  virtual bool PrepareApply(double max_update) = 0;
-  // Copies the rule's state for Undo (only on the undoable path). The CUDA
-  // optimizer's state is not copied (it lives on the GPU): its Undo puts
-  // back the weights only.
-  virtual absl::Status BeginUndoable() { return absl::OkStatus(); }
-  // Whether the last Apply left `weights` and the rule's state finite: from
-  // the tracked magnitudes, or a scan of `weights` for an optimizer that
-  // tracks nothing.
-  virtual bool Finite(const std::vector<std::vector<float>>& weights) const = 0;
-  // After BeginUndoable and Apply: puts the state back as it was (the
-  // caller puts the weights back first).
-  virtual absl::Status Undo() { return absl::OkStatus(); }
+  // Applies `update` scaled by `scale` (<= 1) to the weights, guarded.
+  // `max_update` is the update's largest |value| (Admission::max_update).
+  // The rule first bounds the Apply from what it knows of the magnitudes
+  // (carried forward from earlier Applys); when the bound holds, the Apply
+  // runs as fast as ever, in place, and `writable(false)` may hand the
+  // weights without an original. Otherwise it asks `writable(true)`, which
+  // must return an original, tracks the magnitudes it writes in its own
+  // pass (which re-anchors the bound), keeps what it needs to undo its
+  // state, and undoes an Apply whose result is not finite. `writable` is
+  // called once, right before the Apply. Precondition: the update passed
+  // AdmitUpdate against these weights. Only an optimizer on a device can
+  // fail (ERROR_REASON_INTERNAL); the weights are then unspecified.
+  virtual absl::StatusOr<Result> ApplyGuarded(
+      absl::FunctionRef<Writable(bool undoable)> writable,
+      const std::vector<std::vector<float>>& update, float scale,
+      double max_update) = 0;
+
+  // ApplyGuarded to `weights` that the caller holds alone (no snapshot to
+  // copy on write, as a Job has): keeps the copy an undoable Apply needs
+  // itself and measures `max_update` from `update`.
+  absl::StatusOr<Result> Apply(std::vector<std::vector<float>>& weights,
+                               const std::vector<std::vector<float>>& update,
+                               float scale);
+
+ protected:
+  // Copies `original` back into `values` (the same sizes).
+  static void PutBack(const Writable& weights);
 };
-
-// Checks an update to the job `job_id` of `spec` (named in messages) whose
-// weights are `weights`: the kind its algorithm takes, as many tensors as
-// the weights, each as long, no NaN/Inf. `non_finite` is FirstNonFinite of
-// update.values, scanned beforehand. INVALID_ARGUMENT
-// (ERROR_REASON_INVALID_REQUEST) otherwise.
-absl::Status CheckUpdate(const GradientUpdate& update, int non_finite,
-                         const v1::JobSpec& spec, const std::string& job_id,
-                         const WeightsSnapshot& weights);
-
-// The staleness of an update computed on `base_version` while the master is
-// at `version` (0 if not behind). ABORTED (ERROR_REASON_STALE_UPDATE)
-// beyond the spec's max_staleness, when that is > 0.
-absl::StatusOr<uint64_t> StalenessOf(const v1::JobSpec& spec,
-                                     uint64_t base_version, uint64_t version);
-
-// Checks initial weights: at least one tensor, `values` laid out as
-// `header` says (fp32, one vector per tensor, each as long), no NaN/Inf.
-// Returns the tensors' sizes (elements); INVALID_ARGUMENT
-// (ERROR_REASON_INVALID_REQUEST) otherwise.
-absl::StatusOr<std::vector<size_t>> CheckInitialWeights(
-    const v1::TensorSetHeader& header,
-    const std::vector<std::vector<float>>& values);
 
 // What a job's updates did, for JobStatus and checkpoints.
 struct UpdateStats {

@@ -91,11 +91,14 @@ class CudaEngine final : public Optimizer {
   const OptimizerConfig& config() const override;
   absl::StatusOr<OptimizerState> SaveState() const override;
   absl::Status RestoreState(const OptimizerState& state) override;
-  // Guarded updates: the engine tracks no magnitudes (its state stays on
-  // the device), so every step is undoable by the caller's copy of the
-  // weights, checked on the host; an undone step's optimizer state is not
-  // put back. HostParamsChanged is MarkHostParamsChanged.
-  void HostParamsChanged() override { MarkHostParamsChanged(); }
+  // Guarded steps: the engine tracks no magnitudes (its state stays on the
+  // device), so every step is undoable by the caller's copy of the
+  // weights, checked on the host (LastStepFinite's scan); an undone step's
+  // optimizer state is not put back. UndoStep is MarkHostParamsChanged.
+  absl::Status UndoStep() override {
+    MarkHostParamsChanged();
+    return absl::OkStatus();
+  }
 
   int device_index() const;
 
