@@ -46,7 +46,9 @@ bazel_fuzz() { bazel --output_base="${output_base}" --max_idle_secs=300 "$@"; }
 labels=()
 for t in "${targets[@]}"; do labels+=("//tests/fuzz:$t" "//tests/fuzz:${t}_test"); done
 echo "fuzz: clang-14 build of ${targets[*]} (output base ${output_base})"
-bazel_fuzz build --config=fuzz -- "${labels[@]}"
+cache_flags=()
+[ -z "${MPILEARN_DISK_CACHE:-}" ] || cache_flags=(--disk_cache="${MPILEARN_DISK_CACHE}")
+bazel_fuzz build --config=fuzz "${cache_flags[@]}" -- "${labels[@]}"
 bin=$(bazel_fuzz info --config=fuzz bazel-bin 2>/dev/null)
 
 work=${keep:-$(mktemp -d)}
