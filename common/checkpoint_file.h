@@ -1,5 +1,5 @@
 // The checkpoint file format, shared by the master (which writes and reloads
-// checkpoints, server/core/job_store.h) and the tools that read them
+// checkpoints, server/core/store/job_store.h) and the tools that read them
 // (mpilearn-export).
 //
 // A checkpoint file is a serialized v1::JobCheckpointFile followed by an
@@ -18,7 +18,7 @@
 //                             ReadCheckpointFile(path));
 //
 // Where the files live under a master's --state_dir is JobStore's business
-// (server/core/job_store.h). All functions are thread-safe (no shared
+// (server/core/store/job_store.h). All functions are thread-safe (no shared
 // mutable state).
 #ifndef MPILEARN_COMMON_CHECKPOINT_FILE_H_
 #define MPILEARN_COMMON_CHECKPOINT_FILE_H_

@@ -20,8 +20,8 @@ std::string FindUndefinedFlag(int argc, char** argv);
 struct ToolMain {
   std::string name;   // "convert_data": messages start "convert_data: "
   std::string usage;  // printed by --help, -h, -help, --helpfull, --helpshort
-  // The source file defining the tool's own flags ("tools/convert_data.cc"),
-  // so absl's flag listings show only them.
+  // The source file defining the tool's own flags
+  // ("tools/data/convert_data.cc"), so absl's flag listings show only them.
   std::string flags_source;
   // Reads and checks the flags: an error is a usage error.
   std::function<absl::Status()> read_flags;

@@ -1,9 +1,11 @@
 #include "server/master.h"
 
 #include <utility>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/core/job_tracer.h"
 
 namespace mpilearn::server {
 
@@ -37,22 +39,35 @@ class Master::CoreTrialJobs final : public opt::TrialJobs {
   MasterCore& core_;
 };
 
+// Wakes MPI Opt's study table when a trial's job recorded a validation, a
+// group left it or it was cancelled, instead of leaving that to the table's
+// next refresh. `studies` is set once the table exists.
+class Master::StudyWake final : public JobObserver {
+ public:
+  explicit StudyWake(const std::atomic<opt::StudyTable*>& studies)
+      : studies_(studies) {}
+
+  void OnJobChanged(const std::string& /*job_id*/) override {
+    opt::StudyTable* studies = studies_.load();
+    if (studies != nullptr) studies->Wake();
+  }
+
+ private:
+  const std::atomic<opt::StudyTable*>& studies_;
+};
+
 Master::Master() = default;
 
 absl::StatusOr<std::unique_ptr<Master>> Master::Create(Options options) {
   auto master = std::unique_ptr<Master>(new Master());
-  master->trace_ = options.core.registry.trace;
-  // A trial's job that validated or ended wakes the study table (set once
-  // the table exists).
-  std::function<void(const std::string&)> also =
-      std::move(options.core.registry.on_job_changed);
-  options.core.registry.on_job_changed =
-      [studies = master->studies_for_wake_,
-       also = std::move(also)](const std::string& job_id) {
-        opt::StudyTable* table = studies->load();
-        if (table != nullptr) table->Wake();
-        if (also) also(job_id);
-      };
+  master->trace_ = options.trace;
+  if (options.trace != nullptr) {
+    master->job_tracer_ = std::make_unique<JobTracer>(*options.trace);
+  }
+  master->study_wake_ = std::make_unique<StudyWake>(master->studies_for_wake_);
+  std::vector<JobObserver*>& observers = options.core.registry.observers;
+  observers.push_back(master->job_tracer_.get());
+  observers.push_back(master->study_wake_.get());
   const std::string state_dir = options.core.registry.state_dir;
   MPILEARN_ASSIGN_OR_RETURN(master->core_,
                             MasterCore::Create(std::move(options.core)));
@@ -63,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(Options options) {
     MPILEARN_ASSIGN_OR_RETURN(
         master->studies_,
         opt::StudyTable::Create(study_options, *master->trial_jobs_));
-    master->studies_for_wake_->store(master->studies_.get());
+    master->studies_for_wake_.store(master->studies_.get());
   }
   return master;
 }
@@ -101,7 +116,7 @@ void Master::Shutdown() {
   shut_down_ = true;
   CloseStreams();
   if (ticker_.joinable()) ticker_.join();
-  studies_for_wake_->store(nullptr);
+  studies_for_wake_.store(nullptr);
   studies_.reset();  // joins its thread; no call uses it any more
   // No call runs any more: the checkpoints hold everything the jobs did.
   if (core_ != nullptr) core_->CheckpointAll();

@@ -1,9 +1,10 @@
 // The master without its transport: the core (jobs, groups, snapshots,
 // callers' bindings; core/master_core.h), MPI Opt's study table over the
-// core's jobs (opt/study_table.h), and the threads that keep them going:
-// the ticker (MasterCore::Tick about once a second: lost groups, timed
-// checkpoints, retries of failed writes; and the trace's flush) and the
-// study table's refresh thread. The gRPC daemon (master_server.h) and the
+// core's jobs (opt/study_table.h), the registry's observers that belong to
+// neither (the trace's events, the study table's wake-up), and the threads
+// that keep them going: the ticker (MasterCore::Tick about once a second:
+// lost groups, timed checkpoints, retries of failed writes; and the
+// trace's flush) and the study table's refresh thread. The gRPC daemon (master_server.h) and the
 // worker's --local mode (worker/local_master.h) both run one, so both tick
 // alike; each adds only how calls reach it.
 //
@@ -16,8 +17,8 @@
 //
 // Threading: Create, Start, CloseStreams and Shutdown are called from one
 // thread; core() and studies() are thread-safe. The study table calls the
-// core (never the reverse: the core only wakes the table through a small
-// lock of its own, StudyTable::Wake).
+// core (never the reverse: the core's observer only wakes the table, which
+// takes a small lock of its own, StudyTable::Wake).
 #ifndef MPILEARN_SERVER_MASTER_H_
 #define MPILEARN_SERVER_MASTER_H_
 
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/trace.h"
+#include "server/core/job_observer.h"
 #include "server/core/master_core.h"
 #include "server/opt/study_table.h"
 
@@ -37,8 +39,12 @@ class Master {
  public:
   struct Options {
     // The core's options: its registry's state directory, group timeout,
-    // engine, metrics sink and trace; its limits; check_callers.
+    // engine and observers (the Master adds its own after them); its
+    // limits; check_callers.
     MasterCore::Options core;
+    // When given (it must outlive the Master): the registry's events are
+    // traced into it (JobTracer) and the ticker flushes it.
+    TraceRecorder* trace = nullptr;
     // MPI Opt's studies, under <core.registry.state_dir>/studies. Off: no
     // study table (studies() is null).
     bool studies = true;
@@ -74,17 +80,22 @@ class Master {
 
  private:
   class CoreTrialJobs;
+  class StudyWake;
 
   Master();
 
+  // studies_ for study_wake_, which any thread calls; set once the table
+  // exists.
+  std::atomic<opt::StudyTable*> studies_for_wake_{nullptr};
+  // The registry's observers: declared before the core, so they outlive
+  // its registry.
+  std::unique_ptr<JobObserver> job_tracer_;
+  std::unique_ptr<JobObserver> study_wake_;
   std::unique_ptr<MasterCore> core_;
   // The core's jobs as the study table sees them; the table calls them
   // from its thread, so it is declared after them (destroyed first).
   std::unique_ptr<CoreTrialJobs> trial_jobs_;
   std::unique_ptr<opt::StudyTable> studies_;
-  // studies_ for the registry's on_job_changed, which any thread calls.
-  std::shared_ptr<std::atomic<opt::StudyTable*>> studies_for_wake_ =
-      std::make_shared<std::atomic<opt::StudyTable*>>(nullptr);
   // The trace the ticker flushes (the core's registry records into it).
   TraceRecorder* trace_ = nullptr;
   absl::Notification stopping_;

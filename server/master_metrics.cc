@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/process_stats.h"
-#include "server/core/update_rule.h"
+#include "server/core/update/update_rule.h"
 
 namespace mpilearn::server {
 namespace {
@@ -173,6 +173,7 @@ MasterMetrics::JobSeries& MasterMetrics::SeriesLocked(
 }
 
 void MasterMetrics::OnUpdateApplied(const std::string& job_id,
+                                    const v1::JobSpec& /*spec*/,
                                     const AppliedUpdate& update) {
   const std::pair<std::string, std::string> key(update.device, update.optimizer);
   {

@@ -3,13 +3,13 @@
 //
 //   auto metrics = std::make_shared<MasterMetrics>(MasterMetrics::Options{});
 //   metrics->SetStatusProvider([&] { return registry.ListForMetrics(); });
-//   registry_options.metrics = metrics.get();        // applied updates
+//   registry_options.observers = {metrics.get()};    // applied updates
 //   exposer.RegisterCollectable(metrics);            // GET /metrics
 //
 // Two kinds of families:
 //   - Instrumented, kept in an owned prometheus::Registry and updated as
 //     things happen: mpilearn_apply_duration_seconds{job_id,device,optimizer},
-//     mpilearn_update_staleness{job_id} (through MetricsSink, from the job
+//     mpilearn_update_staleness{job_id} (as a JobObserver of the job
 //     registry), mpilearn_job_received_bytes_total / _sent_bytes_total{job_id},
 //     mpilearn_rpc_duration_seconds{method,code} and
 //     mpilearn_open_streams{method} (from the gRPC service).
@@ -47,7 +47,7 @@
 #include "prometheus/registry.h"
 #include "server/core/job_values.h"
 #include "proto/study.pb.h"
-#include "server/core/metrics_sink.h"
+#include "server/core/job_observer.h"
 
 namespace mpilearn::server {
 
@@ -57,7 +57,7 @@ inline constexpr char kMpiLearnVersion[] = "0.6.0";
 // The label that names a job in every per-job and per-group series.
 inline constexpr char kJobLabel[] = "job_id";
 
-class MasterMetrics final : public prometheus::Collectable, public MetricsSink {
+class MasterMetrics final : public prometheus::Collectable, public JobObserver {
  public:
   struct Options {
     // Ended (COMPLETED, FAILED) jobs whose series are kept, the most
@@ -86,11 +86,11 @@ class MasterMetrics final : public prometheus::Collectable, public MetricsSink {
   using StudyProvider = std::function<std::vector<v1::StudyStatus>()>;
   void SetStudyProvider(StudyProvider provider);
 
-  // MetricsSink: one observation each in mpilearn_apply_duration_seconds and
-  // mpilearn_update_staleness.
-  void OnUpdateApplied(const std::string& job_id,
+  // JobObserver: one observation each in mpilearn_apply_duration_seconds
+  // and mpilearn_update_staleness.
+  void OnUpdateApplied(const std::string& job_id, const v1::JobSpec& spec,
                        const AppliedUpdate& update) override;
-  // MetricsSink: drops the job's series at once (otherwise the next scrape
+  // JobObserver: drops the job's series at once (otherwise the next scrape
   // would, and a master nobody scrapes would keep them forever).
   void OnJobDeleted(const std::string& job_id) override;
 

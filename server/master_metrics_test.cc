@@ -378,7 +378,7 @@ class MasterMetricsTest : public ::testing::Test {
     registry_options.state_dir = state_dir_;
     registry_options.group_timeout = absl::Seconds(10);
     registry_options.clock = [this] { return now_; };
-    registry_options.metrics = metrics_.get();
+    registry_options.observers = {metrics_.get()};
     registry_options.resume_jobs = false;
     auto registry = JobRegistry::Create(registry_options);
     ASSERT_TRUE(registry.ok()) << registry.status();

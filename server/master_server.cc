@@ -204,9 +204,9 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     server->metrics_ = std::make_shared<MasterMetrics>(metrics_options);
   }
   Master::Options master_options;
+  master_options.trace = server->trace_.get();
   MasterCore::Options& core_options = master_options.core;
-  core_options.registry.metrics = server->metrics_.get();
-  core_options.registry.trace = server->trace_.get();
+  core_options.registry.observers = {server->metrics_.get()};
   core_options.registry.state_dir = options.state_dir;
   core_options.registry.group_timeout = options.group_timeout;
   core_options.registry.engine = options.engine;

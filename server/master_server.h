@@ -23,7 +23,7 @@
 #include "prometheus/exposer.h"
 #include "server/auth.h"
 #include "server/core/master_core.h"
-#include "server/core/optimizer.h"
+#include "server/core/update/optimizer.h"
 #include "server/master.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"

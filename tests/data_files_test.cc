@@ -1,5 +1,5 @@
 // End to end with the users' own data files, streamed: Fashion-MNIST
-// converted to HDF5 in the test (tools/convert_data) trains on 2 ranks to
+// converted to HDF5 in the test (tools/data/convert_data) trains on 2 ranks to
 // the accuracy it reaches from IDX; the units of a multi-file epoch are
 // trained exactly once across two groups (every rank's rows, from the
 // groups' traces); a data set much larger than a rank's memory budget trains
@@ -53,10 +53,10 @@ class DataFilesTest : public ::testing::Test {
     client_ = *std::move(client);
   }
 
-  // Converts an IDX pair to HDF5 with tools/convert_data.
+  // Converts an IDX pair to HDF5 with tools/data/convert_data.
   void Convert(const std::string& features, const std::string& labels,
                const std::string& out, const std::string& flags) {
-    ASSERT_EQ(RunCommand(absl::StrCat(Runfile("tools/convert_data"), " --features ",
+    ASSERT_EQ(RunCommand(absl::StrCat(Runfile("tools/data/convert_data"), " --features ",
                                features, " --labels ", labels, " --out ", out,
                                " ", flags, " >>", dir_, "/convert.log 2>&1")),
               0)

@@ -1,5 +1,5 @@
 // End to end with the user's own models: TorchScript files written by
-// tools/export_torchscript.py (so these tests also prove the helper) trained
+// tools/cli/export_torchscript.py (so these tests also prove the helper) trained
 // by `mpirun -np 2 mpilearn-worker` against the real master, a BatchNorm
 // model whose buffers reach the master and the export, and each bad model
 // ending its job FAILED with the cause while the master keeps serving.
@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace mpilearn::testing {
 namespace {
@@ -41,7 +41,7 @@ bool HaveTorchForPython() {
 int ExportModel(const std::string& dir, const std::string& model,
                 const std::string& out, const std::vector<std::string>& args) {
   const std::string command = absl::StrCat(
-      kPython, " ", Runfile("tools/export_torchscript.py"), " ",
+      kPython, " ", Runfile("tools/cli/export_torchscript.py"), " ",
       Runfile(absl::StrCat("docs/examples/models/", model, ".py")), " --out ",
       out, " ", absl::StrJoin(args, " "), " >>", dir, "/export.log 2>&1");
   const int status = std::system(command.c_str());
@@ -177,7 +177,7 @@ TEST_F(UserModelTest, BatchNormBuffersReachTheMasterAndTheExport) {
   // The export holds exactly the master's tensors, buffers included.
   const std::string out = dir_ + "/exported.pt";
   const int exported = std::system(
-      absl::StrCat(Runfile("tools/mpilearn-export"), " --state_dir ", dir_,
+      absl::StrCat(Runfile("tools/cli/mpilearn-export"), " --state_dir ", dir_,
                    " --job_id ", status.job_id(), " --out ", out, " >>", dir_,
                    "/export.log 2>&1")
           .c_str());
@@ -195,12 +195,12 @@ TEST_F(UserModelTest, BatchNormBuffersReachTheMasterAndTheExport) {
 }
 
 // A regression head trained with mse on data with a known answer
-// (tools/make_synthetic_data: the best mean squared error is noise^2 =
+// (tools/data/make_synthetic_data: the best mean squared error is noise^2 =
 // 1e-4; predicting the targets' means scores 0.4518) gets close to it.
 TEST_F(UserModelTest, RegressionLearnsAKnownFunction) {
   StartMaster("user_model_regression");
   const std::string data = dir_ + "/data";
-  ASSERT_EQ(std::system(absl::StrCat(Runfile("tools/make_synthetic_data"),
+  ASSERT_EQ(std::system(absl::StrCat(Runfile("tools/data/make_synthetic_data"),
                                      " --kind regression --out_dir ", data,
                                      " --train 10000 --test 2000 >", dir_,
                                      "/data.log 2>&1")

@@ -23,8 +23,8 @@
 #include "common/master_client.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
-#include "worker/dataset.h"
-#include "worker/model.h"
+#include "worker/data/dataset.h"
+#include "worker/model/model.h"
 
 namespace mpilearn::testing {
 namespace {

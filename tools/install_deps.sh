@@ -18,10 +18,10 @@ PACKAGES=(
   libgtest-dev googletest
   zlib1g-dev
   openssl libssl-dev          # TLS: the master checks its key (OpenSSL); tests make certificates
-  libhdf5-dev                # users' data files: .h5 (worker/hdf5_file.cc, tools/convert_data)
+  libhdf5-dev                # users' data files: .h5 (worker/data/hdf5_file.cc, tools/data/convert_data)
   python3-h5py               # to write and inspect .h5 data files from Python
   dataset-fashion-mnist      # the built-in default job's data
-  python3-torch              # tools/export_torchscript.py: users' models (PyTorch 1.13)
+  python3-torch              # tools/cli/export_torchscript.py: users' models (PyTorch 1.13)
   libyaml-cpp-dev            # mpilearn-opt reads study specs written in YAML
   python3-grpcio python3-protobuf  # the Python client (tools/python)
   python3-matplotlib         # the Python client's study plots

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/dataset.h"
-#include "worker/loss.h"
-#include "worker/model.h"
+#include "worker/data/dataset.h"
+#include "worker/model/loss.h"
+#include "worker/model/model.h"
 #include "worker/mpi_group.h"
 
 namespace mpilearn::worker {
@@ -39,7 +39,8 @@ Evaluation EvaluateShard(Collectives& group, Model& model, const Loss& loss,
                          const Dataset& shard, int64_t batch_size);
 
 // Reads rows [begin, end) of a rank's share (0 <= begin < end <= the
-// share's rows) as a Dataset: from memory, or from files (data_stream.h).
+// share's rows) as a Dataset: from memory, or from files
+// (worker/data/data_stream.h).
 using ShareReader =
     std::function<absl::StatusOr<Dataset>(int64_t begin, int64_t end)>;
 

@@ -7,7 +7,7 @@
 //   MPILEARN_RETURN_IF_ERROR(WriteRunSummary("summary.json", summary));
 //
 // The line reads `{"mode": "sync", "ranks": 2, ..., "share": {"data": 0.1,
-// ...}, "test_accuracy": 0.8123}`: tools/bench_lib.sh's bench_field takes
+// ...}, "test_accuracy": 0.8123}`: tools/bench/bench_lib.sh's bench_field takes
 // `"KEY": NUMBER` off it, so keys, value types (numbers, not the strings
 // proto3 JSON makes of 64-bit integers) and the `": "` separator are part
 // of the format.

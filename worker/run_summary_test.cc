@@ -75,7 +75,7 @@ std::string LegacySummary(const v1::RegisterGroupResponse& registration, int ran
   return buffer;
 }
 
-// tools/bench_lib.sh's bench_field: `"KEY": NUMBER` off one line; NaN when
+// tools/bench/bench_lib.sh's bench_field: `"KEY": NUMBER` off one line; NaN when
 // the key is not followed by a number.
 double BenchField(const std::string& json, const std::string& key) {
   const std::regex pattern("\"" + key + "\": ([0-9.eE+-]+)");
@@ -129,7 +129,7 @@ TEST(RunSummaryTest, NumbersMatchTheLegacySummary) {
       ASSERT_FALSE(std::isnan(expected)) << key << " in " << legacy;
       EXPECT_DOUBLE_EQ(BenchField(*json, key), expected) << key;
     }
-    // The mode the way tools/bench_scaling.sh's mode_of reads it.
+    // The mode the way tools/bench/bench_scaling.sh's mode_of reads it.
     const std::regex mode("\"mode\": \"([a-z]+)\"");
     std::smatch mine, theirs;
     ASSERT_TRUE(std::regex_search(*json, mine, mode));

@@ -107,7 +107,7 @@ class GroupSession {
     absl::Duration heartbeat = absl::Seconds(2);
     // Compute threads per rank; 0 divides the node's cores among its ranks.
     int threads = 0;
-    // --device: auto, cpu, cuda or cuda:N (worker/device.h).
+    // --device: auto, cpu, cuda or cuda:N (worker/model/device.h).
     std::string device = "auto";
     // Non-empty: the leader writes the RunSummary here as JSON when done
     // (serving: after every job that trained, so it holds the last one's).

@@ -11,7 +11,7 @@
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "worker/job_model.h"
+#include "worker/model/job_model.h"
 
 namespace mpilearn::worker {
 

@@ -9,12 +9,12 @@
 // contiguous share of the unit. A faster group simply asks more often, so
 // it trains more units. In memory (IDX), a unit is a range of the epoch's
 // shuffled order (a permutation every worker draws identically from the
-// job's seed and the epoch). Streamed (file lists, training_data.h), a
-// unit is a range of rows in one file: the group asks the master to reserve
-// the next unit too (read_ahead), and each rank's UnitPrefetcher reads its
-// share of that unit while it trains the current one, and shuffles the
-// rows within the share there too (data.shuffle_within_unit), so each batch
-// is a slice. A read that fails
+// job's seed and the epoch). Streamed (file lists,
+// worker/data/training_data.h), a unit is a range of rows in one file: the
+// group asks the master to reserve the next unit too (read_ahead), and each
+// rank's UnitPrefetcher reads its share of that unit while it trains the
+// current one, and shuffles the rows within the share there too
+// (data.shuffle_within_unit), so each batch is a slice. A read that fails
 // on any rank fails the group together, with that rank's message (the
 // file, dataset and rows).
 //
@@ -66,14 +66,14 @@
 #include "common/master_connection.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 #include "worker/evaluation.h"
 #include "worker/exchange.h"
-#include "worker/job_model.h"
+#include "worker/model/job_model.h"
 #include "worker/master_errors.h"
 #include "worker/mpi_group.h"
 #include "worker/progress.h"
-#include "worker/training_data.h"
+#include "worker/data/training_data.h"
 
 namespace mpilearn::worker {
 
@@ -89,8 +89,8 @@ struct TrainerOptions {
   int fail_unit_reads = 0;
   // The leader's progress line (stdout); off unless asked for.
   ProgressOptions progress{ProgressMode::kOff};
-  // Where the rank trains (worker/device.h). Off the CPU the exchange works
-  // on host copies of the model's state (ExchangeContext::mirrored).
+  // Where the rank trains (worker/model/device.h). Off the CPU the exchange
+  // works on host copies of the model's state (ExchangeContext::mirrored).
   torch::Device device = torch::kCPU;
   // This rank's trace recorder (not owned); null: no tracing.
   TraceRecorder* trace = nullptr;

@@ -11,8 +11,8 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"
-#include "worker/job_model.h"
-#include "worker/training_data.h"
+#include "worker/model/job_model.h"
+#include "worker/data/training_data.h"
 
 namespace mpilearn::worker {
 namespace {

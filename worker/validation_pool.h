@@ -53,9 +53,9 @@
 #include "common/master_client.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 #include "worker/evaluation.h"
-#include "worker/job_model.h"
+#include "worker/model/job_model.h"
 #include "worker/mpi_group.h"
 
 namespace mpilearn::worker {

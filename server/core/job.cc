@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
-#include "server/core/job_checkpoint.h"
+#include "server/core/store/job_checkpoint.h"
 
 namespace mpilearn::server {
 namespace {

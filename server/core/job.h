@@ -111,11 +111,11 @@
 #include "proto/mpilearn.pb.h"
 #include "server/core/data_queue.h"
 #include "server/core/group_table.h"
-#include "server/core/job_checkpoint.h"
+#include "server/core/store/job_checkpoint.h"
 #include "server/core/job_values.h"
-#include "server/core/optimizer.h"
+#include "server/core/update/optimizer.h"
 #include "server/core/stop_rules.h"
-#include "server/core/update_rule.h"
+#include "server/core/update/update_rule.h"
 
 namespace mpilearn::server {
 

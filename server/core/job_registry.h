@@ -1,79 +1,32 @@
-// The master's core: every job it holds, the queue, and the groups serving
-// them. The gRPC service (master_service.h) is a thin translation layer over
-// this class; unit tests drive it directly, without a network.
+// The master's job table: every job it holds, the queue, and the groups
+// serving them; each call says which of a job's files it changes, and the
+// job's journal (store/job_journal.h) writes them. master_core.h adapts it
+// for the gRPC service and the worker's local mode; tests drive it directly.
 //
 //   auto registry = JobRegistry::Create({.state_dir = "/var/lib/mpilearn"});
 //   std::string job_id = (*registry)->Submit(spec).value();
 //   auto group = (*registry)->RegisterGroup(request);   // takes the job
 //
-// Threading: thread-safe. The registry's mutex guards only the job table; each
-// job has its own mutex (job.h), so an update to one job never waits on
-// another. Lock order: registry mu_ -> Job::mu_ (RegisterGroup calls
-// Job::state() under mu_ to find a queued job; nothing else nests them), and
-// an Entry's checkpoint_mu -> Job::mu_ (WriteCheckpoint, which takes
-// checkpoint_mu only after releasing mu_). A Job never calls the registry,
-// so the reverse order never occurs. Errors are absl::Status values whose
-// messages tell the caller what to do and that carry a v1::ErrorReason
-// (unknown job id: ERROR_REASON_JOB_UNKNOWN); the service maps them to gRPC
-// codes unchanged.
-//
-// Durability (job_store.h): a job's spec is written before it is queued;
-// its history.json (the status without the epoch and validation lists)
+// Durability: a job's spec is written before it is queued; its history.json
 // whenever its state, groups or epochs change; each epoch record and
-// validation is appended to records.jsonl as it arrives (ReportValidation
-// only appends, unless it ends the job or improves the best); a checkpoint
-// (status,
-// weights, optimizer state, data queue) every checkpoint.every_updates
-// updates (on the pushing thread), every checkpoint.every_seconds (Tick),
-// whenever a validation improves the best (also as best.pb), when the job
-// ends, and at CheckpointAll (master shutdown). Files are written after the
-// job's mutex is released; one job's checkpoints are written one at a time,
-// and so are its history.json and records.jsonl writes (Persistence::
-// write_mu, held while a record is added to the job and appended, so the
-// file's order is the job's).
+// validation is appended to records.jsonl as it arrives; a checkpoint every
+// checkpoint.every_updates updates (on the pushing thread), every
+// checkpoint.every_seconds (Tick), when a validation improves the best (also
+// best.pb), when the job ends, and at CheckpointAll. Failed writes are
+// retried by Tick; JobStatus.storage_error names them meanwhile. Create
+// reloads the state directory (store/job_loader.h); groups do not survive a
+// restart, job and group ids continue after the highest on disk. An ended
+// job's tensors are released once its final checkpoint is written;
+// EndedWeights reads them back.
 //
-// Unwritten records: a history.json, records.jsonl, final checkpoint or
-// final weights.pb/optimizer.pb write that fails is remembered per job and
-// retried by Tick (after 1 s, doubling to 30 s between tries) until it
-// succeeds; the first failure of a streak is logged (ERROR) and so is the
-// recovery (INFO). Meanwhile JobStatus.storage_error (Status, List,
-// ListPage) says what is missing, since when and why. A job whose final
-// checkpoint is unwritten keeps its tensors until it is written.
-// CheckpointAll (shutdown) tries once more and logs what is lost.
-//
-// Observability: each applied update is reported to Options::metrics
-// (apply time, staleness; see metrics_sink.h), and with Options::trace the
-// registry records the trace events "apply" (the update itself, args version
-// and staleness) and "checkpoint" (taking and writing one, arg version).
-// ListForMetrics is the cheap per-scrape view of every job.
-//
-// Restart: Create loads every job under <state_dir>/jobs (Options::
-// resume_jobs). A job with a checkpoint resumes from the newest one whose
-// checksum verifies (damaged ones are logged and renamed *.corrupt): QUEUED
-// with its weights, optimizer state, version, counters, history,
-// validations and data queue, or, if it had ended, as it ended. A job
-// without a usable checkpoint comes back as its history.json says if that
-// says it ended, else QUEUED from its spec with no weights. A job whose
-// history.json says it ended (COMPLETED, FAILED, CANCELLED) is loaded from
-// that record (merged with records.jsonl) alone: its checkpoints' tensors
-// are not kept (they stay on disk for PullWeights, EndedWeights); only
-// when its newest checkpoint was written after history.json (a history
-// write that failed) is that checkpoint read, and if it says the job
-// ended, its outcome (state, test result, version, counters) wins. An
-// ended state never regresses: a job whose history or checkpoint says it
-// ended never comes back QUEUED.
-//
-// Ended jobs release memory: once a job has ended and its final checkpoint
-// is written (WriteJobEnd), Job::ReleaseMemory drops its weights, optimizer
-// state and buffers; EndedWeights reads them back from disk when asked.
-// Delete removes an ended job from the table and its directory.
-// Groups do not survive a restart: a group of the previous master is unknown
-// to the new one (NOT_FOUND) and must register again. Job and group ids
-// continue after the highest found on disk.
+// Threading: thread-safe. mu_ guards only the table; each job has its own
+// mutex (job.h) and journal. Lock order: mu_ -> Job::mu_ (Submit and
+// RegisterGroup read job states under mu_); no journal lock is taken under
+// mu_, and neither a Job nor a journal calls the registry. Errors carry a
+// v1::ErrorReason (an unknown job id: ERROR_REASON_JOB_UNKNOWN).
 #ifndef MPILEARN_SERVER_CORE_JOB_REGISTRY_H_
 #define MPILEARN_SERVER_CORE_JOB_REGISTRY_H_
 
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -88,10 +41,9 @@
 #include "absl/time/time.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/job.h"
-#include "common/trace.h"
-#include "server/core/job_store.h"
-#include "server/core/metrics_sink.h"
-#include "server/core/snapshot_sink.h"
+#include "server/core/job_observer.h"
+#include "server/core/store/job_journal.h"
+#include "server/core/store/job_store.h"
 
 namespace mpilearn::server {
 
@@ -105,20 +57,10 @@ class JobRegistry {
     absl::Duration group_timeout = absl::Seconds(60);
     // Where jobs' optimizers run (device, CPU threads).
     EngineOptions engine;
-    // Gets every applied update's weights, epoch ends and job ends (the
-    // snapshot hub); none when null. Must outlive the registry.
-    SnapshotSink* snapshot_sink = nullptr;
-    // Gets every applied update (the master's metrics); none when null.
-    // Must outlive the registry.
-    MetricsSink* metrics = nullptr;
-    // Records "apply" and "checkpoint" events; none when null. Must outlive
-    // the registry.
-    TraceRecorder* trace = nullptr;
-    // Called after a job recorded a validation (ReportEpoch,
-    // ReportValidation) or a group left it, with the job's id and no lock
-    // held: MPI Opt's study table wakes on it instead of waiting for its
-    // next refresh. Must be cheap and must not call the registry.
-    std::function<void(const std::string& job_id)> on_job_changed;
+    // Told of applied updates, epoch ends, checkpoints, validations, ends
+    // and deletions (job_observer.h), in this order; null entries are
+    // skipped. Each must outlive the registry.
+    std::vector<JobObserver*> observers;
     // Load the jobs under <state_dir>/jobs at Create (see the class
     // comment); false starts with an empty table.
     bool resume_jobs = true;
@@ -131,7 +73,7 @@ class JobRegistry {
   };
 
   // Opens the state directory and, with Options::resume_jobs, loads its
-  // jobs. A job whose spec cannot be read is skipped with a warning.
+  // jobs (store/job_loader.h).
   static absl::StatusOr<std::unique_ptr<JobRegistry>> Create(Options options);
 
   // Validates, fills defaults, stores and queues a job; returns its id.
@@ -250,128 +192,30 @@ class JobRegistry {
   absl::Time Now() const { return options_.clock(); }
 
  private:
-  // A job's records not on disk yet (a failed write), retried by Tick.
-  struct PendingWrites {
-    bool history = false;           // history.json
-    bool records = false;           // records.jsonl, to be rewritten whole
-    bool final_checkpoint = false;  // the ended job's final checkpoint
-    bool final_best = false;        //   and best.pb with it
-    // weights.pb and optimizer.pb of a COMPLETED job, from this final
-    // checkpoint (whose own file is on disk).
-    std::shared_ptr<const v1::JobCheckpointFile> final_files;
-    // The streak: its first error, when it began, the next retry.
-    absl::Status first_error;
-    absl::Time since = absl::InfinitePast();
-    absl::Duration backoff = absl::ZeroDuration();
-    absl::Time next_retry = absl::InfinitePast();
-
-    bool Any() const {
-      return history || records || final_checkpoint || final_files != nullptr;
-    }
-    // What is unwritten, since when and why ("final checkpoint and
-    // history.json not written since 2026-11-25 00:41:07 UTC: <cause>").
-    std::string Describe() const;
-  };
-  // The writes of a job's history.json and records.jsonl. Lock order:
-  // write_mu -> Job::mu_ and write_mu -> the registry's mu_ (brief
-  // lookups); state_mu is a leaf (nothing is taken while it is held).
-  // write_mu and an Entry's checkpoint_mu are never held together.
-  struct Persistence {
-    // Serialises the job's history.json and records.jsonl writes; held
-    // across adding a record to the job and appending it.
-    absl::Mutex write_mu;
-    absl::Mutex state_mu;
-    PendingWrites pending ABSL_GUARDED_BY(state_mu);
-
-    // A copy of `pending`, taken under state_mu.
-    PendingWrites Pending() ABSL_LOCKS_EXCLUDED(state_mu) {
-      absl::MutexLock lock(&state_mu);
-      return pending;
-    }
-    // After a retry: while anything is still pending, the next try waits
-    // twice as long as the last (at most `max`). Returns that wait, or zero
-    // when nothing is pending.
-    absl::Duration BackOff(absl::Time now, absl::Duration max)
-        ABSL_LOCKS_EXCLUDED(state_mu) {
-      absl::MutexLock lock(&state_mu);
-      if (!pending.Any()) return absl::ZeroDuration();
-      pending.backoff = std::min(2 * pending.backoff, max);
-      pending.next_retry = now + pending.backoff;
-      return pending.backoff;
-    }
-  };
-  // A job and the mutex held while its checkpoint files are written (never
-  // together with the job's own mutex).
+  // A job and its journal, which writes its files.
   struct Entry {
     std::shared_ptr<Job> job;
-    std::shared_ptr<absl::Mutex> checkpoint_mu = std::make_shared<absl::Mutex>();
-    std::shared_ptr<Persistence> persistence = std::make_shared<Persistence>();
+    std::shared_ptr<JobJournal> journal;
   };
 
   JobRegistry(Options options, std::unique_ptr<JobStore> store);
 
-  // Loads the jobs of the state directory (see the class comment).
-  void LoadJobs();
+  // Puts the jobs of the state directory in the table and writes the files
+  // the loader asks for.
+  void Load();
+  // Adds `job` to the table, with a new journal, as the newest job.
+  Entry AddLocked(std::shared_ptr<Job> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Writes the job's history.json, and with `rewrite_records` (or while
-  // records.jsonl is unwritten) first records.jsonl in full. Failures are
-  // not returned: the in-memory state stays authoritative, the write is
-  // remembered (PendingWrites) and retried by Tick.
-  void PersistHistory(const Job& job, bool rewrite_records = false) const;
-
-  // Appends `records` (just added to the job) to its records.jsonl, unless
-  // the file is to be rewritten anyway. Call with p.write_mu held.
-  void AppendRecords(const Job& job, Persistence& p,
-                     const JobStore::Records& records) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.write_mu);
-
-  // The job's Persistence; null when the job is not (or no longer) in the
-  // table.
-  std::shared_ptr<Persistence> PersistenceOf(const std::string& job_id) const;
-
-  // Applies `change` to the job's PendingWrites after a write whose result
-  // is `error`: starts a streak (logged once, first retry in 1 s) when
-  // something became pending, ends it (logged) when nothing is left.
-  void UpdatePending(const std::string& job_id, Persistence& p,
-                     const std::function<void(PendingWrites&)>& change,
-                     const absl::Status& error) const;
-
-  // JobStatus.storage_error of the job: empty when nothing is pending.
-  std::string StorageError(Persistence& p) const;
-
-  // Writes weights.pb and optimizer.pb from a COMPLETED job's final
-  // checkpoint.
-  absl::Status WriteFinalFiles(const std::string& job_id,
-                               const v1::JobCheckpointFile& checkpoint) const;
-
-  // Takes a checkpoint of `job` and writes it, and with `best` best.pb too.
-  // With a trigger, only if the checkpoint is due once the job's previous
-  // write is done; without `wait`, not at all while another write of the job
-  // is under way. Returns what was written; nothing when no checkpoint was
-  // taken (not due, busy, no weights yet) or the write failed (logged).
-  // With `error`, a failed write is returned there instead of logged.
-  std::optional<v1::JobCheckpointFile> WriteCheckpoint(
-      Job& job, std::optional<CheckpointTrigger> trigger, bool wait,
-      bool best, absl::Status* error = nullptr);
-
-  // After a job ended (`ended_now`) or got the test result after a stop
-  // rule ended it: final checkpoint (and best.pb with `best`), weights.pb
-  // and optimizer.pb for a COMPLETED job, the snapshot sink told. What
-  // fails to write becomes pending (retried by Tick, which calls this again
-  // for a final checkpoint); the tensors are released once the final
-  // checkpoint is on disk.
-  void WriteJobEnd(Job& job, bool ended_now, bool best);
-
-  // Acts on what a validation did: best.pb, or the job's end.
-  void AfterValidation(Job& job, const ValidationEffect& effect);
-
-  std::vector<std::shared_ptr<Job>> AllJobs() const;
-  // Every job with its Persistence, in submission order.
-  std::vector<std::pair<std::shared_ptr<Job>, std::shared_ptr<Persistence>>>
-  AllEntries() const;
+  // NOT_FOUND (JOB_UNKNOWN) with a hint for an unknown id.
+  absl::StatusOr<Entry> FindEntry(const std::string& job_id) const;
+  // Every job with its journal, in submission order.
+  std::vector<Entry> AllEntries() const;
 
   const Options options_;
   const std::unique_ptr<JobStore> store_;
+  JobObservers observers_;
+  // What every journal uses; declared before the table, so it outlives them.
+  const JobJournal::Context journal_context_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mu_);

@@ -19,8 +19,8 @@
 #include "common/trace.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "server/core/metrics_sink.h"
-#include "server/core/snapshot_sink.h"
+#include "server/core/job_observer.h"
+#include "server/core/job_tracer.h"
 
 namespace mpilearn::server {
 namespace {
@@ -34,18 +34,18 @@ v1::JobSpec SgdSpec() {
   return spec;
 }
 
-// Counts what the registry hands its snapshot sink.
-class CountingSink : public SnapshotSink {
+// Counts the weights the registry hands its observers (the snapshot hub's
+// calls).
+class CountingSink : public JobObserver {
  public:
-  void OnUpdate(const std::string&, const v1::JobSpec&,
-                std::shared_ptr<const WeightsSnapshot> weights,
-                uint64_t updates_applied, int) override {
+  void OnUpdateApplied(const std::string&, const v1::JobSpec&,
+                       const AppliedUpdate& update) override {
     ++updates;
-    last_version = weights->header.version();
-    last_updates_applied = updates_applied;
+    last_version = update.weights->header.version();
+    last_updates_applied = update.updates_applied;
   }
   void OnEpochEnd(const std::string&, const v1::JobSpec&,
-                  std::shared_ptr<const WeightsSnapshot>,
+                  const std::shared_ptr<const WeightsSnapshot>&,
                   int epochs_done) override {
     epoch_ends.push_back(epochs_done);
   }
@@ -61,13 +61,13 @@ class CountingSink : public SnapshotSink {
 };
 
 // Records what the registry tells its metrics.
-class RecordingMetrics : public MetricsSink {
+class RecordingMetrics : public JobObserver {
  public:
   struct Observed {
     std::string job_id;
     AppliedUpdate update;
   };
-  void OnUpdateApplied(const std::string& job_id,
+  void OnUpdateApplied(const std::string& job_id, const v1::JobSpec&,
                        const AppliedUpdate& update) override {
     observed.push_back({job_id, update});
   }
@@ -99,9 +99,7 @@ class JobRegistryTest : public ::testing::Test {
     options.state_dir = state_dir_;
     options.group_timeout = absl::Seconds(10);
     options.clock = [this] { return now_; };
-    options.snapshot_sink = &sink_;
-    options.metrics = &metrics_;
-    options.trace = trace_.get();
+    options.observers = {&metrics_, &tracer_, &sink_};
     auto registry = JobRegistry::Create(options);
     EXPECT_TRUE(registry.ok()) << registry.status();
     return std::move(registry).value();
@@ -178,6 +176,7 @@ class JobRegistryTest : public ::testing::Test {
   RecordingMetrics metrics_;
   std::unique_ptr<TraceRecorder> trace_ =
       TraceRecorder::InMemory(/*pid=*/0, "mpilearn-master");
+  JobTracer tracer_{*trace_};
   std::string state_dir_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<JobRegistry> registry_;

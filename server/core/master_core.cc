@@ -172,7 +172,7 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
       options.check_callers, options.registry.group_timeout,
       options.registry.clock);
   core->snapshots_ = std::make_unique<SnapshotHub>();
-  options.registry.snapshot_sink = core->snapshots_.get();
+  options.registry.observers.push_back(core->snapshots_.get());
   MPILEARN_ASSIGN_OR_RETURN(core->registry_,
                             JobRegistry::Create(std::move(options.registry)));
   return core;

@@ -145,8 +145,8 @@ class MasterCore {
  public:
   struct Options {
     // The registry's options (state directory, group timeout, engine,
-    // metrics sink, trace). Its snapshot_sink is set by Create to the
-    // core's own hub; its max_queued_jobs by Create from `limits`.
+    // observers). Create adds the core's own snapshot hub to its observers
+    // and sets its max_queued_jobs from `limits`.
     JobRegistry::Options registry;
     MasterLimits limits;
     // Tokens are in use: each group is bound to the caller that registered
@@ -270,7 +270,7 @@ class MasterCore {
   // Subscriptions alive (handed out and not yet destroyed).
   std::shared_ptr<std::atomic<int>> subscriptions_ =
       std::make_shared<std::atomic<int>>(0);
-  // Declared before the registry, whose sink it is, so it outlives it.
+  // Declared before the registry, whose observer it is, so it outlives it.
   std::unique_ptr<SnapshotHub> snapshots_;
   std::unique_ptr<JobRegistry> registry_;
 };

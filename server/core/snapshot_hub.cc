@@ -15,21 +15,24 @@ SnapshotHub::~SnapshotHub() {
       << " live subscription(s); release them first";
 }
 
-void SnapshotHub::OnUpdate(const std::string& job_id, const v1::JobSpec& spec,
-                           std::shared_ptr<const WeightsSnapshot> weights,
-                           uint64_t updates_applied, int epochs_done) {
+void SnapshotHub::OnUpdateApplied(const std::string& job_id,
+                                  const v1::JobSpec& spec,
+                                  const AppliedUpdate& update) {
   const int64_t every = spec.snapshots().every_updates();
-  if (every <= 0 || updates_applied % static_cast<uint64_t>(every) != 0) return;
-  Publish(job_id, spec, std::move(weights), epochs_done);
+  if (every <= 0 ||
+      update.updates_applied % static_cast<uint64_t>(every) != 0) {
+    return;
+  }
+  Publish(job_id, spec, update.weights, update.epochs_done);
 }
 
-void SnapshotHub::OnEpochEnd(const std::string& job_id, const v1::JobSpec& spec,
-                             std::shared_ptr<const WeightsSnapshot> weights,
-                             int epochs_done) {
+void SnapshotHub::OnEpochEnd(
+    const std::string& job_id, const v1::JobSpec& spec,
+    const std::shared_ptr<const WeightsSnapshot>& weights, int epochs_done) {
   if (spec.snapshots().has_at_epoch_end() && !spec.snapshots().at_epoch_end()) {
     return;
   }
-  Publish(job_id, spec, std::move(weights), epochs_done);
+  Publish(job_id, spec, weights, epochs_done);
 }
 
 void SnapshotHub::Publish(const std::string& job_id, const v1::JobSpec& spec,

@@ -1,7 +1,7 @@
 // Publishes jobs' weight snapshots to subscribers (validation pools) without
 // ever making the update path wait for them.
 //
-//   SnapshotHub hub;                                  // the JobRegistry's sink
+//   SnapshotHub hub;                      // a JobRegistry observer
 //   auto subscription = hub.Subscribe({"job-000001"}, "pool v-1");
 //   while (auto delivery = subscription->Next(absl::Seconds(1))) {
 //     Validate(delivery->job_id, *delivery->spec, *delivery->weights);
@@ -9,8 +9,8 @@
 //   hub.Unsubscribe(*subscription);
 //
 // Which snapshots are published comes from the job's SnapshotSpec:
-// OnUpdate publishes when `snapshots.every_updates` > 0 and the job's update
-// count is a multiple of it; OnEpochEnd publishes unless
+// OnUpdateApplied publishes when `snapshots.every_updates` > 0 and the
+// job's update count is a multiple of it; OnEpochEnd publishes unless
 // `snapshots.at_epoch_end` is false (absent means true). A snapshot already
 // published (the same weight version) is not published again; a still
 // undelivered copy only takes the newer epoch count.
@@ -26,7 +26,7 @@
 // a snapshot still waiting in a slot (typically the final epoch's) is still
 // delivered, after which the slot goes too.
 //
-// Threading: thread-safe. Publishing (the SnapshotSink calls) takes the
+// Threading: thread-safe. Publishing (the JobObserver calls) takes the
 // hub's mutex for a few map operations and never waits on a subscriber.
 // Each Subscription has one consumer thread calling Next. Subscriptions must
 // be released (or at least unsubscribed) before the hub is destroyed.
@@ -46,11 +46,11 @@
 #include "absl/time/time.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/job_values.h"
-#include "server/core/snapshot_sink.h"
+#include "server/core/job_observer.h"
 
 namespace mpilearn::server {
 
-class SnapshotHub final : public SnapshotSink {
+class SnapshotHub final : public JobObserver {
  public:
   // One snapshot handed to a subscriber.
   struct Delivery {
@@ -76,12 +76,11 @@ class SnapshotHub final : public SnapshotSink {
   SnapshotHub& operator=(const SnapshotHub&) = delete;
   ~SnapshotHub() override;
 
-  // SnapshotSink: publish per the job's SnapshotSpec; never blocks.
-  void OnUpdate(const std::string& job_id, const v1::JobSpec& spec,
-                std::shared_ptr<const WeightsSnapshot> weights,
-                uint64_t updates_applied, int epochs_done) override;
+  // JobObserver: publish per the job's SnapshotSpec; never blocks.
+  void OnUpdateApplied(const std::string& job_id, const v1::JobSpec& spec,
+                       const AppliedUpdate& update) override;
   void OnEpochEnd(const std::string& job_id, const v1::JobSpec& spec,
-                  std::shared_ptr<const WeightsSnapshot> weights,
+                  const std::shared_ptr<const WeightsSnapshot>& weights,
                   int epochs_done) override;
   void OnJobEnded(const std::string& job_id) override;
   void OnJobDeleted(const std::string& job_id) override;

@@ -29,10 +29,22 @@ v1::JobSpec Spec(int64_t every_updates, std::optional<bool> at_epoch_end) {
   return spec;
 }
 
-// Publishes version v of `job` through OnUpdate as update number v.
+// Tells the hub that update number `updates_applied` made `weights`.
+void Applied(SnapshotHub& hub, const std::string& job, const v1::JobSpec& spec,
+             std::shared_ptr<const WeightsSnapshot> weights,
+             uint64_t updates_applied, int epoch) {
+  AppliedUpdate update;
+  update.applied = true;
+  update.weights = std::move(weights);
+  update.updates_applied = updates_applied;
+  update.epochs_done = epoch;
+  hub.OnUpdateApplied(job, spec, update);
+}
+
+// Publishes version v of `job` through OnUpdateApplied as update number v.
 void Update(SnapshotHub& hub, const std::string& job, const v1::JobSpec& spec,
             uint64_t v, int epoch = 0) {
-  hub.OnUpdate(job, spec, Weights(v), v, epoch);
+  Applied(hub, job, spec, Weights(v), v, epoch);
 }
 
 TEST(SnapshotHubTest, PublishesEveryNUpdatesAndAtEpochEnd) {
@@ -200,7 +212,7 @@ TEST(SnapshotHubTest, SameVersionIsPublishedOnceWithTheNewerEpoch) {
   auto sub = hub.Subscribe({}, "test");
   const v1::JobSpec spec = Spec(4, std::nullopt);
   auto weights = Weights(4);
-  hub.OnUpdate("j", spec, weights, 4, 0);   // update 4 ...
+  Applied(hub, "j", spec, weights, 4, 0);   // update 4 ...
   hub.OnEpochEnd("j", spec, weights, 1);    // ... also ended epoch 1
   auto d = sub->Next(absl::ZeroDuration());
   ASSERT_TRUE(d.has_value());

@@ -1,9 +1,9 @@
 // Fuzz target: a job's checkpoint file as a restarting master reads it
-// (common/checkpoint_file DecodeCheckpoint, then Job::Resume, as
-// JobRegistry::LoadJobs does). The first input byte picks the mode: odd
-// bytes are a whole file (trailer and CRC-32 included); even bytes are a
-// payload to which the correct trailer is appended, so mutations reach the
-// protobuf and the job's own checks instead of stopping at the CRC.
+// (common/checkpoint_file DecodeCheckpoint, then Job::Resume, as LoadJobs
+// in server/core/store/job_loader.h does). The first input byte picks the
+// mode: odd bytes are a whole file (trailer and CRC-32 included); even bytes
+// are a payload to which the correct trailer is appended, so mutations reach
+// the protobuf and the job's own checks instead of stopping at the CRC.
 // Properties:
 //   - no file crashes the master's loader;
 //   - a file that resumes a job can be saved again (SaveCheckpoint), and

@@ -2,7 +2,7 @@
 (Fashion-MNIST), 10 classes. Its BatchNorm running statistics are model
 buffers: every update carries them to the master (docs/torchscript.md).
 
-  /usr/bin/python3 tools/export_torchscript.py \\
+  /usr/bin/python3 tools/cli/export_torchscript.py \\
       docs/examples/models/cnn_bn.py --input_shape 1,28,28 --outputs 10 \\
       --out cnn_bn.pt
 """

@@ -2,7 +2,7 @@
 sample is [T, F] (T particles, F features each, batch first); the GRU's
 output at the last step feeds a dense layer and the class logits.
 
-  /usr/bin/python3 tools/export_torchscript.py \\
+  /usr/bin/python3 tools/cli/export_torchscript.py \\
       docs/examples/models/gru_jets.py --input_shape 20,6 --outputs 5 \\
       --param features=6 --out gru_jets.pt
 """

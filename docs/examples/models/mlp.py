@@ -3,7 +3,7 @@ PyTorch default initialization, so a job with
 "model": {"torchscript": "mlp.pt"} trains what "model": {"name": "mlp"}
 trains.
 
-  /usr/bin/python3 tools/export_torchscript.py docs/examples/models/mlp.py \\
+  /usr/bin/python3 tools/cli/export_torchscript.py docs/examples/models/mlp.py \\
       --input_shape 1,28,28 --outputs 10 --out mlp.pt [--param hidden=[512]]
 
 Parameters are named fc1.weight, fc1.bias, ..., out.weight, out.bias.

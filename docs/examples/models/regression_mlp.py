@@ -1,7 +1,7 @@
 """An MLP from 8 inputs to 2 regression targets, for the synthetic
 regression data set; train it with "loss": "mse" (or "mae", "huber").
 
-  /usr/bin/python3 tools/export_torchscript.py \\
+  /usr/bin/python3 tools/cli/export_torchscript.py \\
       docs/examples/models/regression_mlp.py \\
       --input_shape 8 --outputs 2 --out regression_mlp.pt
 """

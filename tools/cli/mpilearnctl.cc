@@ -1,0 +1,482 @@
+// mpilearnctl: submit, list, inspect, wait for, cancel and delete jobs on
+// mpilearn-master.
+//
+//   JOB=$(mpilearnctl submit docs/examples/fashion_mnist.json)
+//   mpilearnctl wait "$JOB" --timeout_s 3600
+//
+// main() only parses flags; Run() dispatches the subcommand and returns the
+// exit code: 0 success, 1 the master (or the job) reported an error, 2 usage
+// or local spec error, 3 `wait` timed out. The tables and sections it prints
+// are tools/cli/ctl_format.h's.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/cli_flags.h"
+#include "common/client_security_flags.h"
+#include "common/job_spec.h"
+#include "common/master_client.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/mpilearn.pb.h"
+#include "tools/cli/ctl_format.h"
+
+ABSL_FLAG(std::string, master, "",
+          "host:port of mpilearn-master. Default: $MPILEARN_MASTER if set, "
+          "else 127.0.0.1:7070.");
+ABSL_FLAG(double, connect_timeout_s, 10,
+          "Seconds to wait for the master to answer before giving up.");
+ABSL_FLAG(double, rpc_timeout_s, 30, "Deadline of each call to the master.");
+ABSL_FLAG(bool, skip_file_check, false,
+          "submit: don't check that the spec's data files are readable here "
+          "(for a master and workers on other hosts).");
+ABSL_FLAG(bool, json, false,
+          "status: print the job status (or, without a job id, every job's "
+          "status) as JSON instead of tables.");
+ABSL_FLAG(double, timeout_s, 0,
+          "wait: give up (exit 3) after this many seconds; 0 waits forever.");
+ABSL_FLAG(std::string, reason, "",
+          "cancel: why, for the job's message and the master's log.");
+ABSL_FLAG(std::string, state, "",
+          "list, status: only jobs in these states (comma-separated: queued, "
+          "running, completed, failed, cancelled).");
+
+namespace mpilearn::ctl {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;    // the master, the RPC or the job failed
+constexpr int kExitUsage = 2;    // bad arguments or an invalid spec
+constexpr int kExitTimeout = 3;  // wait ran out of time
+
+constexpr char kDefaultMaster[] = "127.0.0.1:7070";
+constexpr absl::Duration kPollInterval = absl::Seconds(1);
+
+constexpr char kUsage[] =
+    "MPI Learn control: submit, list, inspect and wait for training jobs.\n"
+    "\n"
+    "Usage: mpilearnctl [--master HOST:PORT] COMMAND [ARGS] [FLAGS]\n"
+    "\n"
+    "Commands:\n"
+    "  submit SPEC.json   validate a job spec, check its data files, queue it;\n"
+    "                     prints the job id alone on stdout\n"
+    "  list               table of the master's jobs\n"
+    "  status             one row per job: state, epoch, progress, samples/s,\n"
+    "                     loss, accuracies, groups (--json: ListJobs as JSON)\n"
+    "  status JOB_ID      summary, groups with their step-time breakdown,\n"
+    "                     per-epoch history and the last validations\n"
+    "                     (--json: the JobStatus message as JSON)\n"
+    "  wait JOB_ID        poll until the job completes (exit 0) or fails\n"
+    "                     or is cancelled (exit 1); --timeout_s N gives up\n"
+    "                     with exit 3\n"
+    "  cancel JOB_ID      end a queued or running job as CANCELLED (its\n"
+    "                     groups leave; its weights are checkpointed);\n"
+    "                     --reason TEXT is kept in its message\n"
+    "  delete JOB_ID      remove an ended job from the master and its files\n"
+    "                     from the state directory\n"
+    "\n"
+    "list and status follow the master's pages; --state STATE[,STATE] lists\n"
+    "only jobs in those states.\n"
+    "\n"
+    "Examples:\n"
+    "  JOB=$(mpilearnctl submit docs/examples/fashion_mnist.json)\n"
+    "  mpilearnctl list\n"
+    "  mpilearnctl status\n"
+    "  mpilearnctl status \"$JOB\"\n"
+    "  mpilearnctl status \"$JOB\" --json\n"
+    "  mpilearnctl --master 10.0.0.5:7070 wait \"$JOB\" --timeout_s 3600\n"
+    "  mpilearnctl list --state running,queued\n"
+    "  mpilearnctl cancel \"$JOB\" --reason 'wrong learning rate'\n"
+    "  mpilearnctl delete \"$JOB\"\n"
+    "\n"
+    "Exit codes: 0 ok, 1 master/RPC error or job failed, 2 usage or spec\n"
+    "error, 3 wait timed out. The master address defaults to\n"
+    "$MPILEARN_MASTER, else 127.0.0.1:7070.\n"
+    "\n"
+    "A master with TLS and tokens (docs/security.md) takes --tls_ca FILE\n"
+    "(and --tls_cert/--tls_key for mutual TLS) and --token_file FILE or\n"
+    "$MPILEARN_TOKEN.";
+
+// Settings of one invocation, read from the flags by main().
+struct Options {
+  std::string master;         // host:port
+  std::string master_source;  // where `master` came from, for messages
+  MasterClient::Options client;
+  bool skip_file_check = false;
+  bool json = false;
+  absl::Duration wait_timeout = absl::InfiniteDuration();
+  std::string reason;                 // cancel --reason
+  std::vector<v1::JobState> states;   // list/status --state; empty: all
+};
+
+int UsageError(absl::string_view message) {
+  absl::FPrintF(stderr, "mpilearnctl: %s\nTry 'mpilearnctl --help'.\n",
+                message);
+  return kExitUsage;
+}
+
+int Fail(const absl::Status& status) {
+  absl::FPrintF(stderr, "mpilearnctl: %s\n", status.message());
+  return kExitError;
+}
+
+// Fail for errors of the master or of reaching it. When the master cannot
+// be reached, also says where its address came from and how to start one
+// there (NOT_FOUND and other errors carry the master's own message).
+int FailRpc(const absl::Status& status, const Options& options) {
+  PrintMasterError("mpilearnctl", status, {options.master, options.master_source});
+  return kExitError;
+}
+
+// Checks that every data file the spec names can be opened from here, so a
+// typo fails now rather than when a worker group picks the job up.
+absl::Status CheckDataFiles(const v1::DataSpec& data) {
+  const std::pair<absl::string_view, const std::string*> files[] = {
+      {"data.train_images", &data.train_images()},
+      {"data.train_labels", &data.train_labels()},
+      {"data.validation_images", &data.validation_images()},
+      {"data.validation_labels", &data.validation_labels()},
+      {"data.test_images", &data.test_images()},
+      {"data.test_labels", &data.test_labels()},
+  };
+  for (const auto& [field, path] : files) {
+    if (path->empty()) continue;
+    std::string problem;
+    struct stat info;
+    if (stat(path->c_str(), &info) != 0) {
+      problem = std::strerror(errno);
+    } else if (S_ISDIR(info.st_mode)) {
+      problem = "is a directory";
+    } else if (access(path->c_str(), R_OK) != 0) {
+      problem = std::strerror(errno);
+    }
+    if (!problem.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ": cannot read '", *path, "' (", problem,
+          "). Workers open data files by these paths; if they exist only on "
+          "the workers' hosts, pass --skip_file_check."));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<MasterClient>> ConnectToMaster(
+    const Options& options) {
+  return MasterClient::Connect(options.master, options.client);
+}
+
+int SubmitJob(const std::string& spec_path, const Options& options) {
+  absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(spec_path);
+  if (!spec.ok()) {
+    absl::FPrintF(stderr, "mpilearnctl: %s\n", spec.status().message());
+    return kExitUsage;
+  }
+  if (!options.skip_file_check) {
+    absl::Status files = CheckDataFiles(spec->data());
+    if (!files.ok()) {
+      absl::FPrintF(stderr, "mpilearnctl: %s: %s\n", spec_path,
+                    files.message());
+      return kExitUsage;
+    }
+  }
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  absl::StatusOr<std::string> job_id = (*master)->SubmitJob(*spec);
+  if (!job_id.ok()) return FailRpc(job_id.status(), options);
+  absl::PrintF("%s\n", *job_id);
+  return kExitOk;
+}
+
+// Says on stderr how many jobs the master left out of its list (each too
+// large for a reply on its own).
+void NoteLeftOut(uint32_t left_out) {
+  if (left_out == 0) return;
+  absl::FPrintF(stderr,
+                "mpilearnctl: %d job(s) too large to list; `mpilearnctl "
+                "status JOB_ID` shows each\n",
+                left_out);
+}
+
+int ListJobs(const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  uint32_t left_out = 0;
+  absl::StatusOr<std::vector<v1::JobStatus>> jobs =
+      (*master)->ListJobs(options.states, &left_out);
+  if (!jobs.ok()) return FailRpc(jobs.status(), options);
+  absl::PrintF("%s", FormatJobList(*jobs));
+  NoteLeftOut(left_out);
+  return kExitOk;
+}
+
+int CancelJob(const std::string& job_id, const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  absl::StatusOr<v1::JobStatus> job =
+      (*master)->CancelJob(job_id, options.reason);
+  if (!job.ok()) return FailRpc(job.status(), options);
+  absl::PrintF("%s %s\n", job->job_id(), StateName(job->state()));
+  return kExitOk;
+}
+
+int DeleteJob(const std::string& job_id, const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  const absl::Status deleted = (*master)->DeleteJob(job_id);
+  if (!deleted.ok()) return FailRpc(deleted, options);
+  absl::PrintF("%s deleted\n", job_id);
+  return kExitOk;
+}
+
+// --- status ----------------------------------------------------------------
+
+// Prints `message` as JSON (field names as in the .proto).
+int PrintJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.add_whitespace = true;
+  std::string json;
+  const auto converted =
+      google::protobuf::util::MessageToJsonString(message, &json, print);
+  if (!converted.ok()) {
+    return Fail(absl::InternalError(absl::StrCat(
+        "cannot print the status as JSON: ", converted.ToString())));
+  }
+  absl::PrintF("%s", json);
+  if (!absl::EndsWith(json, "\n")) absl::PrintF("\n");
+  return kExitOk;
+}
+
+// Whether a listed job (ListJobs leaves out history and validations) may
+// have history or validations worth a GetJobStatus call.
+bool MayHaveHistory(const v1::JobStatus& job) {
+  return job.epochs_done() > 0 || job.updates_applied() > 0 ||
+         job.samples_trained() > 0;
+}
+
+int ShowAllJobs(const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  uint32_t left_out = 0;
+  absl::StatusOr<std::vector<v1::JobStatus>> jobs =
+      (*master)->ListJobs(options.states, &left_out);
+  if (!jobs.ok()) return FailRpc(jobs.status(), options);
+  NoteLeftOut(left_out);
+  if (options.json) {
+    v1::ListJobsResponse response;
+    for (v1::JobStatus& job : *jobs) *response.add_jobs() = std::move(job);
+    return PrintJson(response);
+  }
+  if (jobs->empty()) {
+    absl::PrintF("no jobs on the master at %s\n", options.master);
+    return kExitOk;
+  }
+  // The latest samples/s, loss and accuracy come from the history and the
+  // validations, which only GetJobStatus returns.
+  for (v1::JobStatus& job : *jobs) {
+    if (!MayHaveHistory(job)) continue;
+    absl::StatusOr<v1::JobStatus> detailed =
+        (*master)->GetJobStatus(job.job_id());
+    if (detailed.ok()) {
+      job = *std::move(detailed);
+    } else if (!absl::IsNotFound(detailed.status())) {
+      return FailRpc(detailed.status(), options);
+    }
+  }
+  absl::PrintF("%s", FormatJobsTable(*jobs));
+  return kExitOk;
+}
+
+int ShowStatus(const std::string& job_id, const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  absl::StatusOr<v1::JobStatus> job = (*master)->GetJobStatus(job_id);
+  if (!job.ok()) return FailRpc(job.status(), options);
+  if (options.json) return PrintJson(*job);
+  absl::PrintF("%s", FormatJobStatus(*job));
+  return kExitOk;
+}
+
+int WaitForJob(const std::string& job_id, const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  const absl::Time deadline = absl::Now() + options.wait_timeout;
+  while (true) {
+    absl::StatusOr<v1::JobStatus> job = (*master)->GetJobStatus(job_id);
+    if (!job.ok()) return FailRpc(job.status(), options);
+    if (job->state() == v1::JOB_STATE_COMPLETED) {
+      if (job->has_test_accuracy()) {
+        absl::PrintF("test_accuracy=%.4f\n", job->test_accuracy());
+      }
+      // Regression losses: test_mae and test_mse.
+      for (const char* name : {"test_mae", "test_mse"}) {
+        auto it = job->test_metrics().find(name);
+        if (it != job->test_metrics().end()) {
+          absl::PrintF("%s=%.4f\n", name, it->second);
+        }
+      }
+      return kExitOk;
+    }
+    if (job->state() == v1::JOB_STATE_FAILED ||
+        job->state() == v1::JOB_STATE_CANCELLED) {
+      absl::FPrintF(stderr, "mpilearnctl: job %s %s: %s\n", job_id,
+                    job->state() == v1::JOB_STATE_FAILED ? "failed"
+                                                         : "was cancelled",
+                    job->message().empty() ? "(no message)" : job->message());
+      return kExitError;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      absl::FPrintF(stderr,
+                    "mpilearnctl: job %s still %s after %s (epoch %d/%d)\n",
+                    job_id, StateName(job->state()),
+                    absl::FormatDuration(options.wait_timeout),
+                    job->epochs_done(), job->spec().epochs());
+      return kExitTimeout;
+    }
+    absl::SleepFor(std::min(kPollInterval, deadline - now));
+  }
+}
+
+// Dispatches `args` (the positional arguments: command and its operands).
+int Run(const std::vector<std::string>& args, const Options& options) {
+  if (args.empty()) return UsageError("missing command");
+  const std::string& command = args[0];
+  struct Command {
+    absl::string_view name;
+    absl::string_view operand;  // empty: takes none
+    bool optional;              // the operand may be left out
+  };
+  static constexpr Command kCommands[] = {
+      {"submit", "SPEC.json", false},
+      {"list", "", false},
+      {"status", "JOB_ID", true},
+      {"wait", "JOB_ID", false},
+      {"cancel", "JOB_ID", false},
+      {"delete", "JOB_ID", false},
+  };
+  const Command* found = nullptr;
+  for (const Command& c : kCommands) {
+    if (c.name == command) found = &c;
+  }
+  if (found == nullptr) {
+    return UsageError(absl::StrCat("unknown command '", command,
+                                   "'; commands: submit, list, status, wait, "
+                                   "cancel, delete"));
+  }
+  const size_t operands = found->operand.empty() ? 0 : 1;
+  const size_t required = found->optional ? 0 : operands;
+  if (args.size() < required + 1) {
+    return UsageError(absl::StrCat("missing argument: mpilearnctl ", command,
+                                   " ", found->operand));
+  }
+  if (args.size() > operands + 1) {
+    return UsageError(absl::StrCat("unexpected argument '", args[operands + 1],
+                                   "' after '", command, "'"));
+  }
+  if (command == "submit") return SubmitJob(args[1], options);
+  if (command == "list") return ListJobs(options);
+  if (command == "cancel") return CancelJob(args[1], options);
+  if (command == "delete") return DeleteJob(args[1], options);
+  if (command == "status") {
+    return args.size() == 1 ? ShowAllJobs(options)
+                            : ShowStatus(args[1], options);
+  }
+  return WaitForJob(args[1], options);
+}
+
+
+// Reads the flags into Options; an error is a usage error.
+absl::StatusOr<Options> OptionsFromFlags() {
+  Options options;
+  const MasterAddress master =
+      ResolveMasterAddress(absl::GetFlag(FLAGS_master), kDefaultMaster);
+  options.master = master.address;
+  options.master_source = master.source;
+  const double connect_s = absl::GetFlag(FLAGS_connect_timeout_s);
+  const double rpc_s = absl::GetFlag(FLAGS_rpc_timeout_s);
+  const double wait_s = absl::GetFlag(FLAGS_timeout_s);
+  if (!(connect_s > 0)) {
+    return absl::InvalidArgumentError("--connect_timeout_s must be > 0");
+  }
+  if (!(rpc_s > 0)) {
+    return absl::InvalidArgumentError("--rpc_timeout_s must be > 0");
+  }
+  if (!(wait_s >= 0)) {
+    return absl::InvalidArgumentError("--timeout_s must be >= 0");
+  }
+  options.client.connect_timeout = absl::Seconds(connect_s);
+  options.client.rpc_timeout = absl::Seconds(rpc_s);
+  absl::StatusOr<ClientSecurity> security = ClientSecurityFromFlags();
+  if (!security.ok()) return security.status();
+  options.client.security = *std::move(security);
+  options.skip_file_check = absl::GetFlag(FLAGS_skip_file_check);
+  options.json = absl::GetFlag(FLAGS_json);
+  if (wait_s > 0) options.wait_timeout = absl::Seconds(wait_s);
+  options.reason = absl::GetFlag(FLAGS_reason);
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_state), ',', absl::SkipEmpty())) {
+    v1::JobState state;
+    if (!v1::JobState_Parse(
+            absl::StrCat("JOB_STATE_",
+                         absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name))),
+            &state) ||
+        state == v1::JOB_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--state: unknown state '", name,
+          "'; states are queued, running, completed, failed, cancelled"));
+    }
+    options.states.push_back(state);
+  }
+  return options;
+}
+
+}  // namespace
+}  // namespace mpilearn::ctl
+
+int main(int argc, char** argv) {
+  namespace ctl = mpilearn::ctl;
+  absl::SetProgramUsageMessage(ctl::kUsage);
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "tools/cli/mpilearnctl.cc") ||
+           absl::EndsWith(path, mpilearn::kClientSecurityFlagsSource);
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  const std::string undefined = mpilearn::FindUndefinedFlag(argc, argv);
+  if (!undefined.empty()) {
+    return ctl::UsageError(absl::StrCat("unknown flag '", undefined, "'"));
+  }
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<ctl::Options> options = ctl::OptionsFromFlags();
+  if (!options.ok()) return ctl::UsageError(options.status().message());
+  return ctl::Run(
+      std::vector<std::string>(positional.begin() + 1, positional.end()),
+      *options);
+}

@@ -1,0 +1,539 @@
+// ScanDataFiles, FileReader and UnitPrefetcher (data_stream.h).
+//
+// The splits follow LoadDatasets (dataset.cc) row for row: train_limit keeps
+// the first rows of the training list, the hold-out takes the last
+// validation_count of those, test_limit the first test rows; the row shapes
+// and the label kind are those the DataFile conversions give. What the
+// in-memory path checks on the whole data (finite values, class indices in
+// range) is checked here on every range read, and the class indices also
+// once up front, by a scan of the labels alone, for the class count.
+//
+// About 500 lines, in one file because the scan, the reader and the
+// prefetcher share the split rules and the row checks above them.
+#include "worker/data/data_stream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "worker/data/dataset.h"
+
+namespace mpilearn::worker {
+namespace {
+
+using ::mpilearn::v1::DataSpec;
+
+// Rows of class indices scanned at a time.
+constexpr int64_t kScanRows = int64_t{1} << 20;
+
+// `status` with "data.<field>: " before its message.
+absl::Status InField(absl::string_view field, const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat("data.", field, ": ", status.message()));
+}
+
+// What the checks between files compare, from one file's metadata.
+struct FileInfo {
+  std::string path;
+  int64_t rows = 0;
+  // One row's shape as read (after the conversions of data_file.h).
+  std::vector<int64_t> feature_sizes;
+  std::vector<int64_t> label_sizes;  // {} for class indices, {K} for rows
+  ElementType feature_type = ElementType::kFloat32;
+  ElementType label_type = ElementType::kInt64;
+  std::vector<int64_t> stored_label_shape;
+};
+
+bool IsClassIndices(const FileInfo& info) { return info.label_sizes.empty(); }
+
+// "class indices (int64 [N])" or "float rows of width 3 (float32 [N, 3])".
+std::string LabelKind(const FileInfo& info) {
+  std::vector<std::string> stored = {"N"};
+  for (const int64_t d : info.stored_label_shape) {
+    stored.push_back(absl::StrCat(d));
+  }
+  return absl::StrCat(
+      IsClassIndices(info)
+          ? std::string("class indices")
+          : absl::StrCat("float rows of width ", info.label_sizes[0]),
+      " (", ElementTypeName(info.label_type), " [", absl::StrJoin(stored, ", "),
+      "])");
+}
+
+// Opens `path` for its metadata; an empty read gives the row shapes.
+absl::StatusOr<FileInfo> Inspect(absl::string_view field,
+                                 const std::string& path,
+                                 const DataFileNames& names) {
+  absl::StatusOr<std::unique_ptr<DataFile>> file = OpenDataFile(path, names);
+  if (!file.ok()) return InField(field, file.status());
+  absl::StatusOr<DataRows> empty = (*file)->Read(0, 0);
+  if (!empty.ok()) return InField(field, empty.status());
+  FileInfo info;
+  info.path = path;
+  info.rows = (*file)->rows();
+  info.feature_sizes = empty->features.sizes().slice(1).vec();
+  info.label_sizes = empty->labels.sizes().slice(1).vec();
+  info.feature_type = (*file)->feature_type();
+  info.label_type = (*file)->label_type();
+  info.stored_label_shape = (*file)->label_shape();
+  return info;
+}
+
+// Checks that `info` (from spec field `field`) agrees with `reference`, the
+// first training file: the same row shape, features scaled or not alike,
+// the same kind of labels.
+absl::Status CheckAgrees(absl::string_view field, const FileInfo& info,
+                         const FileInfo& reference) {
+  const std::string ref =
+      absl::StrCat(field == "train_files" ? "" : "the training file ", "'",
+                   reference.path, "'");
+  if (info.feature_sizes != reference.feature_sizes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.", field, ": '", info.path,
+                     "' holds samples of shape ", ShapeText(info.feature_sizes),
+                     " but ", ref, " holds ", ShapeText(reference.feature_sizes)));
+  }
+  const bool scaled = info.feature_type == ElementType::kUint8;
+  if (scaled != (reference.feature_type == ElementType::kUint8)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": '", info.path, "' holds features of type ",
+        ElementTypeName(info.feature_type), " but ", ref, " holds ",
+        ElementTypeName(reference.feature_type),
+        "; unsigned bytes are scaled by 1/255 and other types are not, so "
+        "give every file the same element type"));
+  }
+  if (info.label_sizes != reference.label_sizes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field, ": '", info.path, "' holds labels that are ",
+        LabelKind(info), " but ", ref, " holds ", LabelKind(reference)));
+  }
+  return absl::OkStatus();
+}
+
+// InvalidArgument naming the first of `labels` (class indices of rows
+// `first_row`... of `path`) outside [0, kMaxClasses), if any.
+absl::Status CheckClassIndices(absl::string_view field, const std::string& path,
+                               const DataFileNames& names,
+                               const torch::Tensor& labels, int64_t first_row) {
+  if (labels.numel() == 0) return absl::OkStatus();
+  const torch::Tensor bad = (labels < 0).logical_or(labels >= kMaxClasses);
+  if (!bad.any().item<bool>()) return absl::OkStatus();
+  const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+  const int64_t value = labels[i].item<int64_t>();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data.", field, ": the labels ('", names.labels, "') of '", path,
+      "' hold class index ", value, " at row ", first_row + i,
+      "; class indices must be in [0, ", kMaxClasses, ")",
+      value < 0 ? " (regression targets belong in a float file)" : ""));
+}
+
+// The flat index of the first NaN or infinite value of `values` (float32),
+// -1 when there is none. A plain scan: no temporary tensors of the unit's
+// size (see NewHostTensor in data_file.h for why allocations matter here),
+// one pass that stops at the first bad value.
+int64_t FirstNonFinite(const torch::Tensor& values) {
+  const torch::Tensor flat = values.to(torch::kFloat32).contiguous();
+  const float* data = flat.data_ptr<float>();
+  const int64_t count = flat.numel();
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(data[i])) return i;
+  }
+  return -1;
+}
+
+// InvalidArgument naming the first row of `values` (rows `first_row`... of
+// `path`'s `role` `dataset`) that holds a NaN or infinity, if any.
+absl::Status CheckFinite(absl::string_view field, const std::string& path,
+                         const char* role, const std::string& dataset,
+                         const torch::Tensor& values, int64_t first_row) {
+  const int64_t bad = FirstNonFinite(values);
+  if (bad < 0) return absl::OkStatus();
+  const int64_t per_row = values.numel() / values.size(0);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data.", field, ": the ", role, " ('", dataset, "') of '", path,
+      "' hold ", values.reshape({-1})[bad].item<float>(), " at row ",
+      first_row + bad / per_row,
+      "; every value must be finite (or set data.bad_values to \"skip\" to "
+      "leave such training rows out)"));
+}
+
+// Leaves out the rows of `rows` whose features or float labels hold a NaN
+// or infinity, counting them in rows->skipped.
+void DropNonFiniteRows(DataRows* rows) {
+  const int64_t n = rows->features.size(0);
+  if (n == 0) return;
+  torch::Tensor keep = torch::isfinite(rows->features.reshape({n, -1})).all(1);
+  if (rows->labels.dim() == 2) {
+    keep.logical_and_(torch::isfinite(rows->labels).all(1));
+  }
+  const torch::Tensor index = keep.nonzero().squeeze(1);
+  rows->skipped += n - index.size(0);
+  rows->features = rows->features.index_select(0, index);
+  rows->labels = rows->labels.index_select(0, index);
+}
+
+// One list's files, inspected, and each one's rows in the split (the
+// first `limit` rows of the list; 0: all).
+struct ScannedList {
+  FileList list;
+  std::vector<FileInfo> files;
+};
+
+absl::StatusOr<ScannedList> ScanList(
+    absl::string_view field,
+    const google::protobuf::RepeatedPtrField<std::string>& entries,
+    const DataFileNames& names, int64_t limit) {
+  ScannedList scanned;
+  scanned.list.field = std::string(field);
+  MPILEARN_ASSIGN_OR_RETURN(
+      scanned.list.paths,
+      ExpandFileList(field, {entries.begin(), entries.end()}));
+  int64_t total = 0;
+  for (const std::string& path : scanned.list.paths) {
+    MPILEARN_ASSIGN_OR_RETURN(FileInfo info, Inspect(field, path, names));
+    const int64_t take =
+        limit > 0 ? std::min(info.rows, std::max<int64_t>(limit - total, 0))
+                  : info.rows;
+    total += take;
+    scanned.list.first.push_back(0);
+    scanned.list.rows.push_back(take);
+    scanned.files.push_back(std::move(info));
+  }
+  if (total == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.", field,
+        scanned.list.paths.empty() ? ": the list names no files"
+                                   : ": the files hold no samples"));
+  }
+  return scanned;
+}
+
+// The largest class index in the rows `list` uses, reading the labels
+// alone, kScanRows at a time; InvalidArgument for one outside [0,
+// kMaxClasses). -1 for no rows.
+absl::StatusOr<int64_t> MaxClassIndex(const FileList& list,
+                                      const DataFileNames& names) {
+  int64_t max_label = -1;
+  for (size_t i = 0; i < list.paths.size(); ++i) {
+    if (list.rows[i] == 0) continue;
+    absl::StatusOr<std::unique_ptr<DataFile>> file =
+        OpenDataFile(list.paths[i], names);
+    if (!file.ok()) return InField(list.field, file.status());
+    const int64_t end = list.first[i] + list.rows[i];
+    for (int64_t begin = list.first[i]; begin < end; begin += kScanRows) {
+      const int64_t stop = std::min(end, begin + kScanRows);
+      absl::StatusOr<torch::Tensor> labels = (*file)->ReadLabels(begin, stop);
+      if (!labels.ok()) return InField(list.field, labels.status());
+      MPILEARN_RETURN_IF_ERROR(
+          CheckClassIndices(list.field, list.paths[i], names, *labels, begin));
+      max_label = std::max(max_label, labels->max().item<int64_t>());
+    }
+  }
+  return max_label;
+}
+
+}  // namespace
+
+int64_t FileList::total_rows() const {
+  int64_t total = 0;
+  for (const int64_t n : rows) total += n;
+  return total;
+}
+
+absl::StatusOr<FileSplits> ScanDataFiles(const DataSpec& spec) {
+  if (spec.train_files().empty()) {
+    return absl::InvalidArgumentError(
+        "data.train_files is required: HDF5 (.h5, .hdf5) or NumPy (.npz, "
+        ".npy) files, or one text file listing them");
+  }
+  MPILEARN_ASSIGN_OR_RETURN(const int64_t validation_count,
+                            CheckedValidationCount(spec));
+  FileSplits splits;
+  if (!spec.features_dataset().empty()) {
+    splits.names.features = spec.features_dataset();
+  }
+  if (!spec.labels_dataset().empty()) {
+    splits.names.labels = spec.labels_dataset();
+  }
+
+  MPILEARN_ASSIGN_OR_RETURN(ScannedList train,
+                            ScanList("train_files", spec.train_files(),
+                                     splits.names, spec.train_limit()));
+  const FileInfo& reference = train.files[0];
+  for (const FileInfo& info : train.files) {
+    MPILEARN_RETURN_IF_ERROR(CheckAgrees("train_files", info, reference));
+  }
+
+  if (!spec.validation_files().empty()) {
+    MPILEARN_ASSIGN_OR_RETURN(
+        ScannedList validation,
+        ScanList("validation_files", spec.validation_files(), splits.names,
+                 /*limit=*/0));
+    for (const FileInfo& info : validation.files) {
+      MPILEARN_RETURN_IF_ERROR(
+          CheckAgrees("validation_files", info, reference));
+    }
+    splits.validation = std::move(validation.list);
+  } else {
+    const int64_t n = train.list.total_rows();
+    MPILEARN_RETURN_IF_ERROR(CheckHoldOut(spec, validation_count, n,
+                                          "the training files hold",
+                                          "data.validation_files"));
+    // The last validation_count rows, from the end of the list backwards.
+    FileList& held = splits.validation;
+    held.field = "train_files";
+    held.paths = train.list.paths;
+    held.first.assign(held.paths.size(), 0);
+    held.rows.assign(held.paths.size(), 0);
+    int64_t left = validation_count;
+    for (size_t i = held.paths.size(); i-- > 0 && left > 0;) {
+      const int64_t take = std::min(left, train.list.rows[i]);
+      train.list.rows[i] -= take;
+      held.first[i] = train.list.first[i] + train.list.rows[i];
+      held.rows[i] = take;
+      left -= take;
+    }
+  }
+
+  if (!spec.test_files().empty()) {
+    MPILEARN_ASSIGN_OR_RETURN(ScannedList test,
+                              ScanList("test_files", spec.test_files(),
+                                       splits.names, spec.test_limit()));
+    for (const FileInfo& info : test.files) {
+      MPILEARN_RETURN_IF_ERROR(CheckAgrees("test_files", info, reference));
+    }
+    splits.test = std::move(test.list);
+  } else {
+    splits.test.field = "test_files";
+  }
+  splits.train = std::move(train.list);
+
+  splits.input_shape = reference.feature_sizes;
+  splits.float_labels = !IsClassIndices(reference);
+  if (splits.float_labels) {
+    splits.num_classes = reference.label_sizes[0];
+  } else {
+    int64_t max_label = 0;
+    for (const FileList* list :
+         {&splits.train, &splits.validation, &splits.test}) {
+      MPILEARN_ASSIGN_OR_RETURN(const int64_t list_max,
+                                MaxClassIndex(*list, splits.names));
+      max_label = std::max(max_label, list_max);
+    }
+    splits.num_classes = max_label + 1;
+  }
+  return splits;
+}
+
+FileReader::FileReader(FileList list, DataFileNames names, bool skip_bad_rows)
+    : list_(std::move(list)),
+      names_(std::move(names)),
+      skip_bad_rows_(skip_bad_rows) {}
+
+absl::StatusOr<DataFile*> FileReader::Open(int file) {
+  for (auto it = open_.begin(); it != open_.end(); ++it) {
+    if (it->first != file) continue;
+    if (it != open_.begin()) {
+      auto entry = std::move(*it);
+      open_.erase(it);
+      open_.push_front(std::move(entry));
+    }
+    return open_.front().second.get();
+  }
+  const std::string& path = list_.paths[file];
+  absl::StatusOr<std::unique_ptr<DataFile>> opened = OpenDataFile(path, names_);
+  if (!opened.ok()) return InField(list_.field, opened.status());
+  const int64_t need = list_.first[file] + list_.rows[file];
+  if ((*opened)->rows() < need) {
+    return absl::DataLossError(absl::StrCat(
+        "data.", list_.field, ": '", path, "' holds ", (*opened)->rows(),
+        " rows now but ", need,
+        " when the job started (did it change while the job ran?)"));
+  }
+  if (static_cast<int>(open_.size()) >= kMaxOpen) open_.pop_back();
+  open_.emplace_front(file, std::move(*opened));
+  return open_.front().second.get();
+}
+
+absl::StatusOr<DataRows> FileReader::ReadFileRows(int file, int64_t begin,
+                                                  int64_t end) {
+  if (file < 0 || file >= static_cast<int>(list_.paths.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.", list_.field, ": no file ", file,
+                     " (the list has ", list_.paths.size(), ")"));
+  }
+  const std::string& path = list_.paths[file];
+  if (begin < 0 || end < begin || end > list_.rows[file]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.", list_.field, ": rows [", begin, ", ", end,
+                     ") are outside the ", list_.rows[file], " rows of '", path,
+                     "' (file ", file, ") in this split"));
+  }
+  MPILEARN_ASSIGN_OR_RETURN(DataFile * data, Open(file));
+  const int64_t first = list_.first[file] + begin;
+  absl::StatusOr<DataRows> rows = data->Read(first, list_.first[file] + end);
+  if (!rows.ok()) return InField(list_.field, rows.status());
+  if (skip_bad_rows_ &&
+      ((!IsIntegerElementType(data->feature_type()) &&
+        FirstNonFinite(rows->features) >= 0) ||
+       (rows->labels.dim() == 2 && !IsIntegerElementType(data->label_type()) &&
+        FirstNonFinite(rows->labels) >= 0))) {
+    DropNonFiniteRows(&*rows);
+  }
+  if (!IsIntegerElementType(data->feature_type())) {
+    MPILEARN_RETURN_IF_ERROR(CheckFinite(
+        list_.field, path, "features", names_.features, rows->features, first));
+  }
+  if (rows->labels.dim() == 1) {
+    MPILEARN_RETURN_IF_ERROR(
+        CheckClassIndices(list_.field, path, names_, rows->labels, first));
+  } else if (!IsIntegerElementType(data->label_type())) {
+    MPILEARN_RETURN_IF_ERROR(CheckFinite(list_.field, path, "labels",
+                                         names_.labels, rows->labels, first));
+  }
+  return rows;
+}
+
+absl::StatusOr<DataRows> FileReader::ReadRange(int64_t begin, int64_t end) {
+  const int64_t total = list_.total_rows();
+  if (begin < 0 || end < begin || end > total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.", list_.field, ": rows [", begin, ", ", end,
+                     ") are outside the split's ", total, " rows"));
+  }
+  if (list_.paths.empty()) return DataRows{};
+  // An empty range reads no rows of the first file, for the row shapes.
+  if (begin == end) return ReadFileRows(0, 0, 0);
+  std::vector<torch::Tensor> features, labels;
+  int64_t start = 0;  // the split's row at file i's first row
+  for (int i = 0; i < static_cast<int>(list_.paths.size()) && start < end;
+       ++i) {
+    const int64_t stop = start + list_.rows[i];
+    // File i's part of [begin, end).
+    const int64_t from = std::max(begin, start);
+    const int64_t to = std::min(end, stop);
+    if (from < to) {
+      MPILEARN_ASSIGN_OR_RETURN(DataRows rows,
+                                ReadFileRows(i, from - start, to - start));
+      features.push_back(std::move(rows.features));
+      labels.push_back(std::move(rows.labels));
+    }
+    start = stop;
+  }
+  if (features.size() == 1) {
+    return DataRows{std::move(features[0]), std::move(labels[0])};
+  }
+  return DataRows{torch::cat(features), torch::cat(labels)};
+}
+
+UnitPrefetcher::UnitPrefetcher(FileList train, DataFileNames names,
+                               bool skip_bad_rows)
+    : reader_(std::move(train), std::move(names), skip_bad_rows),
+      thread_([this] { Loop(); }) {}
+
+UnitPrefetcher::~UnitPrefetcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    pending_.clear();
+  }
+  thread_.join();
+}
+
+bool UnitPrefetcher::HasWork() const {
+  if (stop_) return true;
+  for (const auto& pending : pending_) {
+    if (!pending->started) return true;
+  }
+  return false;
+}
+
+void UnitPrefetcher::ShuffleRows(uint64_t seed, DataRows* rows) {
+  const int64_t n = rows->features.size(0);
+  const torch::Tensor order =
+      torch::randperm(n, torch::make_generator<at::CPUGeneratorImpl>(seed));
+  // Into malloc'd tensors, as the reads (NewHostTensor explains why).
+  for (torch::Tensor* t : {&rows->features, &rows->labels}) {
+    torch::Tensor shuffled = NewHostTensor(t->sizes().vec(), t->scalar_type());
+    torch::index_select_out(shuffled, *t, 0, order);
+    *t = std::move(shuffled);
+  }
+}
+
+void UnitPrefetcher::Loop() {
+  while (true) {
+    std::shared_ptr<Pending> next;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &UnitPrefetcher::HasWork));
+      if (stop_) return;
+      for (const auto& pending : pending_) {
+        if (!pending->started) {
+          next = pending;
+          break;
+        }
+      }
+      next->started = true;
+    }
+    absl::StatusOr<DataRows> rows;
+    try {
+      rows = reader_.ReadFileRows(next->range.file, next->range.begin,
+                                  next->range.end);
+      if (rows.ok() && next->range.shuffle_seed != 0) {
+        ShuffleRows(next->range.shuffle_seed, &*rows);
+      }
+    } catch (const std::exception& e) {
+      // LibTorch throws (e.g. out of memory); the thread must go on.
+      rows = absl::InternalError(absl::StrCat(
+          "reading rows [", next->range.begin, ", ", next->range.end,
+          ") of training file ", next->range.file, ": ", e.what()));
+    }
+    absl::MutexLock lock(&mu_);
+    next->rows = std::move(rows);
+    next->done = true;
+  }
+}
+
+void UnitPrefetcher::Prefetch(const RowRange& range) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& pending : pending_) {
+    if (pending->range == range) return;
+  }
+  if (static_cast<int>(pending_.size()) >= kMaxPending) pending_.pop_front();
+  auto pending = std::make_shared<Pending>();
+  pending->range = range;
+  pending_.push_back(std::move(pending));
+}
+
+absl::StatusOr<DataRows> UnitPrefetcher::Take(const RowRange& range) {
+  absl::MutexLock lock(&mu_);
+  auto it = std::find_if(
+      pending_.begin(), pending_.end(),
+      [&](const std::shared_ptr<Pending>& p) { return p->range == range; });
+  std::shared_ptr<Pending> mine;
+  if (it == pending_.end()) {
+    mine = std::make_shared<Pending>();
+    mine->range = range;
+    pending_.push_front(mine);
+    it = pending_.begin();
+  } else {
+    mine = *it;
+  }
+  pending_.erase(pending_.begin(), it);  // the reads asked for before it
+  mu_.Await(absl::Condition(&mine->done));
+  const auto done = std::find(pending_.begin(), pending_.end(), mine);
+  if (done != pending_.end()) pending_.erase(done);
+  return std::move(mine->rows);
+}
+
+}  // namespace mpilearn::worker

@@ -1,0 +1,121 @@
+// In-memory training data sets (features and labels), loaded from IDX files
+// as a job's DataSpec describes them.
+//
+//   MPILEARN_ASSIGN_OR_RETURN(DatasetSplits splits,
+//                             LoadDatasets(job.data()));
+//   Dataset mine = Shard(splits.train, rank, world_size);
+//   // Fashion-MNIST: mine.features float32 [n, 1, 28, 28] in [0, 1],
+//   // mine.labels int64 [n]; splits.input_shape {1, 28, 28}.
+//
+// What the IDX element types become:
+//   features (>= 2 dims [N, ...]): unsigned byte [N, H, W] -> float32
+//     [N, 1, H, W] scaled by 1/255 (a single-channel image); unsigned byte of
+//     any other rank -> float32 [N, ...] scaled by 1/255; every other type ->
+//     float32 [N, ...] as stored.
+//   labels: integer [N] -> int64 [N] class indices (>= 0); float [N] ->
+//     float32 [N, 1]; float [N, K] -> float32 [N, K] (regression targets);
+//     integer [N, C] -> float32 [N, C] (one-hot or multi-label rows).
+//
+// Thread safety: LoadDatasets and Shard have no shared state. A Dataset's
+// tensors may share storage with the Dataset they were cut from (see Shard),
+// so treat them as read-only.
+#ifndef MPILEARN_WORKER_DATA_DATASET_H_
+#define MPILEARN_WORKER_DATA_DATASET_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/mpilearn.pb.h"
+
+namespace mpilearn {
+namespace worker {
+
+// A set of samples and their labels.
+struct Dataset {
+  // float32 [N, ...] (see the file comment for the shape each IDX type
+  // gives). Undefined (default constructed) for an empty Dataset.
+  torch::Tensor features;
+  // int64 [N] class indices, or float32 [N, K] targets or one-hot rows.
+  // Undefined for an empty Dataset.
+  torch::Tensor labels;
+
+  // Number of samples N; 0 for an empty Dataset.
+  int64_t size() const;
+};
+
+struct DatasetSplits {
+  Dataset train;
+  // Held out from the end of the training files, or loaded from separate
+  // validation files. Empty only when data.validation_count is 0.
+  Dataset validation;
+  // Empty when the spec names no test files.
+  Dataset test;
+  // The shape of one sample's features, without N: features.sizes()[1:] of
+  // every non-empty split, e.g. {1, 28, 28} or {20, 6}.
+  std::vector<int64_t> input_shape;
+  // The width of the model's output: for class-index labels (float_labels
+  // false) 1 + the largest label in any split; for float labels the row
+  // width K (or C) shared by every split.
+  int64_t num_classes = 0;
+  // True when labels are float32 [N, K] rows (regression targets, one-hot or
+  // multi-label rows); false when they are int64 [N] class indices.
+  bool float_labels = false;
+};
+
+// Class indices must be below this (2^20): it bounds the model's output
+// layer and keeps every index exact in the float the IDX reader gives.
+inline constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
+// Loads the data sets `spec` names (field semantics and defaults: see
+// DataSpec in proto/mpilearn.proto). Every split must give the training
+// split's per-sample feature shape, scale (unsigned byte or not) and kind of
+// labels (class indices, or float rows of the same width).
+//
+// Errors name the offending spec field, e.g.
+//   "data.train_images: cannot open 'x.gz': No such file or directory".
+//   NotFound etc.     a file cannot be opened;
+//   InvalidArgument   a required field is missing, a count is negative or
+//                     too large, a file does not hold what it should (wrong
+//                     rank, no samples, a negative or too large class index,
+//                     a NaN or infinite value), or the splits disagree;
+//   DataLoss          a file is truncated or corrupt.
+absl::StatusOr<DatasetSplits> LoadDatasets(const mpilearn::v1::DataSpec& spec);
+
+// Checks that train_limit, test_limit and validation_count are not
+// negative (InvalidArgument naming the field) and returns validation_count
+// (its default when unset).
+absl::StatusOr<int64_t> CheckedValidationCount(const mpilearn::v1::DataSpec& spec);
+
+// InvalidArgument when holding out `validation_count` of the `rows`
+// training samples (described as `what`, e.g. "the training set has")
+// leaves none to train on; the message names `alternative`, the fields
+// that give separate validation data.
+absl::Status CheckHoldOut(const mpilearn::v1::DataSpec& spec,
+                          int64_t validation_count, int64_t rows,
+                          absl::string_view what,
+                          absl::string_view alternative);
+
+// Rank `rank`'s share among `world` of `rows` rows, rows [begin, end): the
+// shares' sizes differ by at most one, the first ones larger, and ranks in
+// order cover every row. Requires 0 <= rank < world (checked).
+struct ShareRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+ShareRange ShareOf(int64_t rows, int rank, int world);
+
+// Rank `rank`'s share of `data` among `world` ranks: a contiguous slice, the
+// sizes of any two shards differing by at most one, ranks in order covering
+// `data` exactly. The slice is a view sharing `data`'s storage (no copy).
+// Requires 0 <= rank < world (checked; a violation is a programming error).
+Dataset Shard(const Dataset& data, int rank, int world);
+
+}  // namespace worker
+}  // namespace mpilearn
+
+#endif  // MPILEARN_WORKER_DATA_DATASET_H_

@@ -1,0 +1,93 @@
+#include "worker/model/job_model.h"
+
+#include <cmath>
+#include <new>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+
+namespace mpilearn::worker {
+
+absl::StatusOr<JobModel> BuildJobModel(const v1::JobSpec& spec,
+                                       const DatasetSplits& data) {
+  MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromSpec(spec));
+  MPILEARN_ASSIGN_OR_RETURN(const int64_t outputs,
+                            loss.OutputsFor(data.train.labels, data.num_classes));
+  // Building allocates the weights: a model too large for this host (a
+  // huge `hidden`) throws from LibTorch. The error goes back to the caller,
+  // which leaves the job with it, instead of ending the process.
+  std::optional<Model> built;
+  try {
+    MPILEARN_ASSIGN_OR_RETURN(
+        built, Model::FromSpec(spec.model(), data.input_shape, outputs));
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate the model's weights on this worker (", e.what(),
+        "): make the model smaller (model.hidden, model.channels)"));
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot build the model on this worker: ", ShortExceptionMessage(e),
+        " (is the model too large? make it smaller: model.hidden, "
+        "model.channels)"));
+  }
+  Model model = *std::move(built);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& t : model.state()) {
+    shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+  }
+  v1::TensorSetHeader layout = MakeFloat32Header(0, model.state_names(), shapes);
+  for (size_t i = model.num_parameters(); i < model.state().size(); ++i) {
+    layout.mutable_tensors(static_cast<int>(i))->set_buffer(true);
+  }
+  for (int64_t d : data.input_shape) layout.add_input_shape(d);
+  layout.set_outputs(outputs);
+  return JobModel{std::move(model), std::move(loss), std::move(layout),
+                  data.num_classes};
+}
+
+absl::Status Preflight(JobModel& job, const Dataset& train, int64_t batch) {
+  if (train.size() == 0) return absl::OkStatus();
+  const int64_t n = std::min(train.size(), std::max<int64_t>(1, batch));
+  const torch::Tensor x = train.features.slice(0, 0, n);
+  const torch::Tensor y = train.labels.slice(0, 0, n);
+  // A forward in training mode moves BatchNorm's running statistics: keep
+  // the state to put it back.
+  std::vector<torch::Tensor> saved;
+  for (const torch::Tensor& t : job.model.state()) saved.push_back(t.clone());
+  absl::Status status = absl::OkStatus();
+  try {
+    job.model.SetTraining(true);
+    const torch::Tensor output = job.model.Forward(x);
+    const torch::Tensor labels = y.to(output.device());
+    status = job.loss.CheckOutput(output, labels, job.num_classes);
+    if (status.ok()) {
+      const torch::Tensor loss = job.loss.Summed(output, labels);
+      const double value = loss.item<double>();
+      if (!std::isfinite(value)) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "the loss of the first batch is ", value,
+            ": check the data's scale (normalize the features) and the "
+            "labels for the loss '", job.loss.name(), "'"));
+      } else {
+        loss.backward();
+      }
+    }
+  } catch (const std::exception& e) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "the model's first forward/backward pass on samples of shape [",
+        absl::StrJoin(x.sizes(), ", "), "] failed: ", ShortExceptionMessage(e)));
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < saved.size(); ++i) job.model.state()[i].copy_(saved[i]);
+  for (const torch::Tensor& p : job.model.parameters()) {
+    if (p.grad().defined()) p.grad().zero_();
+  }
+  return status;
+}
+
+}  // namespace mpilearn::worker

@@ -1,0 +1,144 @@
+// The training loss a job names (JobSpec.loss) and the validation metrics
+// that go with it.
+//
+//   MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromSpec(job));
+//   MPILEARN_ASSIGN_OR_RETURN(int64_t outputs,
+//                             loss.OutputsFor(train.labels, num_classes));
+//   ... build the model with `outputs` outputs per sample ...
+//   MPILEARN_RETURN_IF_ERROR(loss.CheckOutput(model.Forward(x), y));
+//   torch::Tensor batch_loss = loss.Summed(model.Forward(x), y) / x.size(0);
+//
+//   MetricSums sums;
+//   for (each batch) loss.Accumulate(output, y, &sums);
+//   std::map<std::string, double> metrics = loss.Metrics(sums);
+//   // {"val_loss": ..., "val_accuracy": ...} or
+//   // {"val_loss": ..., "val_mae": ..., "val_mse": ...}
+//
+// Labels (worker/data/dataset.h) come in two kinds: int64 [N] class
+// indices, or float32 [N, K] targets (one-hot rows for classification,
+// regression targets otherwise; a float [N] is taken as [N, 1]). The model's
+// output is [B, outputs] ([B] is taken as [B, 1]).
+//
+// The losses (categorical_crossentropy, binary_crossentropy, mse, mae,
+// huber) and the metrics each reports: docs/protocol.md (`loss`).
+//
+// Reduction: Summed and the loss in MetricSums add over every element of
+// the batch, samples and outputs alike, so val_loss (the sum over samples)
+// is per sample: the loss summed over a sample's outputs, averaged over
+// samples. Accuracy, MAE and MSE average over every prediction (each output
+// of each sample; per sample for categorical_crossentropy).
+//
+// Thread safety: a Loss is an immutable value; its methods are const and
+// may be called from any thread.
+#ifndef MPILEARN_WORKER_MODEL_LOSS_H_
+#define MPILEARN_WORKER_MODEL_LOSS_H_
+
+#include <torch/torch.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/mpilearn.pb.h"
+
+namespace mpilearn::worker {
+
+// Per-batch sums from which the validation metrics follow; plain doubles so
+// a group can add its ranks' sums with one AllreduceSum over ToArray().
+struct MetricSums {
+  static constexpr size_t kSize = 6;
+
+  double loss = 0;       // Loss::Summed over every batch
+  double correct = 0;    // correct predictions (classification)
+  double abs_error = 0;  // sum of |output - target| (regression)
+  double sq_error = 0;   // sum of (output - target)^2 (regression)
+  double samples = 0;
+  double elements = 0;  // predictions: what accuracy, MAE, MSE divide by
+
+  std::array<double, kSize> ToArray() const;
+  static MetricSums FromArray(const std::array<double, kSize>& values);
+};
+
+class Loss {
+ public:
+  // The loss `spec.loss()` names ("categorical_crossentropy" when empty),
+  // with spec.huber_delta() (default 1.0) for huber. InvalidArgument
+  // listing the available losses for an unknown name, and for a huber delta
+  // that is not a finite number > 0.
+  static absl::StatusOr<Loss> FromSpec(const v1::JobSpec& spec);
+
+  // "categorical_crossentropy", "binary_crossentropy", "mse", "mae" or
+  // "huber".
+  const std::string& name() const { return name_; }
+
+  // True for the two cross entropies: labels are classes and the metric is
+  // accuracy; false for the regression losses.
+  bool classification() const {
+    return kind_ == Kind::kCategorical || kind_ == Kind::kBinary;
+  }
+
+  // The outputs per sample a model needs for `labels` (a whole data set or
+  // a batch): categorical_crossentropy: `num_classes` for int64 labels
+  // (which must be >= 1), C for one-hot [N, C]; binary_crossentropy: K for
+  // float [N, K], 1 for int64 labels (which must all be 0 or 1); mse, mae,
+  // huber: K for float [N, K]. InvalidArgument for labels that do not fit
+  // the loss (int64 labels for a regression loss, a label tensor of another
+  // type or rank, an empty width).
+  absl::StatusOr<int64_t> OutputsFor(const torch::Tensor& labels,
+                                     int64_t num_classes) const;
+
+  // OK when the model's `output` for a batch can go with the batch's
+  // `labels`; else InvalidArgument naming both shapes and the loss, e.g.
+  // "the model outputs [64, 5] per batch but categorical_crossentropy with
+  // 10 classes needs [64, 10]". For int64 class labels pass the data's
+  // `num_classes` to check the width exactly; with 0 the width must only
+  // exceed the batch's largest label.
+  absl::Status CheckOutput(const torch::Tensor& output,
+                           const torch::Tensor& labels,
+                           int64_t num_classes = 0) const;
+
+  // The loss summed over every element of the batch (see "Reduction"
+  // above): a scalar tensor with `output`'s dtype that keeps its graph, for
+  // backward. Requires CheckOutput(output, labels) to hold; LibTorch errors
+  // otherwise surface as c10::Error.
+  torch::Tensor Summed(const torch::Tensor& output,
+                       const torch::Tensor& labels) const;
+
+  // The metrics this loss reports besides val_loss: {"val_accuracy"} for
+  // classification, {"val_mae", "val_mse"} for regression.
+  std::vector<std::string> MetricNames() const;
+
+  // Adds one batch's loss, sample count and metric sums to `sums` (no
+  // gradients are needed; the caller may hold a NoGradGuard).
+  void Accumulate(const torch::Tensor& output, const torch::Tensor& labels,
+                  MetricSums* sums) const;
+
+  // {"val_loss": loss / samples} plus every name in MetricNames(); all 0
+  // when `sums` holds no samples.
+  std::map<std::string, double> Metrics(const MetricSums& sums) const;
+
+ private:
+  enum class Kind { kCategorical, kBinary, kMse, kMae, kHuber };
+
+  Loss(Kind kind, std::string name, double huber_delta)
+      : kind_(kind), name_(std::move(name)), huber_delta_(huber_delta) {}
+
+  // `labels` as float targets [B, K] for the binary and regression losses.
+  static torch::Tensor Targets(const torch::Tensor& labels,
+                               const torch::Tensor& output);
+  // `output` as [B, n] ([B] -> [B, 1]).
+  static torch::Tensor AsMatrix(const torch::Tensor& output);
+
+  Kind kind_;
+  std::string name_;
+  double huber_delta_;  // huber only
+};
+
+}  // namespace mpilearn::worker
+
+#endif  // MPILEARN_WORKER_MODEL_LOSS_H_
