@@ -11,7 +11,7 @@
 // Roles nest: admin may do everything a worker may, and a worker everything
 // a reader may (a validation pool and a worker read job status). Each RPC
 // needs one role (RequiredRole); clients send the token as the call
-// metadata "authorization: Bearer TOKEN" (common/client_security.h).
+// metadata "authorization: Bearer TOKEN" (common/client/client_security.h).
 //
 // The Caller a token gives is passed to the master's core, which binds
 // each worker group to the caller that registered it and each validation

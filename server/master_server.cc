@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/channel_args.h"
+#include "common/client/channel_args.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

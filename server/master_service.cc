@@ -371,7 +371,7 @@ grpc::Status MasterServiceImpl::SubscribeSnapshotsRaw(
   });
   if (!subscribed.ok()) return rpc.Finish(subscribed);
   // Tells the client it is subscribed: snapshots from now on reach it. The
-  // key is common/master_client.h's kSubscribedMetadataKey.
+  // key is common/client/master_client.h's kSubscribedMetadataKey.
   context->AddInitialMetadata("mpilearn-subscribed", "1");
   stream->SendInitialMetadata();
   while (!context->IsCancelled()) {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/client/master_client.h"
 #include "common/error_reason.h"
-#include "common/master_client.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

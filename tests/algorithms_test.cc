@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/client/master_client.h"
 #include "common/job_spec.h"
-#include "common/master_client.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"

@@ -29,10 +29,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/client_security.h"
+#include "common/client/client_security.h"
+#include "common/client/master_client.h"
 #include "common/error_reason.h"
 #include "common/grpc_status.h"
-#include "common/master_client.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"

@@ -21,7 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/client/master_client.h"
 #include "common/error_reason.h"
-#include "common/master_client.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
 

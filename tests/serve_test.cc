@@ -17,7 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
 

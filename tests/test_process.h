@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "google/protobuf/struct.pb.h"
 #include "proto/mpilearn.pb.h"
 

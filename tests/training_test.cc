@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"

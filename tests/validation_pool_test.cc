@@ -20,7 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
 #include "worker/data/dataset.h"

@@ -27,7 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"
 

@@ -52,7 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/master_connection.h"
+#include "common/client/master_connection.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/mpi_group.h"

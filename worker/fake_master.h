@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/master_connection.h"
+#include "common/client/master_connection.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::worker {

@@ -43,7 +43,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/master_connection.h"
+#include "common/client/master_connection.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::worker {

@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "common/master_connection.h"
+#include "common/client/master_connection.h"
 #include "server/core/master_core.h"
 #include "server/master.h"
 

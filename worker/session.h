@@ -65,8 +65,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/master_client.h"
-#include "common/master_connection.h"
+#include "common/client/master_client.h"
+#include "common/client/master_connection.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/mpi_group.h"

@@ -63,7 +63,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/master_connection.h"
+#include "common/client/master_connection.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/dataset.h"

@@ -50,7 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/dataset.h"

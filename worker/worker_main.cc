@@ -31,7 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/client_security_flags.h"
+#include "common/client/client_security_flags.h"
 #include "glog/logging.h"
 #include "worker/progress.h"
 #include "worker/session.h"

@@ -17,7 +17,7 @@
 //
 // Lock order: JobRegistry::mu_ -> Job::mu_, nested only in RegisterGroup
 // (it reads state() of each job under the registry's mutex to find a
-// queued one); JobRegistry::Entry::checkpoint_mu -> Job::mu_ in
+// queued one); JobJournal::checkpoint_mu_ -> Job::mu_ in
 // WriteCheckpoint (CheckpointDue, SaveCheckpoint, CheckpointWritten), taken
 // after the registry's mutex is released. A Job never calls the registry
 // and takes no other lock while holding mu_, so the reverse never occurs.

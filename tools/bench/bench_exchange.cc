@@ -70,7 +70,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "proto/mpilearn.pb.h"

@@ -33,7 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
-#include "common/client_security_flags.h"
+#include "common/client/client_security_flags.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/study.pb.h"

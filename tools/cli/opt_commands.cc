@@ -27,7 +27,7 @@
 #include "common/cli_flags.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "google/protobuf/struct.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/study.grpc.pb.h"

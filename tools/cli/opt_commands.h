@@ -22,7 +22,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "google/protobuf/struct.pb.h"
 #include "proto/study.pb.h"
 

@@ -58,7 +58,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
-#include "common/client_security_flags.h"
+#include "common/client/client_security_flags.h"
 #include "common/status_macros.h"
 #include "tools/soak/child_process.h"
 #include "tools/soak/soak_load.h"

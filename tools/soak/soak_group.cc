@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/channel_args.h"
+#include "common/client/channel_args.h"
 #include "common/error_reason.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"

@@ -24,8 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/client_security.h"
-#include "common/master_client.h"
+#include "common/client/client_security.h"
+#include "common/client/master_client.h"
 #include "proto/mpilearn.pb.h"
 #include "tools/soak/soak_stats.h"
 

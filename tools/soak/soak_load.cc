@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 #include "common/status_macros.h"
 #include "proto/mpilearn.pb.h"
 #include "tools/soak/soak_group.h"

@@ -43,7 +43,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/client_security.h"
+#include "common/client/client_security.h"
 #include "tools/soak/soak_stats.h"
 
 namespace mpilearn {

@@ -1,4 +1,4 @@
-#include "common/client_security.h"
+#include "common/client/client_security.h"
 
 #include <cstdio>
 #include <fstream>

@@ -1,5 +1,5 @@
 // What a training group needs from a master, whichever master it is: the
-// gRPC client of a remote mpilearn-master (common/master_client.h) or the
+// gRPC client of a remote mpilearn-master (common/client/master_client.h) or the
 // in-process master of the local baseline mode (worker/local_master.h). The
 // trainer is written against this interface only, so both modes run the
 // same training loop.
@@ -7,8 +7,8 @@
 // Weights travel as spans over caller-owned fp32 buffers, laid out as the
 // job's weights (one span per tensor). Errors are the master's statuses,
 // unchanged.
-#ifndef MPILEARN_COMMON_MASTER_CONNECTION_H_
-#define MPILEARN_COMMON_MASTER_CONNECTION_H_
+#ifndef MPILEARN_COMMON_CLIENT_MASTER_CONNECTION_H_
+#define MPILEARN_COMMON_CLIENT_MASTER_CONNECTION_H_
 
 #include <cstdint>
 #include <string>
@@ -76,4 +76,4 @@ class MasterConnection {
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_MASTER_CONNECTION_H_
+#endif  // MPILEARN_COMMON_CLIENT_MASTER_CONNECTION_H_

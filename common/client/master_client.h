@@ -12,8 +12,8 @@
 // Heartbeat(request, timeout) and LeaveWithin use only the thread-safe
 // channel and stub (not the push sequence or the wire format), so one other
 // thread may call them while a thread uses the client.
-#ifndef MPILEARN_COMMON_MASTER_CLIENT_H_
-#define MPILEARN_COMMON_MASTER_CLIENT_H_
+#ifndef MPILEARN_COMMON_CLIENT_MASTER_CLIENT_H_
+#define MPILEARN_COMMON_CLIENT_MASTER_CLIENT_H_
 
 #include <atomic>
 #include <chrono>
@@ -25,9 +25,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/client/client_security.h"
+#include "common/client/master_connection.h"
 #include "grpcpp/grpcpp.h"
-#include "common/client_security.h"
-#include "common/master_connection.h"
 #include "proto/mpilearn.grpc.pb.h"
 
 namespace mpilearn {
@@ -100,7 +100,7 @@ class MasterClient final : public MasterConnection {
     // sequence number, so the master applies it once even when the first
     // attempt's reply was lost.
     absl::Duration reconnect_timeout = absl::ZeroDuration();
-    // TLS and the bearer token (common/client_security.h); the default
+    // TLS and the bearer token (common/client/client_security.h); the default
     // speaks plaintext and sends no token.
     ClientSecurity security;
   };
@@ -287,4 +287,4 @@ class MasterClient final : public MasterConnection {
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_MASTER_CLIENT_H_
+#endif  // MPILEARN_COMMON_CLIENT_MASTER_CLIENT_H_

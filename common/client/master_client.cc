@@ -1,10 +1,10 @@
-#include "common/master_client.h"
+#include "common/client/master_client.h"
 
 #include <chrono>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/channel_args.h"
+#include "common/client/channel_args.h"
 #include "common/error_reason.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"

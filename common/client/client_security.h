@@ -15,9 +15,9 @@
 // loopback and Unix-socket ports.
 //
 // The flags --tls_ca, --tls_cert, --tls_key and --token_file are defined in
-// common/client_security_flags.h's library, which tools link.
-#ifndef MPILEARN_COMMON_CLIENT_SECURITY_H_
-#define MPILEARN_COMMON_CLIENT_SECURITY_H_
+// common/client/client_security_flags.h's library, which tools link.
+#ifndef MPILEARN_COMMON_CLIENT_CLIENT_SECURITY_H_
+#define MPILEARN_COMMON_CLIENT_CLIENT_SECURITY_H_
 
 #include <memory>
 #include <string>
@@ -62,4 +62,4 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateMasterChannel(
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_CLIENT_SECURITY_H_
+#endif  // MPILEARN_COMMON_CLIENT_CLIENT_SECURITY_H_

@@ -8,18 +8,18 @@
 //
 // Linked by the client tools (mpilearnctl, mpilearn-opt, mpilearn-worker),
 // never by the master, whose own --tls_cert/--tls_key are its server's.
-#ifndef MPILEARN_COMMON_CLIENT_SECURITY_FLAGS_H_
-#define MPILEARN_COMMON_CLIENT_SECURITY_FLAGS_H_
+#ifndef MPILEARN_COMMON_CLIENT_CLIENT_SECURITY_FLAGS_H_
+#define MPILEARN_COMMON_CLIENT_CLIENT_SECURITY_FLAGS_H_
 
 #include "absl/status/statusor.h"
-#include "common/client_security.h"
+#include "common/client/client_security.h"
 
 namespace mpilearn {
 
 // Path of the file defining the flags, for a tool's absl usage config
 // (its --helpfull listing).
 inline constexpr char kClientSecurityFlagsSource[] =
-    "common/client_security_flags.cc";
+    "common/client/client_security_flags.cc";
 
 // Lines for a tool's --help text describing the flags.
 inline constexpr char kClientSecurityUsage[] =
@@ -36,4 +36,4 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromFlags();
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_CLIENT_SECURITY_FLAGS_H_
+#endif  // MPILEARN_COMMON_CLIENT_CLIENT_SECURITY_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "common/client_security_flags.h"
+#include "common/client/client_security_flags.h"
 
 #include <cstdlib>
 #include <string>

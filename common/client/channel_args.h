@@ -8,8 +8,8 @@
 // frames of up to 1 MiB (fewer frame headers and writer wake-ups). Memory
 // stays bounded: the window only lets a sender run ahead of a reader that
 // is draining it anyway.
-#ifndef MPILEARN_COMMON_CHANNEL_ARGS_H_
-#define MPILEARN_COMMON_CHANNEL_ARGS_H_
+#ifndef MPILEARN_COMMON_CLIENT_CHANNEL_ARGS_H_
+#define MPILEARN_COMMON_CLIENT_CHANNEL_ARGS_H_
 
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -32,4 +32,4 @@ inline void SetBulkTransferArgs(grpc::ServerBuilder* builder) {
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_CHANNEL_ARGS_H_
+#endif  // MPILEARN_COMMON_CLIENT_CHANNEL_ARGS_H_
