@@ -21,28 +21,9 @@
 #include "common/client/channel_args.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/core/job_tracer.h"
 
 namespace mpilearn::server {
 namespace {
-
-// Wakes MPI Opt's study table when a trial's job recorded a validation, a
-// group left it or it was cancelled, instead of leaving that to the table's
-// next refresh. `studies` is set once the table exists (no RPC arrives
-// before).
-class StudyWake final : public JobObserver {
- public:
-  explicit StudyWake(const std::atomic<opt::StudyTable*>& studies)
-      : studies_(studies) {}
-
-  void OnJobChanged(const std::string& /*job_id*/) override {
-    opt::StudyTable* studies = studies_.load();
-    if (studies != nullptr) studies->Wake();
-  }
-
- private:
-  const std::atomic<opt::StudyTable*>& studies_;
-};
 
 // The whole of a PEM file named by `flag`; an error names both.
 absl::StatusOr<std::string> ReadPemFile(const std::string& path,
@@ -210,8 +191,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     MPILEARN_ASSIGN_OR_RETURN(TokenTable tokens,
                               TokenTable::Load(options.tokens_file));
     LOG(INFO) << "tokens: " << tokens.size() << " from " << options.tokens_file;
-    server->auth_ =
-        std::make_unique<Authorizer>(std::move(tokens), options.group_timeout);
+    server->auth_ = std::make_unique<Authorizer>(std::move(tokens));
   }
   if (!options.trace_file.empty()) {
     MPILEARN_ASSIGN_OR_RETURN(
@@ -223,45 +203,36 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     metrics_options.ended_jobs = options.metrics_ended_jobs;
     server->metrics_ = std::make_shared<MasterMetrics>(metrics_options);
   }
-  MasterCore::Options core_options;
-  if (server->trace_ != nullptr) {
-    server->job_tracer_ = std::make_unique<JobTracer>(*server->trace_);
-  }
-  server->study_wake_ = std::make_unique<StudyWake>(server->studies_for_wake_);
-  core_options.registry.observers = {server->metrics_.get(),
-                                     server->job_tracer_.get(),
-                                     server->study_wake_.get()};
+  Master::Options master_options;
+  master_options.trace = server->trace_.get();
+  MasterCore::Options& core_options = master_options.core;
+  core_options.registry.observers = {server->metrics_.get()};
   core_options.registry.state_dir = options.state_dir;
   core_options.registry.group_timeout = options.group_timeout;
   core_options.registry.engine = options.engine;
   core_options.limits = options.limits;
-  MPILEARN_ASSIGN_OR_RETURN(server->core_, MasterCore::Create(core_options));
+  // With tokens, groups belong to the caller that registered them.
+  core_options.check_callers = server->auth_->enabled();
+  MPILEARN_ASSIGN_OR_RETURN(server->master_,
+                            Master::Create(std::move(master_options)));
   server->service_ = std::make_unique<MasterServiceImpl>(
-      *server->core_, server->metrics_.get(), server->trace_.get(),
+      server->master_->core(), server->metrics_.get(), server->trace_.get(),
       server->auth_.get());
-  server->trial_jobs_ = std::make_unique<CoreTrialJobs>(*server->core_);
-  opt::StudyTable::Options study_options;
-  study_options.state_dir = options.state_dir;
-  MPILEARN_ASSIGN_OR_RETURN(
-      server->studies_,
-      opt::StudyTable::Create(study_options, *server->trial_jobs_));
-  server->studies_for_wake_.store(server->studies_.get());
+  opt::StudyTable* studies = server->master_->studies();
   if (server->metrics_ != nullptr) {
-    opt::StudyTable* studies = server->studies_.get();
     server->metrics_->SetStudyProvider([studies] {
       const v1::ListStudiesResponse listed = studies->ListStudies();
       return std::vector<v1::StudyStatus>(listed.studies().begin(),
                                           listed.studies().end());
     });
   }
-  server->study_service_ =
-      std::make_unique<StudyServiceImpl>(*server->studies_, server->metrics_.get(),
-                                         server->auth_.get());
+  server->study_service_ = std::make_unique<StudyServiceImpl>(
+      *studies, server->metrics_.get(), server->auth_.get());
 
   // Metrics before gRPC: a bad --metrics_listen fails the start before any
   // client could have been served.
   if (server->metrics_ != nullptr) {
-    MasterCore* core = server->core_.get();
+    MasterCore* core = &server->master_->core();
     server->metrics_->SetStatusProvider([core] { return core->ListForMetrics(); });
     std::string why;
     try {
@@ -323,44 +294,26 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
         "HOST:PORT (port 0 picks a free one)"));
   }
 
-  MasterServer* self = server.get();
-  server->reaper_ = std::thread([self] {
-    const absl::Duration period = self->core_->TickPeriod();
-    bool flush_failed = false;
-    while (!self->stopping_.WaitForNotificationWithTimeout(period)) {
-      self->core_->Tick();  // lost groups, time-based checkpoints
-      if (self->trace_ != nullptr) {
-        const absl::Status flushed = self->trace_->Flush();
-        if (!flushed.ok() && !flush_failed) {
-          LOG(ERROR) << "trace: " << flushed;  // once; the disk may be full
-        }
-        flush_failed = !flushed.ok();
-      }
-    }
-  });
+  // Lost groups, timed checkpoints, write retries and the trace's flush
+  // from now on.
+  server->master_->Start();
   return server;
 }
 
 void MasterServer::Shutdown(absl::Duration grace) {
-  if (stopping_.HasBeenNotified()) return;
-  stopping_.Notify();
+  if (stopping_) return;
+  stopping_ = true;
   // No scrape reads the registry or the hub from now on.
   exposer_.reset();
-  // Snapshot streams never end on their own; closing the hub ends them now
-  // rather than at the end of the grace period.
-  if (core_ != nullptr) core_->CloseSnapshots();
-  // Study watches end too, and the table's thread stops: no study starts
-  // or stops a job any more.
-  if (studies_ != nullptr) studies_->CloseWatches();
+  // Snapshot streams and study watches end; no study starts or stops a job
+  // any more.
+  if (master_ != nullptr) master_->CloseStreams();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoSeconds(grace));
   }
-  if (reaper_.joinable()) reaper_.join();
-  studies_for_wake_.store(nullptr);
-  studies_.reset();  // joins its thread; no RPC uses it any more
   // No call runs any more: the checkpoints hold everything the jobs did.
-  if (core_ != nullptr) core_->CheckpointAll();
+  if (master_ != nullptr) master_->Shutdown();
   if (trace_ != nullptr) {
     const absl::Status closed = trace_->Close();
     if (!closed.ok()) LOG(ERROR) << "trace: " << closed;

@@ -1,11 +1,8 @@
-// mpilearn-master's top-level object: owns the master's core (MasterCore:
-// jobs, snapshots, state directory), the gRPC service and server, the metrics
+// mpilearn-master's top-level object: the master (Master: the core, the
+// study table and their threads; master.h) served over gRPC, with the
+// authorizer that turns a call's token into a caller (auth.h), the metrics
 // (MasterMetrics, served by a prometheus::Exposer on Options::metrics_listen
-// at /metrics), the trace recorder (Options::trace_file), MPI Opt's study
-// table and its Studies service (studies under <state_dir>/studies), and
-// the thread
-// that declares silent groups lost, writes time-based checkpoints
-// (MasterCore::Tick) and flushes the trace about once a second.
+// at /metrics) and the trace recorder (Options::trace_file).
 //
 //   auto server = MasterServer::BuildAndStart(options);  // listening now
 //   ...                                                  // until a signal
@@ -16,25 +13,21 @@
 #ifndef MPILEARN_SERVER_MASTER_SERVER_H_
 #define MPILEARN_SERVER_MASTER_SERVER_H_
 
-#include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/trace.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "server/auth.h"
-#include "server/core/job_observer.h"
 #include "server/core/master_core.h"
+#include "server/core/update/optimizer.h"
+#include "server/master.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"
-#include "server/opt/study_table.h"
 #include "server/study_service.h"
-#include "server/core/update/optimizer.h"
 
 namespace mpilearn::server {
 
@@ -127,29 +120,17 @@ class MasterServer {
   std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<TraceRecorder> trace_;
   std::shared_ptr<MasterMetrics> metrics_;
-  // The registry's other observers (job_observer.h): its trace events and
-  // the study table's wake-up (studies_for_wake_).
-  std::unique_ptr<JobObserver> job_tracer_;
-  std::unique_ptr<JobObserver> study_wake_;
-  // Declared before the service (streams hold its subscriptions), so it
-  // outlives it.
-  std::unique_ptr<MasterCore> core_;
+  // Declared before the services (streams hold its subscriptions, and the
+  // Studies service its table), so it outlives them.
+  std::unique_ptr<Master> master_;
   std::unique_ptr<MasterServiceImpl> service_;
-  // MPI Opt: the studies over the core's jobs, and their service. The
-  // table's thread calls the core, so it is declared after it (destroyed
-  // first).
-  std::unique_ptr<CoreTrialJobs> trial_jobs_;
-  std::unique_ptr<opt::StudyTable> studies_;
-  // studies_ for study_wake_, which RPC threads call.
-  std::atomic<opt::StudyTable*> studies_for_wake_{nullptr};
   std::unique_ptr<StudyServiceImpl> study_service_;
   std::unique_ptr<grpc::Server> server_;
   // Declared last: its scrapes read the core, so it stops first.
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   int metrics_port_ = 0;
-  absl::Notification stopping_;
-  std::thread reaper_;
+  bool stopping_ = false;
 };
 
 }  // namespace mpilearn::server

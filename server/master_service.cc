@@ -166,17 +166,9 @@ grpc::Status MasterServiceImpl::RegisterGroup(
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  const grpc::Status status = GuardCall("RegisterGroup", [&] {
-    return Reply(core_.RegisterGroup(*request), response);
-  });
-  if (status.ok()) {
-    // The group id is bound to the caller's token: no other token may act
-    // for this group.
-    const absl::Status bound =
-        rpc.BindGroup(response->group_id(), response->job_id());
-    if (!bound.ok()) return rpc.Finish(ToGrpcStatus(bound));
-  }
-  return rpc.Finish(status);
+  return rpc.Finish(GuardCall("RegisterGroup", [&] {
+    return Reply(core_.RegisterGroup(rpc.caller(), *request), response);
+  }));
 }
 
 grpc::Status MasterServiceImpl::InitWeights(
@@ -191,9 +183,9 @@ grpc::Status MasterServiceImpl::InitWeights(
     v1::InitWeightsRequest first;
     MPILEARN_RETURN_IF_ERROR(
         ExpectHeader(reader->Read(&first) && first.has_header(), "InitWeights"));
-    MPILEARN_RETURN_IF_ERROR(rpc.OwnsGroup(first.header().group_id()));
-    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
-                              core_.BeginInitWeights(first.header()));
+    MPILEARN_ASSIGN_OR_RETURN(
+        PendingTensors pending,
+        core_.BeginInitWeights(rpc.caller(), first.header()));
     TraceSpan receive(trace_, "receive", "master");
     MPILEARN_RETURN_IF_ERROR(ReceiveChunks<v1::InitWeightsRequest>(*reader, "InitWeights", pending));
     receive.Arg("bytes", static_cast<int64_t>(pending.bytes()));
@@ -223,10 +215,11 @@ grpc::Status MasterServiceImpl::PushGradientRaw(grpc::ServerContext* context,
     if (!first.ok()) {
       return WithReason(first.status(), v1::ERROR_REASON_INVALID_REQUEST);
     }
-    MPILEARN_RETURN_IF_ERROR(rpc.OwnsGroup(header.group_id()));
+    // The core checks the caller owns the group before anything else.
+    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
+                              core_.BeginPush(rpc.caller(), header));
     MPILEARN_ASSIGN_OR_RETURN(const v1::DType reply_dtype,
                               ReplyDType(header.reply_dtype()));
-    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending, core_.BeginPush(header));
     const std::string job_id = pending.job_id();
     TraceSpan receive(trace_, "receive", "master");
     MPILEARN_RETURN_IF_ERROR(ReceiveRawChunks(*stream, "PushGradient", pending));
@@ -262,14 +255,12 @@ grpc::Status MasterServiceImpl::PullWeightsRaw(grpc::ServerContext* context,
   auto handle = [&]() -> absl::Status {
     v1::PullWeightsRequest request;
     MPILEARN_RETURN_IF_ERROR(ReadRequest(*stream, &request, "PullWeights"));
-    // A pull without a group (a worker token reading a job's weights) names
-    // no group to own.
-    if (!request.group_id().empty()) {
-      MPILEARN_RETURN_IF_ERROR(rpc.OwnsGroup(request.group_id()));
-    }
-    MPILEARN_ASSIGN_OR_RETURN(const v1::DType dtype, ReplyDType(request.dtype()));
+    // The core checks the caller owns the group (if the pull names one)
+    // before anything else.
     MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const WeightsSnapshot> weights,
-                              core_.PullWeights(request));
+                              core_.PullWeights(rpc.caller(), request));
+    MPILEARN_ASSIGN_OR_RETURN(const v1::DType dtype,
+                              ReplyDType(request.dtype()));
     uint64_t sent = 0;
     const absl::Status status = SendRawWeights(WeightsHeader(*weights, dtype),
                                                weights, dtype, *stream, &sent);
@@ -288,13 +279,10 @@ grpc::Status MasterServiceImpl::NextDataUnit(
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  if (absl::Status owned = rpc.OwnsGroup(request->group_id()); !owned.ok()) {
-    return rpc.Finish(ToGrpcStatus(owned));
-  }
   TraceSpan span(trace_, "next_unit", "master");
   span.Arg("completed", request->completed_size());
   const grpc::Status status = GuardCall("NextDataUnit", [&] {
-    return Reply(core_.NextDataUnit(*request), response);
+    return Reply(core_.NextDataUnit(rpc.caller(), *request), response);
   });
   if (status.ok()) {
     span.Arg("action", response->action());
@@ -312,14 +300,10 @@ grpc::Status MasterServiceImpl::ReportEpoch(
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  if (absl::Status owned = rpc.OwnsGroup(request->record().group_id());
-      !owned.ok()) {
-    return rpc.Finish(ToGrpcStatus(owned));
-  }
   TraceSpan span(trace_, "validation_report", "master");
   span.Arg("epoch", request->record().epoch());
   return rpc.Finish(GuardCall("ReportEpoch", [&] {
-    return Reply(core_.ReportEpoch(*request), response);
+    return Reply(core_.ReportEpoch(rpc.caller(), *request), response);
   }));
 }
 
@@ -330,11 +314,8 @@ grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  if (absl::Status owned = rpc.OwnsGroup(request->group_id()); !owned.ok()) {
-    return rpc.Finish(ToGrpcStatus(owned));
-  }
   return rpc.Finish(GuardCall("Heartbeat", [&] {
-    return Reply(core_.Heartbeat(*request), response);
+    return Reply(core_.Heartbeat(rpc.caller(), *request), response);
   }));
 }
 
@@ -345,14 +326,9 @@ grpc::Status MasterServiceImpl::Leave(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  if (absl::Status owned = rpc.OwnsGroup(request->group_id()); !owned.ok()) {
-    return rpc.Finish(ToGrpcStatus(owned));
-  }
-  const grpc::Status status = GuardCall("Leave", [&] {
-    return Reply(core_.Leave(*request), response);
-  });
-  if (status.ok()) rpc.UnbindGroup(request->group_id());
-  return rpc.Finish(status);
+  return rpc.Finish(GuardCall("Leave", [&] {
+    return Reply(core_.Leave(rpc.caller(), *request), response);
+  }));
 }
 
 grpc::Status MasterServiceImpl::ReportValidation(
@@ -366,13 +342,8 @@ grpc::Status MasterServiceImpl::ReportValidation(
   span.Arg("version", static_cast<int64_t>(request->record().version()));
   span.Arg("epoch", request->record().epoch());
   return rpc.Finish(GuardCall("ReportValidation", [&] {
-    // Only a token following the job's snapshots, or training it, reports
-    // its validations (a report may complete the job by a target).
-    if (absl::Status allowed = rpc.MayReportValidation(request->job_id());
-        !allowed.ok()) {
-      return ToGrpcStatus(allowed);
-    }
-    return Reply(core_.ReportValidation(*request), response);
+    // The core checks the caller follows the job or trains it.
+    return Reply(core_.ReportValidation(rpc.caller(), *request), response);
   }));
 }
 
@@ -389,19 +360,13 @@ grpc::Status MasterServiceImpl::SubscribeSnapshotsRaw(
       absl::StrCat(request.subscriber().empty() ? "unnamed"
                                                 : request.subscriber(),
                    " at ", context->peer());
+  // While `subscription` lives (until this handler returns) its caller may
+  // report validations of the jobs it follows (MasterCore::ReportValidation).
   std::shared_ptr<SnapshotHub::Subscription> subscription;
-  // While the stream is open its token may report validations of the jobs
-  // it follows (ReportValidation). Recorded before the client learns it is
-  // subscribed; released when this handler returns.
-  Authorizer::Subscription following;
   const grpc::Status subscribed = GuardCall("SubscribeSnapshots", [&] {
     absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> made =
-        core_.SubscribeSnapshots(request, label);
-    if (made.ok()) {
-      subscription = *std::move(made);
-      following = rpc.RecordSubscription(std::vector<std::string>(
-          request.job_ids().begin(), request.job_ids().end()));
-    }
+        core_.SubscribeSnapshots(rpc.caller(), request, label);
+    if (made.ok()) subscription = *std::move(made);
     return made.status();
   });
   if (!subscribed.ok()) return rpc.Finish(subscribed);

@@ -33,8 +33,6 @@ class MasterServiceImpl final : public v1::Master::Service {
  public:
   using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
 
-  // `metrics` and `trace` may be null; when given they must outlive the
-  // service.
   // The tensor streams (PushGradient, PullWeights, SubscribeSnapshots) are
   // served on raw byte buffers (common/tensor_wire.h): chunks are read
   // into the job's buffers and weights are sent from the master's
@@ -42,12 +40,12 @@ class MasterServiceImpl final : public v1::Master::Service {
   // `metrics` and `trace` may be null; when given they must outlive the
   // service.
   // `auth`, when given (it must outlive the service), checks every call's
-  // token and role and binds each registered group to the token that
-  // registered it: a call naming a group another token registered is
-  // PERMISSION_DENIED (server/auth.h). It also records each open
-  // SubscribeSnapshots stream under its token, and ReportValidation for a
-  // job is allowed only to a token following that job's snapshots or
-  // owning a live group of it. Null checks nothing.
+  // token and role (server/auth.h); the caller it gives is passed to the
+  // core, which binds each registered group to it and refuses a call
+  // naming a group another caller registered, and a ReportValidation from
+  // a caller neither following the job's snapshots nor owning a live group
+  // of it (MasterCore::Options::check_callers). Null: every caller is an
+  // admin named "".
   explicit MasterServiceImpl(MasterCore& core, MasterMetrics* metrics = nullptr,
                              TraceRecorder* trace = nullptr,
                              Authorizer* auth = nullptr);

@@ -10,16 +10,13 @@
 //     return rpc.Finish(denied);
 //   }
 //
-// and a handler naming a worker group checks it with rpc.OwnsGroup(id);
-// ReportValidation checks rpc.MayReportValidation(job) against the
-// subscriptions SubscribeSnapshots records with rpc.RecordSubscription.
+// and a handler whose core call checks the caller passes it rpc.caller().
 #ifndef MPILEARN_SERVER_RPC_SCOPE_H_
 #define MPILEARN_SERVER_RPC_SCOPE_H_
 
 #include <chrono>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -68,44 +65,17 @@ class RpcScope {
   // (Authorizer::Authenticate): OK, or the refusal to Finish with. A null
   // `auth` checks nothing (tests that build a service alone).
   grpc::Status Authorize(Authorizer* auth, const grpc::ServerContext* context) {
-    auth_ = auth;
-    if (auth_ == nullptr) return grpc::Status::OK;
-    absl::StatusOr<Caller> caller = auth_->Authenticate(*context, method_);
+    if (auth == nullptr) return grpc::Status::OK;
+    absl::StatusOr<Caller> caller = auth->Authenticate(*context, method_);
     if (!caller.ok()) return ToGrpcStatus(caller.status());
     caller_ = *std::move(caller);
     return grpc::Status::OK;
   }
 
-  // OK when the authorized caller's token registered `group_id`
-  // (Authorizer::CheckGroup); always OK without an authorizer.
-  absl::Status OwnsGroup(absl::string_view group_id) const {
-    if (auth_ == nullptr) return absl::OkStatus();
-    return auth_->CheckGroup(group_id, caller_);
-  }
-  // Binds a group just registered for `job_id` to the caller
-  // (Authorizer::BindGroup).
-  absl::Status BindGroup(const std::string& group_id,
-                         const std::string& job_id) const {
-    if (auth_ == nullptr) return absl::OkStatus();
-    return auth_->BindGroup(group_id, job_id, caller_);
-  }
-  // Records the caller's snapshot stream following `job_ids` (empty: every
-  // job) while the result lives (Authorizer::RecordSubscription).
-  Authorizer::Subscription RecordSubscription(
-      const std::vector<std::string>& job_ids) const {
-    if (auth_ == nullptr) return Authorizer::Subscription();
-    return auth_->RecordSubscription(caller_, job_ids);
-  }
-  // OK when the caller may report a validation of `job_id`
-  // (Authorizer::CheckValidation); always OK without an authorizer.
-  absl::Status MayReportValidation(absl::string_view job_id) const {
-    if (auth_ == nullptr) return absl::OkStatus();
-    return auth_->CheckValidation(job_id, caller_);
-  }
-  // Forgets a group that left.
-  void UnbindGroup(absl::string_view group_id) const {
-    if (auth_ != nullptr) auth_->UnbindGroup(group_id);
-  }
+  // Who made the call (Authorize sets it): passed to the core, which
+  // decides what the caller may do to groups and validations. Without an
+  // authorizer: an admin named "".
+  const Caller& caller() const { return caller_; }
 
  private:
   MasterMetrics* const metrics_;
@@ -113,7 +83,6 @@ class RpcScope {
   const bool streaming_;
   const std::chrono::steady_clock::time_point start_;
   grpc::StatusCode code_ = grpc::StatusCode::UNKNOWN;
-  Authorizer* auth_ = nullptr;
   Caller caller_;
 };
 

@@ -9,29 +9,6 @@
 
 namespace mpilearn::server {
 
-absl::StatusOr<std::string> CoreTrialJobs::Submit(const v1::JobSpec& spec) {
-  v1::SubmitJobRequest request;
-  *request.mutable_spec() = spec;
-  absl::StatusOr<v1::SubmitJobResponse> response = core_.SubmitJob(request);
-  if (!response.ok()) return response.status();
-  return response->job_id();
-}
-
-absl::StatusOr<v1::JobStatus> CoreTrialJobs::Status(const std::string& job_id) {
-  v1::GetJobStatusRequest request;
-  request.set_job_id(job_id);
-  return core_.GetJobStatus(request);
-}
-
-absl::Status CoreTrialJobs::Stop(const std::string& job_id,
-                                 const std::string& reason) {
-  return core_.StopJob(job_id, reason);
-}
-
-std::optional<std::string> CoreTrialJobs::FindByName(const std::string& name) {
-  return core_.FindJobByName(name);
-}
-
 grpc::Status StudyServiceImpl::CreateStudy(grpc::ServerContext* context,
                                            const v1::CreateStudyRequest* request,
                                            v1::CreateStudyResponse* response) {

@@ -1,7 +1,7 @@
 // The gRPC face of MPI Opt: the Studies service (proto/study.proto), a thin
-// adapter over the master's study table (server/opt/study_table.h), and
-// CoreTrialJobs, which gives the table the master's jobs (MasterCore).
-// Holds no state of its own beyond the table it was given.
+// adapter over the master's study table (server/opt/study_table.h; the
+// master, server/master.h, runs it over the core's jobs). Holds no state of
+// its own beyond the table it was given.
 //
 // Observability: every RPC's latency and code, like the Master service's
 // (mpilearn_rpc_duration_seconds{method="CreateStudy",...}); WatchStudy
@@ -9,33 +9,13 @@
 #ifndef MPILEARN_SERVER_STUDY_SERVICE_H_
 #define MPILEARN_SERVER_STUDY_SERVICE_H_
 
-#include <optional>
-#include <string>
-
 #include "grpcpp/grpcpp.h"
 #include "proto/study.grpc.pb.h"
 #include "server/auth.h"
-#include "server/core/master_core.h"
 #include "server/master_metrics.h"
 #include "server/opt/study_table.h"
 
 namespace mpilearn::server {
-
-// The master's jobs as the study table needs them. Thread-safe (MasterCore
-// is); never calls into the table.
-class CoreTrialJobs final : public opt::TrialJobs {
- public:
-  explicit CoreTrialJobs(MasterCore& core) : core_(core) {}
-
-  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override;
-  absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) override;
-  absl::Status Stop(const std::string& job_id,
-                    const std::string& reason) override;
-  std::optional<std::string> FindByName(const std::string& name) override;
-
- private:
-  MasterCore& core_;
-};
 
 class StudyServiceImpl final : public v1::Studies::Service {
  public:

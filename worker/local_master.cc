@@ -34,7 +34,11 @@ absl::StatusOr<uint64_t> CopyOut(const server::WeightsSnapshot& snapshot,
 
 absl::StatusOr<std::unique_ptr<LocalMaster>> LocalMaster::Create(
     const std::string& state_dir, const server::EngineOptions& engine) {
-  server::MasterCore::Options options;
+  server::Master::Options master_options;
+  // One job, no studies: a study left in the same directory by a
+  // mpilearn-master is not run here.
+  master_options.studies = false;
+  server::MasterCore::Options& options = master_options.core;
   options.registry.state_dir = state_dir;
   options.registry.engine = engine;
   // A baseline run is one job: earlier runs' jobs in the same directory
@@ -46,22 +50,23 @@ absl::StatusOr<std::unique_ptr<LocalMaster>> LocalMaster::Create(
   options.limits.max_model_bytes = std::numeric_limits<uint64_t>::max() / 4;
   options.limits.max_tensors_per_set = std::numeric_limits<int>::max();
   options.limits.max_queued_jobs = 0;
-  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<server::MasterCore> core,
-                            server::MasterCore::Create(options));
-  return std::unique_ptr<LocalMaster>(new LocalMaster(std::move(core)));
+  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<server::Master> master,
+                            server::Master::Create(std::move(master_options)));
+  master->Start();
+  return std::unique_ptr<LocalMaster>(new LocalMaster(std::move(master)));
 }
 
 absl::StatusOr<std::string> LocalMaster::SubmitJob(const v1::JobSpec& spec) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   MPILEARN_ASSIGN_OR_RETURN(v1::SubmitJobResponse response,
-                            core_->SubmitJob(request));
+                            core_.SubmitJob(request));
   return response.job_id();
 }
 
 absl::StatusOr<v1::RegisterGroupResponse> LocalMaster::RegisterGroup(
     const v1::RegisterGroupRequest& request) {
-  return core_->RegisterGroup(request);
+  return core_.RegisterGroup(caller_, request);
 }
 
 absl::StatusOr<bool> LocalMaster::InitWeights(
@@ -73,10 +78,10 @@ absl::StatusOr<bool> LocalMaster::InitWeights(
   init.set_group_id(group_id);
   *init.mutable_weights() = header;
   MPILEARN_ASSIGN_OR_RETURN(server::PendingTensors pending,
-                            core_->BeginInitWeights(init));
+                            core_.BeginInitWeights(caller_, init));
   MPILEARN_RETURN_IF_ERROR(pending.CopyFrom(values));
   MPILEARN_ASSIGN_OR_RETURN(v1::InitWeightsResponse response,
-                            core_->CommitInitWeights(std::move(pending)));
+                            core_.CommitInitWeights(std::move(pending)));
   return response.accepted();
 }
 
@@ -85,10 +90,11 @@ absl::StatusOr<uint64_t> LocalMaster::PushGradient(
     absl::Span<const absl::Span<const float>> gradient,
     absl::Span<const absl::Span<float>> weights) {
   MPILEARN_ASSIGN_OR_RETURN(server::PendingTensors pending,
-                            core_->BeginPush(header));
+                            core_.BeginPush(caller_, header));
   MPILEARN_RETURN_IF_ERROR(pending.CopyFrom(gradient));
-  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const server::WeightsSnapshot> reply,
-                            core_->CommitPush(std::move(pending)));
+  MPILEARN_ASSIGN_OR_RETURN(
+      std::shared_ptr<const server::WeightsSnapshot> reply,
+      core_.CommitPush(std::move(pending)));
   return CopyOut(*reply, weights);
 }
 
@@ -98,39 +104,41 @@ absl::StatusOr<uint64_t> LocalMaster::PullWeights(
   v1::PullWeightsRequest request;
   request.set_job_id(job_id);
   request.set_group_id(group_id);
-  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<const server::WeightsSnapshot> snapshot,
-                            core_->PullWeights(request));
+  MPILEARN_ASSIGN_OR_RETURN(
+      std::shared_ptr<const server::WeightsSnapshot> snapshot,
+      core_.PullWeights(caller_, request));
   return CopyOut(*snapshot, weights);
 }
 
 absl::StatusOr<v1::NextDataUnitResponse> LocalMaster::NextDataUnit(
     const v1::NextDataUnitRequest& request) {
-  return core_->NextDataUnit(request);
+  return core_.NextDataUnit(caller_, request);
 }
 
 absl::StatusOr<v1::JobState> LocalMaster::ReportEpoch(
     const v1::ReportEpochRequest& request) {
   MPILEARN_ASSIGN_OR_RETURN(v1::ReportEpochResponse response,
-                            core_->ReportEpoch(request));
+                            core_.ReportEpoch(caller_, request));
   return response.state();
 }
 
 absl::StatusOr<v1::JobState> LocalMaster::Leave(const v1::LeaveRequest& request) {
-  MPILEARN_ASSIGN_OR_RETURN(v1::LeaveResponse response, core_->Leave(request));
+  MPILEARN_ASSIGN_OR_RETURN(v1::LeaveResponse response,
+                            core_.Leave(caller_, request));
   return response.state();
 }
 
 absl::StatusOr<v1::JobState> LocalMaster::Heartbeat(
     const v1::HeartbeatRequest& request, absl::Duration /*timeout*/) {
   MPILEARN_ASSIGN_OR_RETURN(v1::HeartbeatResponse response,
-                            core_->Heartbeat(request));
+                            core_.Heartbeat(caller_, request));
   return response.state();
 }
 
 absl::StatusOr<v1::JobStatus> LocalMaster::GetJobStatus(const std::string& job_id) {
   v1::GetJobStatusRequest request;
   request.set_job_id(job_id);
-  return core_->GetJobStatus(request);
+  return core_.GetJobStatus(request);
 }
 
 }  // namespace mpilearn::worker

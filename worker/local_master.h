@@ -1,13 +1,16 @@
-// The master of the local baseline mode: the master's own core
-// (server::MasterCore: jobs, optimizers, state directory) in the worker's
-// process, with no RPC. `mpilearn-worker --local --job SPEC` trains through
+// The master of the local baseline mode: the master itself (server::Master:
+// its core with jobs, optimizers and state directory, and its ticker, so
+// groups are reaped, timed checkpoints written and failed writes retried as
+// in mpilearn-master) in the worker's process, with no RPC and no studies. `mpilearn-worker --local --job SPEC` trains through
 // it with the same Trainer as a distributed group, which makes it the
 // reference point for scaling studies and for checking that the distributed
 // path computes what it should.
 //
 // A thin adapter, like the gRPC service (server/master_service.h): each
-// call becomes the same MasterCore call the service makes, with tensors
-// copied from and to the trainer's buffers instead of streamed.
+// call becomes the same MasterCore call the service makes, as an admin
+// named "" (callers are not told apart here), with tensors copied from and
+// to the trainer's buffers instead of streamed. Destroying it shuts the
+// master down (Master::Shutdown: a last checkpoint of changed jobs).
 //
 // Threading: the core is thread-safe; this wrapper adds no state.
 #ifndef MPILEARN_WORKER_LOCAL_MASTER_H_
@@ -18,6 +21,7 @@
 
 #include "common/client/master_connection.h"
 #include "server/core/master_core.h"
+#include "server/master.h"
 
 namespace mpilearn::worker {
 
@@ -52,10 +56,13 @@ class LocalMaster final : public MasterConnection {
                                          absl::Duration timeout) override;
 
  private:
-  explicit LocalMaster(std::unique_ptr<server::MasterCore> core)
-      : core_(std::move(core)) {}
+  explicit LocalMaster(std::unique_ptr<server::Master> master)
+      : master_(std::move(master)), core_(master_->core()) {}
 
-  std::unique_ptr<server::MasterCore> core_;
+  std::unique_ptr<server::Master> master_;
+  server::MasterCore& core_;
+  // Who makes every call: the one process.
+  const server::Caller caller_;
 };
 
 }  // namespace mpilearn::worker

@@ -167,6 +167,10 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
   auto core = std::unique_ptr<MasterCore>(new MasterCore());
   core->limits_ = options.limits;
   options.registry.max_queued_jobs = options.limits.max_queued_jobs;
+  // Bindings are judged by the registry's clock and group timeout.
+  core->callers_ = std::make_unique<CallerBindings>(
+      options.check_callers, options.registry.group_timeout,
+      options.registry.clock);
   core->snapshots_ = std::make_unique<SnapshotHub>();
   options.registry.observers.push_back(core->snapshots_.get());
   MPILEARN_ASSIGN_OR_RETURN(core->registry_,
@@ -205,15 +209,21 @@ absl::Status MasterCore::CheckModelBound(const v1::JobSpec& spec) const {
 }
 
 absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
-    const v1::RegisterGroupRequest& request) {
+    const Caller& caller, const v1::RegisterGroupRequest& request) {
   // The host goes into the job's status and the master's log.
   MPILEARN_RETURN_IF_ERROR(
       CheckStringField("host", request.host(), limits_.max_string_bytes));
-  return registry_->RegisterGroup(request);
+  MPILEARN_ASSIGN_OR_RETURN(v1::RegisterGroupResponse response,
+                            registry_->RegisterGroup(request));
+  // No other caller may act for this group.
+  MPILEARN_RETURN_IF_ERROR(
+      callers_->BindGroup(response.group_id(), response.job_id(), caller));
+  return response;
 }
 
 absl::StatusOr<PendingTensors> MasterCore::BeginInitWeights(
-    const v1::InitWeightsRequest::Header& header) {
+    const Caller& caller, const v1::InitWeightsRequest::Header& header) {
+  MPILEARN_RETURN_IF_ERROR(callers_->CheckGroup(header.group_id(), caller));
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
                             registry_->FindJob(header.job_id()));
   // Only a group of the job may offer its weights: a stranger's header is
@@ -256,7 +266,8 @@ absl::StatusOr<v1::InitWeightsResponse> MasterCore::CommitInitWeights(
 }
 
 absl::StatusOr<PendingTensors> MasterCore::BeginPush(
-    const v1::PushGradientRequest::Header& header) {
+    const Caller& caller, const v1::PushGradientRequest::Header& header) {
+  MPILEARN_RETURN_IF_ERROR(callers_->CheckGroup(header.group_id(), caller));
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
                             registry_->FindJob(header.job_id()));
   absl::StatusOr<v1::TensorSetHeader> layout = job->Layout();
@@ -303,7 +314,12 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::CommitPush(
 }
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
-    const v1::PullWeightsRequest& request) {
+    const Caller& caller, const v1::PullWeightsRequest& request) {
+  // A pull without a group (a worker token reading a job's weights) names
+  // no group to own.
+  if (!request.group_id().empty()) {
+    MPILEARN_RETURN_IF_ERROR(callers_->CheckGroup(request.group_id(), caller));
+  }
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
                             registry_->FindJob(request.job_id()));
   if (!request.group_id().empty()) {
@@ -318,12 +334,15 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
 }
 
 absl::StatusOr<v1::NextDataUnitResponse> MasterCore::NextDataUnit(
-    const v1::NextDataUnitRequest& request) {
+    const Caller& caller, const v1::NextDataUnitRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(callers_->CheckGroup(request.group_id(), caller));
   return registry_->NextDataUnit(request);
 }
 
 absl::StatusOr<v1::ReportEpochResponse> MasterCore::ReportEpoch(
-    const v1::ReportEpochRequest& request) {
+    const Caller& caller, const v1::ReportEpochRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(
+      callers_->CheckGroup(request.record().group_id(), caller));
   // Metric names go into the job's history.
   MPILEARN_RETURN_IF_ERROR(
       CheckStringFields(request.record(), "record", limits_.max_string_bytes));
@@ -335,7 +354,8 @@ absl::StatusOr<v1::ReportEpochResponse> MasterCore::ReportEpoch(
 }
 
 absl::StatusOr<v1::HeartbeatResponse> MasterCore::Heartbeat(
-    const v1::HeartbeatRequest& request) {
+    const Caller& caller, const v1::HeartbeatRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(callers_->CheckGroup(request.group_id(), caller));
   MPILEARN_ASSIGN_OR_RETURN(
       v1::JobState state,
       registry_->Heartbeat(request.job_id(), request.group_id(),
@@ -347,7 +367,8 @@ absl::StatusOr<v1::HeartbeatResponse> MasterCore::Heartbeat(
 }
 
 absl::StatusOr<v1::LeaveResponse> MasterCore::Leave(
-    const v1::LeaveRequest& request) {
+    const Caller& caller, const v1::LeaveRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(callers_->CheckGroup(request.group_id(), caller));
   for (const auto& [name, value] : request.test_metrics()) {
     MPILEARN_RETURN_IF_ERROR(
         CheckStringField("test_metrics key", name, limits_.max_string_bytes));
@@ -367,13 +388,15 @@ absl::StatusOr<v1::LeaveResponse> MasterCore::Leave(
   }
   MPILEARN_ASSIGN_OR_RETURN(v1::JobState state,
                             registry_->Leave(plain ? request : bounded));
+  callers_->UnbindGroup(request.group_id());
   v1::LeaveResponse response;
   response.set_state(state);
   return response;
 }
 
 absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>>
-MasterCore::SubscribeSnapshots(const v1::SubscribeSnapshotsRequest& request,
+MasterCore::SubscribeSnapshots(const Caller& caller,
+                               const v1::SubscribeSnapshotsRequest& request,
                                const std::string& label) {
   MPILEARN_RETURN_IF_ERROR(CheckStringField(
       "subscriber", request.subscriber(), limits_.max_string_bytes));
@@ -382,10 +405,11 @@ MasterCore::SubscribeSnapshots(const v1::SubscribeSnapshotsRequest& request,
   for (const std::string& job_id : job_ids) {
     MPILEARN_RETURN_IF_ERROR(registry_->FindJob(job_id).status());
   }
-  // The subscription handed out owns a Counted, so the count drops when
-  // the last reference to it goes.
+  // The subscription handed out owns a Counted, so the count drops, and the
+  // caller stops following its jobs, when the last reference to it goes.
   struct Counted {
     std::shared_ptr<SnapshotHub::Subscription> subscription;
+    CallerBindings::Subscription following;
     std::shared_ptr<std::atomic<int>> count;
     ~Counted() {
       if (count != nullptr) count->fetch_sub(1);
@@ -401,13 +425,18 @@ MasterCore::SubscribeSnapshots(const v1::SubscribeSnapshotsRequest& request,
         "serves (mpilearn-master --max_subscriptions); retry once one ended"));
   }
   counted->subscription = snapshots_->Subscribe(job_ids, label);
+  // Recorded before the transport tells the client it is subscribed.
+  counted->following = callers_->RecordSubscription(caller, job_ids);
   SnapshotHub::Subscription* subscription = counted->subscription.get();
   return std::shared_ptr<SnapshotHub::Subscription>(std::move(counted),
                                                     subscription);
 }
 
 absl::StatusOr<v1::ReportValidationResponse> MasterCore::ReportValidation(
-    const v1::ReportValidationRequest& request) {
+    const Caller& caller, const v1::ReportValidationRequest& request) {
+  // Only a caller following the job's snapshots, or training it, reports
+  // its validations (a report may complete the job by a target).
+  MPILEARN_RETURN_IF_ERROR(callers_->CheckValidation(request.job_id(), caller));
   // The source and metric names go into the job's history.
   MPILEARN_RETURN_IF_ERROR(
       CheckStringFields(request.record(), "record", limits_.max_string_bytes));

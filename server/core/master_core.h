@@ -7,16 +7,20 @@
 //
 //   auto core = MasterCore::Create({.registry = {.state_dir = dir}});
 //   auto job = (*core)->SubmitJob(submit_request);
-//   auto group = (*core)->RegisterGroup(register_request);
+//   auto group = (*core)->RegisterGroup(caller, register_request);
 //   // A push: Begin checks the header against the job and sizes buffers
 //   // that the transport fills in place; Commit applies the update.
-//   MPILEARN_ASSIGN_OR_RETURN(PendingTensors push, core->BeginPush(header));
+//   MPILEARN_ASSIGN_OR_RETURN(PendingTensors push,
+//                             core->BeginPush(caller, header));
 //   while (more chunks) MPILEARN_RETURN_IF_ERROR(push.AddChunk(chunk));
 //   MPILEARN_ASSIGN_OR_RETURN(auto weights, core->CommitPush(std::move(push)));
 //
 // Owns the job registry (jobs, queue, update rules, state directory; see
-// job_registry.h) and the snapshot hub (validation pools' feed; see
-// snapshot_hub.h), wired together.
+// job_registry.h), the snapshot hub (validation pools' feed; see
+// snapshot_hub.h), wired together, and the callers' bindings (which caller
+// owns which group, and follows which jobs; caller_bindings.h). The calls
+// that name a group or report a validation take the Caller the transport
+// authenticated and check it first.
 //
 // Threading: thread-safe; every method may be called from any thread. A
 // PendingTensors belongs to the one call that began it.
@@ -39,6 +43,7 @@
 #include "absl/types/span.h"
 #include "common/tensor_codec.h"
 #include "proto/mpilearn.pb.h"
+#include "server/core/caller_bindings.h"
 #include "server/core/job_registry.h"
 #include "server/core/job_values.h"
 #include "server/core/snapshot_hub.h"
@@ -144,6 +149,11 @@ class MasterCore {
     // and sets its max_queued_jobs from `limits`.
     JobRegistry::Options registry;
     MasterLimits limits;
+    // Tokens are in use: each group is bound to the caller that registered
+    // it and only that caller may name it; a validation report needs a
+    // subscription or a group of the job (CallerBindings). False: callers
+    // are not told apart (a master without --tokens_file; --local).
+    bool check_callers = false;
   };
 
   // Opens the state directory and, per Options::registry.resume_jobs,
@@ -156,14 +166,15 @@ class MasterCore {
   // Jobs and groups.
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
       const v1::SubmitJobRequest& request);
+  // Binds the new group to `caller`.
   absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
-      const v1::RegisterGroupRequest& request);
+      const Caller& caller, const v1::RegisterGroupRequest& request);
 
   // Initial weights: Begin needs only the header (an unknown job fails
   // here, before any tensor is received); Commit marks the group as seen
   // and installs the weights unless another group's were taken first.
   absl::StatusOr<PendingTensors> BeginInitWeights(
-      const v1::InitWeightsRequest::Header& header);
+      const Caller& caller, const v1::InitWeightsRequest::Header& header);
   absl::StatusOr<v1::InitWeightsResponse> CommitInitWeights(
       PendingTensors pending);
 
@@ -171,7 +182,7 @@ class MasterCore {
   // the header's layout against the job's weights; Commit applies it
   // (job.h: kind, staleness, NaN/Inf) and returns the weights for the reply.
   absl::StatusOr<PendingTensors> BeginPush(
-      const v1::PushGradientRequest::Header& header);
+      const Caller& caller, const v1::PushGradientRequest::Header& header);
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> CommitPush(
       PendingTensors pending);
 
@@ -180,23 +191,28 @@ class MasterCore {
   // memory was released, the weights of its newest checkpoint, read from
   // disk (JobRegistry::EndedWeights).
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> PullWeights(
-      const v1::PullWeightsRequest& request);
+      const Caller& caller, const v1::PullWeightsRequest& request);
 
   absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
-      const v1::NextDataUnitRequest& request);
+      const Caller& caller, const v1::NextDataUnitRequest& request);
   absl::StatusOr<v1::ReportEpochResponse> ReportEpoch(
-      const v1::ReportEpochRequest& request);
+      const Caller& caller, const v1::ReportEpochRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
-      const v1::HeartbeatRequest& request);
-  absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
+      const Caller& caller, const v1::HeartbeatRequest& request);
+  // Unbinds the group once it left.
+  absl::StatusOr<v1::LeaveResponse> Leave(const Caller& caller,
+                                          const v1::LeaveRequest& request);
 
   // Validation pools. Subscribe checks every job id first (NOT_FOUND for an
   // unknown one); `label` names the subscriber in logs. RESOURCE_EXHAUSTED
-  // while MasterLimits::max_subscriptions subscriptions are alive.
+  // while MasterLimits::max_subscriptions subscriptions are alive. While
+  // the subscription lives, `caller` may report validations of the jobs it
+  // follows; others need a live group of the job, or the admin role.
   absl::StatusOr<std::shared_ptr<SnapshotHub::Subscription>> SubscribeSnapshots(
-      const v1::SubscribeSnapshotsRequest& request, const std::string& label);
+      const Caller& caller, const v1::SubscribeSnapshotsRequest& request,
+      const std::string& label);
   absl::StatusOr<v1::ReportValidationResponse> ReportValidation(
-      const v1::ReportValidationRequest& request);
+      const Caller& caller, const v1::ReportValidationRequest& request);
 
   // Stops a QUEUED or RUNNING job as a stop rule would (JobRegistry::Stop):
   // MPI Opt prunes and cancels trials with it.
@@ -249,6 +265,8 @@ class MasterCore {
   absl::Status CheckModelBound(const v1::JobSpec& spec) const;
 
   MasterLimits limits_;
+  // Declared before the hub: its subscriptions hold records of it.
+  std::unique_ptr<CallerBindings> callers_;
   // Subscriptions alive (handed out and not yet destroyed).
   std::shared_ptr<std::atomic<int>> subscriptions_ =
       std::make_shared<std::atomic<int>>(0);

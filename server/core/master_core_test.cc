@@ -16,6 +16,9 @@
 namespace mpilearn::server {
 namespace {
 
+// The caller of the limits' tests: the core does not tell callers apart.
+const Caller kCaller;
+
 v1::JobSpec SgdSpec() {
   v1::JobSpec spec;
   spec.mutable_data()->set_train_images("images.gz");
@@ -58,7 +61,7 @@ class MasterCoreLimitsTest : public ::testing::Test {
     v1::RegisterGroupRequest request;
     request.set_job_id(job_id_);
     request.set_ranks(1);
-    group_id_ = core_->RegisterGroup(request).value().group_id();
+    group_id_ = core_->RegisterGroup(kCaller, request).value().group_id();
   }
 
   v1::InitWeightsRequest::Header InitHeader(
@@ -88,23 +91,26 @@ TEST_F(MasterCoreLimitsTest, InitWeightsAreBoundedAsFp32) {
   limits.max_tensors_per_set = 3;
   Start(limits);
   JobAndGroup();
-  EXPECT_TRUE(core_->BeginInitWeights(InitHeader({{250}})).ok());
-  ExpectLimit(core_->BeginInitWeights(InitHeader({{251}})).status(),
+  EXPECT_TRUE(core_->BeginInitWeights(kCaller, InitHeader({{250}})).ok());
+  ExpectLimit(core_->BeginInitWeights(kCaller, InitHeader({{251}})).status(),
               "--max_model_mib");
   ExpectLimit(
-      core_->BeginInitWeights(InitHeader({{300}}, v1::DTYPE_BFLOAT16)).status(),
+      core_->BeginInitWeights(kCaller, InitHeader({{300}}, v1::DTYPE_BFLOAT16))
+          .status(),
       "--max_model_mib");
   // Sizes whose byte count would wrap around 2^64.
-  ExpectLimit(core_->BeginInitWeights(
-                  InitHeader({{int64_t{1} << 62}, {int64_t{1} << 62}}))
+  ExpectLimit(core_
+                  ->BeginInitWeights(kCaller, InitHeader({{int64_t{1} << 62},
+                                                          {int64_t{1} << 62}}))
                   .status(),
               "--max_model_mib");
-  ExpectLimit(core_->BeginInitWeights(InitHeader({{1}, {1}, {1}, {1}})).status(),
+  ExpectLimit(core_->BeginInitWeights(kCaller, InitHeader({{1}, {1}, {1}, {1}}))
+                  .status(),
               "--max_tensors_per_set");
   // Only a group of the job may offer weights.
   v1::InitWeightsRequest::Header stranger = InitHeader({{1}});
   stranger.set_group_id("g-404");
-  EXPECT_EQ(ReasonOf(core_->BeginInitWeights(stranger).status()),
+  EXPECT_EQ(ReasonOf(core_->BeginInitWeights(kCaller, stranger).status()),
             v1::ERROR_REASON_GROUP_UNKNOWN);
 }
 
@@ -132,13 +138,13 @@ TEST_F(MasterCoreLimitsTest, SubscriptionsAreBoundedAndReleased) {
   limits.max_subscriptions = 2;
   Start(limits);
   v1::SubscribeSnapshotsRequest request;
-  auto first = core_->SubscribeSnapshots(request, "a");
-  auto second = core_->SubscribeSnapshots(request, "b");
+  auto first = core_->SubscribeSnapshots(kCaller, request, "a");
+  auto second = core_->SubscribeSnapshots(kCaller, request, "b");
   ASSERT_TRUE(first.ok() && second.ok());
-  ExpectLimit(core_->SubscribeSnapshots(request, "c").status(),
+  ExpectLimit(core_->SubscribeSnapshots(kCaller, request, "c").status(),
               "--max_subscriptions");
   first->reset();  // the stream ended
-  EXPECT_TRUE(core_->SubscribeSnapshots(request, "d").ok());
+  EXPECT_TRUE(core_->SubscribeSnapshots(kCaller, request, "d").ok());
 }
 
 TEST_F(MasterCoreLimitsTest, StoredStringsAreBoundedAndErrorsSanitized) {
@@ -150,21 +156,23 @@ TEST_F(MasterCoreLimitsTest, StoredStringsAreBoundedAndErrorsSanitized) {
   request.set_job_id(job_id_);
   request.set_ranks(1);
   request.set_host(std::string(101, 'h'));
-  ExpectLimit(core_->RegisterGroup(request).status(), "--max_string_bytes");
+  ExpectLimit(core_->RegisterGroup(kCaller, request).status(),
+              "--max_string_bytes");
   v1::ReportValidationRequest report;
   report.set_job_id(job_id_);
   (*report.mutable_record()->mutable_metrics())[std::string(200, 'm')] = 1.0;
-  ExpectLimit(core_->ReportValidation(report).status(), "--max_string_bytes");
+  ExpectLimit(core_->ReportValidation(kCaller, report).status(),
+              "--max_string_bytes");
   v1::SubscribeSnapshotsRequest subscribe;
   subscribe.set_subscriber("pool\nv-1");
-  EXPECT_EQ(core_->SubscribeSnapshots(subscribe, "x").status().code(),
+  EXPECT_EQ(core_->SubscribeSnapshots(kCaller, subscribe, "x").status().code(),
             absl::StatusCode::kInvalidArgument);
 
   v1::LeaveRequest leave;
   leave.set_job_id(job_id_);
   leave.set_group_id(group_id_);
   leave.set_error("line 1\nline 2" + std::string(1000, 'e'));
-  ASSERT_TRUE(core_->Leave(leave).ok());
+  ASSERT_TRUE(core_->Leave(kCaller, leave).ok());
   v1::GetJobStatusRequest get;
   get.set_job_id(job_id_);
   const v1::JobStatus status = core_->GetJobStatus(get).value();
@@ -226,6 +234,128 @@ TEST_F(MasterCoreLimitsTest, ListingIsBounded) {
     EXPECT_EQ(core_->GetJobStatus(request)->spec().name(), name);
   }
   EXPECT_FALSE(core_->FindJobByName("third").has_value());
+}
+
+// With check_callers, the core binds each group to the caller that
+// registered it and decides who may act for it and report validations.
+class MasterCoreCallersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MasterCore::Options options;
+    options.registry.state_dir =
+        std::string(std::getenv("TEST_TMPDIR")) + "/callers-" +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    options.registry.resume_jobs = false;
+    options.check_callers = true;
+    core_ = MasterCore::Create(options).value();
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = SgdSpec();
+    submit.mutable_spec()->mutable_model()->set_torchscript("model.pt");
+    job_id_ = core_->SubmitJob(submit).value().job_id();
+  }
+  void TearDown() override { core_->CloseSnapshots(); }
+
+  absl::StatusOr<v1::RegisterGroupResponse> Register(const Caller& caller) {
+    v1::RegisterGroupRequest request;
+    request.set_job_id(job_id_);
+    request.set_ranks(1);
+    return core_->RegisterGroup(caller, request);
+  }
+  absl::Status Heartbeat(const Caller& caller, const std::string& group_id) {
+    v1::HeartbeatRequest request;
+    request.set_job_id(job_id_);
+    request.set_group_id(group_id);
+    return core_->Heartbeat(caller, request).status();
+  }
+  absl::Status Report(const Caller& caller) {
+    v1::ReportValidationRequest request;
+    request.set_job_id(job_id_);
+    request.mutable_record()->set_val_loss(0.5);
+    request.mutable_record()->set_source("pool");
+    return core_->ReportValidation(caller, request).status();
+  }
+
+  const Caller rack1_{"rack1", Role::kWorker};
+  const Caller rack2_{"rack2", Role::kWorker};
+  const Caller alice_{"alice", Role::kAdmin};
+  std::unique_ptr<MasterCore> core_;
+  std::string job_id_;
+};
+
+TEST_F(MasterCoreCallersTest, GroupsBelongToTheirCaller) {
+  const std::string group = Register(rack1_).value().group_id();
+  EXPECT_TRUE(Heartbeat(rack1_, group).ok());
+  for (const Caller& other : {rack2_, alice_}) {
+    const absl::Status refused = Heartbeat(other, group);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+    EXPECT_EQ(ReasonOf(refused), v1::ERROR_REASON_PERMISSION);
+  }
+  v1::NextDataUnitRequest next;
+  next.set_job_id(job_id_);
+  next.set_group_id(group);
+  EXPECT_EQ(core_->NextDataUnit(rack2_, next).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  v1::PullWeightsRequest pull;
+  pull.set_job_id(job_id_);
+  pull.set_group_id(group);
+  EXPECT_EQ(core_->PullWeights(rack2_, pull).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id_);
+  leave.set_group_id(group);
+  EXPECT_EQ(core_->Leave(rack2_, leave).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(core_->Leave(rack1_, leave).ok());
+  // Left: unbound, so no caller may name it any more.
+  EXPECT_EQ(ReasonOf(Heartbeat(rack1_, group)), v1::ERROR_REASON_GROUP_UNKNOWN);
+}
+
+TEST_F(MasterCoreCallersTest, ValidationsNeedASubscriptionOrAGroup) {
+  EXPECT_EQ(ReasonOf(Report(rack1_)), v1::ERROR_REASON_PERMISSION);
+  EXPECT_TRUE(Report(alice_).ok());
+  {
+    v1::SubscribeSnapshotsRequest subscribe;
+    subscribe.add_job_ids(job_id_);
+    auto subscription = core_->SubscribeSnapshots(rack1_, subscribe, "pool");
+    ASSERT_TRUE(subscription.ok()) << subscription.status();
+    EXPECT_TRUE(Report(rack1_).ok());
+    EXPECT_EQ(ReasonOf(Report(rack2_)), v1::ERROR_REASON_PERMISSION);
+  }
+  // The stream ended with its subscription.
+  EXPECT_EQ(ReasonOf(Report(rack1_)), v1::ERROR_REASON_PERMISSION);
+  // The job's own group reports in-band.
+  ASSERT_TRUE(Register(rack2_).ok());
+  EXPECT_TRUE(Report(rack2_).ok());
+}
+
+TEST(MasterCoreCallersOffTest, WithoutCheckingAnyCallerActsForAnyGroup) {
+  MasterCore::Options options;
+  options.registry.state_dir =
+      std::string(std::getenv("TEST_TMPDIR")) + "/callers-off";
+  options.registry.resume_jobs = false;
+  std::unique_ptr<MasterCore> core = MasterCore::Create(options).value();
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = SgdSpec();
+  submit.mutable_spec()->mutable_model()->set_torchscript("model.pt");
+  const std::string job_id = core->SubmitJob(submit).value().job_id();
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id);
+  request.set_ranks(1);
+  const std::string group =
+      core->RegisterGroup(Caller{"rack1", Role::kWorker}, request)
+          .value()
+          .group_id();
+  v1::HeartbeatRequest beat;
+  beat.set_job_id(job_id);
+  beat.set_group_id(group);
+  EXPECT_TRUE(core->Heartbeat(Caller{"rack2", Role::kWorker}, beat).ok());
+  v1::ReportValidationRequest report;
+  report.set_job_id(job_id);
+  report.mutable_record()->set_val_loss(0.5);
+  EXPECT_TRUE(
+      core->ReportValidation(Caller{"rack2", Role::kWorker}, report).ok());
+  core->CloseSnapshots();
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ namespace v1 = mpilearn::v1;
 using mpilearn::server::MasterCore;
 using mpilearn::server::PendingTensors;
 
+// Every call's caller: the core runs without tokens here, as on loopback.
+const mpilearn::server::Caller kCaller;
+
 enum Op : uint8_t {
   kSubmit, kRegister, kInitWeights, kPush, kPull, kNextUnit, kReportEpoch,
   kHeartbeat, kLeave, kReportValidation, kStatus, kList, kSubscribe, kStop,
@@ -123,13 +126,13 @@ void Call(MasterCore& core, uint8_t op, const std::string& body, uint8_t extra) 
     }
     case kRegister: {
       v1::RegisterGroupRequest request;
-      if (request.ParseFromString(body)) Note("RegisterGroup", core.RegisterGroup(request));
+      if (request.ParseFromString(body)) Note("RegisterGroup", core.RegisterGroup(kCaller, request));
       break;
     }
     case kInitWeights: {
       v1::InitWeightsRequest::Header header;
       if (!header.ParseFromString(body)) break;
-      FillAndCommit(core.BeginInitWeights(header), header.weights(), extra,
+      FillAndCommit(core.BeginInitWeights(kCaller, header), header.weights(), extra,
                     [&core](PendingTensors p) {
                       auto committed = core.CommitInitWeights(std::move(p));
                       Note("InitWeights", committed);
@@ -140,7 +143,7 @@ void Call(MasterCore& core, uint8_t op, const std::string& body, uint8_t extra) 
     case kPush: {
       v1::PushGradientRequest::Header header;
       if (!header.ParseFromString(body)) break;
-      FillAndCommit(core.BeginPush(header), header.gradient(), extra,
+      FillAndCommit(core.BeginPush(kCaller, header), header.gradient(), extra,
                     [&core](PendingTensors p) {
                       absl::StatusOr<std::shared_ptr<
                           const mpilearn::server::WeightsSnapshot>>
@@ -157,7 +160,7 @@ void Call(MasterCore& core, uint8_t op, const std::string& body, uint8_t extra) 
     case kPull: {
       v1::PullWeightsRequest request;
       if (!request.ParseFromString(body)) break;
-      auto weights = core.PullWeights(request);
+      auto weights = core.PullWeights(kCaller, request);
       Note("PullWeights", weights);
       if (weights.ok()) {
         FUZZ_CHECK(AllFinite(**weights), "pulled weights are finite");
@@ -166,27 +169,27 @@ void Call(MasterCore& core, uint8_t op, const std::string& body, uint8_t extra) 
     }
     case kNextUnit: {
       v1::NextDataUnitRequest request;
-      if (request.ParseFromString(body)) Note("NextDataUnit", core.NextDataUnit(request));
+      if (request.ParseFromString(body)) Note("NextDataUnit", core.NextDataUnit(kCaller, request));
       break;
     }
     case kReportEpoch: {
       v1::ReportEpochRequest request;
-      if (request.ParseFromString(body)) Note("ReportEpoch", core.ReportEpoch(request));
+      if (request.ParseFromString(body)) Note("ReportEpoch", core.ReportEpoch(kCaller, request));
       break;
     }
     case kHeartbeat: {
       v1::HeartbeatRequest request;
-      if (request.ParseFromString(body)) Note("Heartbeat", core.Heartbeat(request));
+      if (request.ParseFromString(body)) Note("Heartbeat", core.Heartbeat(kCaller, request));
       break;
     }
     case kLeave: {
       v1::LeaveRequest request;
-      if (request.ParseFromString(body)) Note("Leave", core.Leave(request));
+      if (request.ParseFromString(body)) Note("Leave", core.Leave(kCaller, request));
       break;
     }
     case kReportValidation: {
       v1::ReportValidationRequest request;
-      if (request.ParseFromString(body)) Note("ReportValidation", core.ReportValidation(request));
+      if (request.ParseFromString(body)) Note("ReportValidation", core.ReportValidation(kCaller, request));
       break;
     }
     case kStatus: {
@@ -202,7 +205,7 @@ void Call(MasterCore& core, uint8_t op, const std::string& body, uint8_t extra) 
     case kSubscribe: {
       v1::SubscribeSnapshotsRequest request;
       if (request.ParseFromString(body)) {
-        (void)core.SubscribeSnapshots(request, "fuzz");
+        (void)core.SubscribeSnapshots(kCaller, request, "fuzz");
       }
       break;
     }
@@ -332,13 +335,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       reg.set_job_id(submitted->job_id());
       reg.set_ranks(1);
       reg.set_host("after");
-      absl::StatusOr<v1::RegisterGroupResponse> group = (*core)->RegisterGroup(reg);
+      absl::StatusOr<v1::RegisterGroupResponse> group = (*core)->RegisterGroup(kCaller, reg);
       FUZZ_CHECK(group.ok(), "a fresh job takes a group");
       v1::InitWeightsRequest::Header init;
       init.set_job_id(submitted->job_id());
       init.set_group_id(group->group_id());
       *init.mutable_weights() = mpilearn::MakeFloat32Header(0, {"w"}, {{8}});
-      FUZZ_CHECK(FillAndCommit((*core)->BeginInitWeights(init), init.weights(), 7,
+      FUZZ_CHECK(FillAndCommit((*core)->BeginInitWeights(kCaller, init), init.weights(), 7,
                                [&core](PendingTensors p) {
                                  return (*core)->CommitInitWeights(std::move(p)).ok();
                                }),
@@ -348,7 +351,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       push.set_group_id(group->group_id());
       push.set_sequence(1);
       *push.mutable_gradient() = mpilearn::MakeFloat32Header(0, {"w"}, {{8}});
-      FUZZ_CHECK(FillAndCommit((*core)->BeginPush(push), push.gradient(), 1,
+      FUZZ_CHECK(FillAndCommit((*core)->BeginPush(kCaller, push), push.gradient(), 1,
                                [&core](PendingTensors p) {
                                  return (*core)->CommitPush(std::move(p)).ok();
                                }),
