@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/spec_kinds.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -60,25 +62,26 @@ absl::Status CheckUnitInterval(absl::string_view field, double value) {
 // TorchScript model has none of the built-in fields to check.
 absl::Status NormalizeModel(v1::ModelSpec* model) {
   if (!model->torchscript().empty()) {
-    model->set_name("torchscript");
+    model->set_name(std::string(InfoOf(ModelKind::kTorchScript).name));
     return absl::OkStatus();
   }
-  if (model->name().empty()) model->set_name("mlp");
+  if (model->name().empty()) {
+    model->set_name(std::string(InfoOf(ModelKind::kMlp).name));
+  }
   const std::string& name = model->name();
-  if (name == "torchscript") {
+  if (name == InfoOf(ModelKind::kTorchScript).name) {
     return absl::InvalidArgumentError(
         "model.torchscript: path required (model.name is 'torchscript' but "
         "no scripted module file is given)");
   }
-  const bool conv = name == "cnn" || name == "cnn1d";
-  const bool recurrent = name == "gru" || name == "lstm";
-  if (name != "mlp" && !conv && !recurrent) {
+  const std::optional<ModelKind> kind = BuiltInModelFromName(name);
+  if (!kind) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.name: unknown model '", name,
-        "'; built-in models are 'mlp', 'cnn', 'cnn1d', 'gru' and 'lstm' (or "
-        "set model.torchscript to a scripted module)"));
+        "model.name: unknown model '", name, "'; built-in models are ",
+        ModelNames(), " (or set model.torchscript to a scripted module)"));
   }
-  if (name == "mlp") {
+  const bool conv = InfoOf(*kind).conv_dims > 0;
+  if (*kind == ModelKind::kMlp) {
     if (model->hidden().empty()) {
       model->add_hidden(256);
       model->add_hidden(128);
@@ -218,24 +221,25 @@ absl::Status NormalizeData(v1::DataSpec* data) {
       CheckIntRange("data.test_limit", data->test_limit(), 0, int64_t{1} << 40));
   if (!data->has_shuffle_within_unit()) data->set_shuffle_within_unit(true);
   if (data->bad_values().empty()) data->set_bad_values("fail");
-  if (data->bad_values() != "fail" && data->bad_values() != "skip") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.bad_values: unknown policy '", data->bad_values(),
-        "'; available: 'fail', 'skip'"));
+  if (!BadValuesFromName(data->bad_values())) {
+    return UnknownName("data.bad_values", "policy", data->bad_values(),
+                       BadValuesNames());
   }
   if (!data->has_max_unit_failures()) data->set_max_unit_failures(3);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("data.max_unit_failures",
                                          data->max_unit_failures(), 1, 1000));
   v1::Normalization* norm = data->mutable_normalization();
   if (norm->mode().empty()) norm->set_mode("none");
-  if (norm->mode() != "none" && norm->mode() != "scale" &&
-      norm->mode() != "standardize") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.normalization.mode: unknown mode '", norm->mode(),
-        "'; available: 'none', 'scale' (x * scale + offset), 'standardize' "
-        "(per feature, from the training rows)"));
+  const std::optional<NormalizationMode> mode =
+      NormalizationModeFromName(norm->mode());
+  if (!mode) {
+    return UnknownName("data.normalization.mode", "mode", norm->mode(),
+                       absl::StrCat(NormalizationModeNames(),
+                                    " ('scale' is x * scale + offset, "
+                                    "'standardize' per feature from the "
+                                    "training rows)"));
   }
-  if (norm->mode() == "scale") {
+  if (*mode == NormalizationMode::kScale) {
     if (!norm->has_scale()) norm->set_scale(1.0);
     if (!norm->has_offset()) norm->set_offset(0.0);
     if (!std::isfinite(norm->scale()) || norm->scale() == 0.0) {
@@ -246,7 +250,7 @@ absl::Status NormalizeData(v1::DataSpec* data) {
       return RangeError("data.normalization.offset", "finite", norm->offset());
     }
   }
-  if (norm->mode() == "standardize") {
+  if (*mode == NormalizationMode::kStandardize) {
     if (!norm->has_sample_rows()) norm->set_sample_rows(100000);
     MPILEARN_RETURN_IF_ERROR(CheckIntRange("data.normalization.sample_rows",
                                            norm->sample_rows(), 1,
@@ -413,30 +417,20 @@ absl::Status NormalizeGem(v1::GemSpec* gem) {
   return absl::OkStatus();
 }
 
-// The losses JobSpec.loss names; the first two are classification losses.
-constexpr const char* kLosses[] = {"categorical_crossentropy",
-                                   "binary_crossentropy", "mse", "mae",
-                                   "huber"};
-
+// Whether a normalized spec's loss takes classes as labels.
 bool IsClassificationLoss(const std::string& loss) {
-  return loss == kLosses[0] || loss == kLosses[1];
+  const std::optional<LossKind> kind = LossKindFromName(loss);
+  return kind && InfoOf(*kind).classification;
 }
 
 // The loss (default categorical_crossentropy) and, for huber, its delta.
 absl::Status NormalizeLoss(v1::JobSpec* spec) {
-  if (spec->loss().empty()) spec->set_loss(kLosses[0]);
-  bool known = false;
-  std::vector<std::string> quoted;
-  for (const char* loss : kLosses) {
-    known = known || spec->loss() == loss;
-    quoted.push_back(absl::StrCat("'", loss, "'"));
+  if (spec->loss().empty()) {
+    spec->set_loss(std::string(InfoOf(LossKind::kCategoricalCrossentropy).name));
   }
-  if (!known) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("loss: unknown loss '", spec->loss(), "'; available: ",
-                     absl::StrJoin(quoted, ", ")));
-  }
-  if (spec->loss() == "huber") {
+  const std::optional<LossKind> loss = LossKindFromName(spec->loss());
+  if (!loss) return UnknownName("loss", "loss", spec->loss(), LossNames());
+  if (*loss == LossKind::kHuber) {
     if (!spec->has_huber_delta()) spec->set_huber_delta(1.0);
     MPILEARN_RETURN_IF_ERROR(
         CheckPositiveFinite("huber_delta", spec->huber_delta()));
@@ -582,11 +576,7 @@ absl::Status NormalizeSnapshots(v1::SnapshotSpec* snapshots) {
 }  // namespace
 
 v1::Algorithm AlgorithmFromName(absl::string_view name) {
-  if (name == "downpour") return v1::ALGORITHM_DOWNPOUR;
-  if (name == "sync") return v1::ALGORITHM_SYNC;
-  if (name == "easgd") return v1::ALGORITHM_EASGD;
-  if (name == "gem") return v1::ALGORITHM_GEM;
-  return v1::ALGORITHM_UNSPECIFIED;
+  return AlgorithmKindFromName(name).value_or(v1::ALGORITHM_UNSPECIFIED);
 }
 
 v1::Algorithm AlgorithmOf(const v1::JobSpec& spec) {
@@ -615,9 +605,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (spec->algorithm().empty()) spec->set_algorithm("downpour");
   const v1::Algorithm algorithm = AlgorithmFromName(spec->algorithm());
   if (algorithm == v1::ALGORITHM_UNSPECIFIED) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "algorithm: unknown algorithm '", spec->algorithm(),
-        "'; available: 'downpour', 'sync', 'easgd', 'gem'"));
+    return UnknownName("algorithm", "algorithm", spec->algorithm(),
+                       AlgorithmNames());
   }
   if (!spec->has_epochs()) spec->set_epochs(5);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("epochs", spec->epochs(), 1, 100000));
@@ -632,11 +621,9 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(
       CheckIntRange("max_staleness", spec->max_staleness(), 0, 1 << 30));
   if (spec->staleness_scaling().empty()) spec->set_staleness_scaling("none");
-  if (spec->staleness_scaling() != "none" &&
-      spec->staleness_scaling() != "inverse") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "staleness_scaling: unknown scaling '", spec->staleness_scaling(),
-        "'; available: 'none', 'inverse'"));
+  if (!StalenessScalingFromName(spec->staleness_scaling())) {
+    return UnknownName("staleness_scaling", "scaling",
+                       spec->staleness_scaling(), StalenessScalingNames());
   }
   if (!spec->has_data_unit_size()) spec->set_data_unit_size(2048);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("data_unit_size",
@@ -721,9 +708,11 @@ uint64_t NonNegative(int64_t value) {
 }  // namespace
 
 uint64_t MinModelParameters(const v1::ModelSpec& model) {
-  const std::string& name = model.name();
+  const std::optional<ModelKind> kind = BuiltInModelFromName(model.name());
+  if (!kind) return 0;  // TorchScript: only the workers know
+  const ModelKindInfo& info = InfoOf(*kind);
   uint64_t total = 0;
-  if (name == "mlp") {
+  if (*kind == ModelKind::kMlp) {
     uint64_t in = 1;  // the input's size, at least 1
     for (int32_t width : model.hidden()) {
       total = SatAdd(total, DenseParameters(in, NonNegative(width)));
@@ -731,9 +720,9 @@ uint64_t MinModelParameters(const v1::ModelSpec& model) {
     }
     return SatAdd(total, DenseParameters(in, 1));  // to at least one output
   }
-  if (name == "cnn" || name == "cnn1d") {
+  if (info.conv_dims > 0) {
     const uint64_t kernel = NonNegative(model.kernel_size());
-    const uint64_t window = name == "cnn" ? SatMul(kernel, kernel) : kernel;
+    const uint64_t window = info.conv_dims == 2 ? SatMul(kernel, kernel) : kernel;
     uint64_t in = 1;  // input channels, at least 1
     for (int32_t channels : model.channels()) {
       total = SatAdd(total, DenseParameters(SatMul(in, window),
@@ -747,8 +736,8 @@ uint64_t MinModelParameters(const v1::ModelSpec& model) {
     }
     return SatAdd(total, DenseParameters(in, 1));
   }
-  if (name == "gru" || name == "lstm") {
-    const uint64_t gates = name == "lstm" ? 4 : 3;
+  if (info.recurrent_gates > 0) {
+    const uint64_t gates = static_cast<uint64_t>(info.recurrent_gates);
     uint64_t in = 1;
     for (int32_t units : model.recurrent()) {
       const uint64_t u = NonNegative(units);
@@ -763,7 +752,7 @@ uint64_t MinModelParameters(const v1::ModelSpec& model) {
     }
     return SatAdd(total, DenseParameters(in, 1));
   }
-  return 0;  // TorchScript: only the workers know
+  return total;  // not reached: every built-in kind is one of the above
 }
 
 std::string JobSpecToJson(const v1::JobSpec& spec) {

@@ -523,7 +523,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "model.torchscript: path required"},
         Rejection{R"({"model": {"name": "rnn"}, )" DATA "}",
                   "model.name: unknown model 'rnn'; built-in models are "
-                  "'mlp', 'cnn', 'cnn1d', 'gru' and 'lstm'"},
+                  "'mlp', 'cnn', 'cnn1d', 'gru', 'lstm'"},
         Rejection{R"({"loss": "hinge", )" DATA "}",
                   "loss: unknown loss 'hinge'; available: "
                   "'categorical_crossentropy', 'binary_crossentropy', 'mse', "

@@ -35,6 +35,11 @@
 namespace mpilearn::server {
 namespace {
 
+// The spec normalized, as MasterCore::SubmitJob hands it to the registry.
+JobConfig Normalized(const v1::JobSpec& spec) {
+  return JobConfig::Create(spec).value();
+}
+
 constexpr char kPromtool[] = "/usr/bin/promtool";
 
 // ---------------------------------------------------------------------------
@@ -412,7 +417,7 @@ class MasterMetricsTest : public ::testing::Test {
     spec.mutable_optimizer()->set_learning_rate(0.1);
     spec.set_epochs(2);
     spec.set_data_unit_size(10);
-    auto id = registry_->Submit(spec);
+    auto id = registry_->Submit(Normalized(spec));
     EXPECT_TRUE(id.ok()) << id.status();
     return id.value_or("");
   }

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
+#include "common/job_config.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -66,9 +67,9 @@ std::string HostName() {
 // Loads data on every rank; if any rank fails, every rank returns an error
 // (the first failing rank's message on rank 0).
 absl::StatusOr<TrainingData> LoadOnAllRanks(Collectives& group,
-                                            const v1::JobSpec& spec) {
+                                            const JobConfig& config) {
   absl::StatusOr<TrainingData> data =
-      LoadTrainingData(spec.data(), spec.batch_size());
+      LoadTrainingData(config, config.spec().batch_size());
   std::vector<double> failed = {data.ok() ? 0.0 : 1.0};
   group.AllreduceSum(absl::MakeSpan(failed));
   if (failed[0] == 0) return data;
@@ -513,7 +514,18 @@ GroupSession::JobEnd GroupSession::TrainJob(
     }
   };
 
-  absl::StatusOr<TrainingData> data = LoadOnAllRanks(group, registration.spec());
+  // The master's normalized spec, read once (every rank gets the same
+  // spec, so every rank agrees on whether it reads).
+  const absl::StatusOr<JobConfig> config = JobConfig::Create(registration.spec());
+  if (!config.ok()) {
+    leave_with_error(config.status());
+    std::fprintf(stderr, "%smpilearn-worker: the master's spec for job %s: %s\n",
+                 tag_.c_str(), job_id.c_str(),
+                 std::string(config.status().message()).c_str());
+    write_trace_if_last();
+    return {1, true};
+  }
+  absl::StatusOr<TrainingData> data = LoadOnAllRanks(group, *config);
   if (!data.ok()) {
     leave_with_error(data.status());
     if (data.status().code() != absl::StatusCode::kAborted) {
@@ -541,7 +553,8 @@ GroupSession::JobEnd GroupSession::TrainJob(
   // Whether a failure left every rank together (see Trainer::failed_together).
   bool together = true;
   for (int rejoins = 0;; ++rejoins) {
-    Trainer trainer(group, master, registration, splits, trainer_options);
+    Trainer trainer(group, master, registration, *config, splits,
+                    trainer_options);
     result = trainer.Run();
     together = result.ok() || trainer.failed_together();
     if (result.ok() || !IsGroupUnknown(result.status()) || rejoins >= 100) break;

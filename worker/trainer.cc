@@ -16,12 +16,14 @@
 namespace mpilearn::worker {
 
 Trainer::Trainer(Collectives& group, MasterConnection& master,
-                 v1::RegisterGroupResponse registration, TrainingData data,
+                 v1::RegisterGroupResponse registration, JobConfig config,
+                 TrainingData data,
                  TrainerOptions options)
     : group_(group),
       master_(master),
       registration_(std::move(registration)),
-      spec_(registration_.spec()),
+      config_(std::move(config)),
+      spec_(config_.spec()),
       data_(std::move(data)),
       options_(options),
       context_(group, master, registration_.job_id(), registration_.group_id(),
@@ -33,7 +35,7 @@ Trainer::Trainer(Collectives& group, MasterConnection& master,
   if (data_.streamed()) {
     const FileSplits& files = *data_.files;
     prefetch_ = std::make_unique<UnitPrefetcher>(
-        files.train, files.names, spec_.data().bad_values() == "skip");
+        files.train, files.names, config_.skips_bad_values());
     validation_reader_ =
         std::make_unique<FileReader>(files.validation, files.names);
     test_reader_ = std::make_unique<FileReader>(files.test, files.names);
@@ -92,7 +94,7 @@ absl::Status Trainer::BuildModelAndInitWeights() {
   // Same seed on every rank and every group: the initial weights are a
   // function of the job alone.
   torch::manual_seed(spec_.seed());
-  absl::StatusOr<JobModel> built = BuildJobModel(spec_, data_.splits);
+  absl::StatusOr<JobModel> built = BuildJobModel(config_, data_.splits);
   absl::Status ready = built.status();
   if (built.ok()) {
     job_.emplace(*std::move(built));

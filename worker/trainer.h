@@ -64,6 +64,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/client/master_connection.h"
+#include "common/job_config.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/dataset.h"
@@ -116,8 +117,8 @@ struct TrainResult {
 class Trainer {
  public:
   Trainer(Collectives& group, MasterConnection& master,
-          v1::RegisterGroupResponse registration, TrainingData data,
-          TrainerOptions options);
+          v1::RegisterGroupResponse registration, JobConfig config,
+          TrainingData data, TrainerOptions options);
 
   absl::StatusOr<TrainResult> Run();
 
@@ -170,7 +171,8 @@ class Trainer {
   Collectives& group_;
   MasterConnection& master_;
   const v1::RegisterGroupResponse registration_;
-  const v1::JobSpec& spec_;  // registration_.spec()
+  const JobConfig config_;   // registration_.spec(), read once
+  const v1::JobSpec& spec_;  // config_.spec()
   TrainingData data_;
   const TrainerOptions options_;
   // Streamed data only: the training rows read ahead, and the readers of

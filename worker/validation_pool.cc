@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
+#include "common/job_config.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"
@@ -153,8 +154,14 @@ std::string ValidationPool::Resubscribe(const std::string& why) {
 
 ValidationPool::JobState ValidationPool::LoadJob(const v1::JobSpec& spec) {
   JobState job;
+  // The master sends its normalized spec; it is checked like any input.
+  absl::StatusOr<JobConfig> config = JobConfig::Create(spec);
+  if (!config.ok()) {
+    job.error = config.status();
+    return job;
+  }
   absl::StatusOr<TrainingData> data =
-      LoadTrainingData(spec.data(), /*sample_rows=*/1);
+      LoadTrainingData(*config, /*sample_rows=*/1);
   if (!data.ok()) {
     job.error = data.status();
     return job;
@@ -190,7 +197,7 @@ ValidationPool::JobState ValidationPool::LoadJob(const v1::JobSpec& spec) {
       data->transform.Apply(&job.shard.features);
     }
   }
-  absl::StatusOr<JobModel> model = BuildJobModel(spec, data->splits);
+  absl::StatusOr<JobModel> model = BuildJobModel(*config, data->splits);
   if (!model.ok()) {
     job.error = model.status();
     return job;

@@ -37,13 +37,13 @@ int32_t MaxUnitFailures(const v1::DataSpec& data) {
 
 }  // namespace
 
-DataQueue::DataQueue(std::string job_id, const v1::JobSpec& spec)
+DataQueue::DataQueue(std::string job_id, const JobConfig& config)
     : job_id_(std::move(job_id)),
-      epochs_(spec.epochs()),
-      unit_size_(spec.data_unit_size()),
-      seed_(spec.seed()),
-      skip_bad_values_(spec.data().bad_values() == "skip"),
-      max_unit_failures_(MaxUnitFailures(spec.data())) {}
+      epochs_(config.spec().epochs()),
+      unit_size_(config.spec().data_unit_size()),
+      seed_(config.spec().seed()),
+      skip_bad_values_(config.skips_bad_values()),
+      max_unit_failures_(MaxUnitFailures(config.spec().data())) {}
 
 absl::Status DataQueue::Check(const v1::NextDataUnitRequest& request,
                               int64_t held_unit) const {

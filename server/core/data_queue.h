@@ -53,6 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/file_units.h"
 
@@ -68,9 +69,9 @@ class DataQueue {
 
   // The queue of job `job_id` (named in messages), with the spec's epochs,
   // data_unit_size and seed (the order of file units), and its data's
-  // bad_values ("skip" allows CompletedUnit.skipped) and max_unit_failures
-  // (3 when unset).
-  DataQueue(std::string job_id, const v1::JobSpec& spec);
+  // bad_values (BadValues::kSkip allows CompletedUnit.skipped) and
+  // max_unit_failures (3 when unset).
+  DataQueue(std::string job_id, const JobConfig& config);
 
   // Checks a NextDataUnit request from a group that holds `held_unit` (or
   // kNoUnit), changing nothing. FAILED_PRECONDITION (ERROR_REASON_JOB_STATE)

@@ -61,7 +61,7 @@ struct Worker {
 // 10 samples in units of 4: units of 4, 4 and 2 per epoch, each handed out
 // once, epochs recorded in order with the mean loss and the sample count.
 TEST(DataQueueTest, UnitsCoverEveryEpochOnceAndRecordsAreWritten) {
-  DataQueue queue("job-1", Spec(2, 4));
+  DataQueue queue("job-1", JobConfig::FromNormalized(Spec(2, 4)));
   Worker worker{queue};
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (int i = 0; i < 7 && !queue.done(); ++i) {
@@ -92,7 +92,7 @@ TEST(DataQueueTest, UnitsCoverEveryEpochOnceAndRecordsAreWritten) {
 }
 
 TEST(DataQueueTest, AtMostOneEpochRunsAheadAndGivenBackUnitsComeFirst) {
-  DataQueue queue("job-1", Spec(3, 5));
+  DataQueue queue("job-1", JobConfig::FromNormalized(Spec(3, 5)));
   google::protobuf::RepeatedField<int32_t> finished;
   queue.Accept(Request(10, {}), kStart, 0, &finished);  // 2 units per epoch
   std::vector<int64_t> out;
@@ -108,7 +108,7 @@ TEST(DataQueueTest, AtMostOneEpochRunsAheadAndGivenBackUnitsComeFirst) {
 }
 
 TEST(DataQueueTest, BadRequestsAreRefusedWithReasons) {
-  DataQueue queue("job-1", Spec(1, 4));
+  DataQueue queue("job-1", JobConfig::FromNormalized(Spec(1, 4)));
   const absl::Status no_samples = queue.Check(Request(0, {}), DataQueue::kNoUnit);
   EXPECT_EQ(no_samples.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReasonOf(no_samples), v1::ERROR_REASON_INVALID_REQUEST);
@@ -132,13 +132,13 @@ TEST(DataQueueTest, BadRequestsAreRefusedWithReasons) {
             v1::ERROR_REASON_INVALID_REQUEST);
   EXPECT_TRUE(queue.Check(Request(10, {queue.Unit(unit)}), unit).ok());
 
-  DataQueue unnormalized("job-2", Spec(0, 4));
+  DataQueue unnormalized("job-2", JobConfig::FromNormalized(Spec(0, 4)));
   EXPECT_EQ(ReasonOf(unnormalized.Check(Request(10, {}), DataQueue::kNoUnit)),
             v1::ERROR_REASON_JOB_STATE);
 }
 
 TEST(DataQueueTest, EpochReportMergesValidationOnly) {
-  DataQueue queue("job-1", Spec(2, 10));
+  DataQueue queue("job-1", JobConfig::FromNormalized(Spec(2, 10)));
   Worker worker{queue};
   worker.Step(10, kStart);
   worker.Step(10, kStart + absl::Seconds(2));  // epoch 1 done
@@ -160,7 +160,7 @@ TEST(DataQueueTest, EpochReportMergesValidationOnly) {
 // Save with one unit completed and one in flight; the resumed queue hands
 // the in-flight unit out again, then continues where the saved one was.
 TEST(DataQueueTest, ResumeHandsOutUnitsInFlightAgain) {
-  DataQueue queue("job-1", Spec(2, 4));
+  DataQueue queue("job-1", JobConfig::FromNormalized(Spec(2, 4)));
   Worker a{queue};
   Worker b{queue};
   a.Step(10, kStart);                     // a holds unit 0
@@ -170,7 +170,7 @@ TEST(DataQueueTest, ResumeHandsOutUnitsInFlightAgain) {
   queue.FillStatus(/*with_history=*/true, &status);
   const v1::CheckpointQueue saved = queue.Save();
 
-  DataQueue resumed("job-1", Spec(2, 4));
+  DataQueue resumed("job-1", JobConfig::FromNormalized(Spec(2, 4)));
   ASSERT_TRUE(resumed.Resume(saved, status).ok());
   EXPECT_EQ(resumed.HandOut(kStart), 1);  // in flight: b's
   EXPECT_EQ(resumed.HandOut(kStart), 2);  // in flight: a's
@@ -182,7 +182,7 @@ TEST(DataQueueTest, ResumeHandsOutUnitsInFlightAgain) {
 
   v1::CheckpointQueue broken = saved;
   broken.set_next_unit(99);
-  DataQueue refused("job-1", Spec(2, 4));
+  DataQueue refused("job-1", JobConfig::FromNormalized(Spec(2, 4)));
   const absl::Status status_broken = refused.Resume(broken, status);
   EXPECT_EQ(status_broken.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ReasonOf(status_broken), v1::ERROR_REASON_INTERNAL);
@@ -231,7 +231,7 @@ TEST(DataQueueFileTest, UnitsCoverEveryRowOfEveryFileOncePerEpoch) {
       all_rows.emplace(static_cast<int32_t>(f), r);
     }
   }
-  DataQueue queue("job-1", FileSpec(3, 4, /*seed=*/5));
+  DataQueue queue("job-1", JobConfig::FromNormalized(FileSpec(3, 4, /*seed=*/5)));
   google::protobuf::RepeatedField<int32_t> finished;
   int64_t held = DataQueue::kNoUnit;
   std::vector<std::set<std::pair<int32_t, int64_t>>> covered(3);
@@ -277,9 +277,9 @@ TEST(DataQueueFileTest, UnitsCoverEveryRowOfEveryFileOncePerEpoch) {
 TEST(DataQueueFileTest, SameSeedSameOrder) {
   const std::vector<int64_t> rows = {9, 30, 0, 14};
   google::protobuf::RepeatedField<int32_t> finished;
-  DataQueue a("job-1", FileSpec(4, 5, 11));
-  DataQueue b("job-1", FileSpec(4, 5, 11));
-  DataQueue c("job-1", FileSpec(4, 5, 12));
+  DataQueue a("job-1", JobConfig::FromNormalized(FileSpec(4, 5, 11)));
+  DataQueue b("job-1", JobConfig::FromNormalized(FileSpec(4, 5, 11)));
+  DataQueue c("job-1", JobConfig::FromNormalized(FileSpec(4, 5, 12)));
   for (DataQueue* queue : {&a, &b, &c}) {
     ASSERT_TRUE(queue->Check(FileRequest(rows, {}), DataQueue::kNoUnit).ok());
     queue->Accept(FileRequest(rows, {}), kStart, 0, &finished);
@@ -292,7 +292,7 @@ TEST(DataQueueFileTest, SameSeedSameOrder) {
 }
 
 TEST(DataQueueFileTest, BadOrMismatchedFileListsAreRefused) {
-  DataQueue queue("job-1", FileSpec(1, 4, 1));
+  DataQueue queue("job-1", JobConfig::FromNormalized(FileSpec(1, 4, 1)));
   const auto expect = [](const absl::Status& status, absl::StatusCode code,
                          v1::ErrorReason reason, const std::string& text) {
     EXPECT_EQ(status.code(), code) << status;
@@ -318,7 +318,7 @@ TEST(DataQueueFileTest, BadOrMismatchedFileListsAreRefused) {
          absl::StatusCode::kInvalidArgument, v1::ERROR_REASON_INVALID_REQUEST,
          "more than train_samples 7");
   // One-row units of more rows than an epoch's order may hold.
-  DataQueue fine("job-1", FileSpec(1, 1, 1));
+  DataQueue fine("job-1", JobConfig::FromNormalized(FileSpec(1, 1, 1)));
   expect(fine.Check(FileRequest({FileUnits::kMaxUnitsPerEpoch, 1}, {}),
                     DataQueue::kNoUnit),
          absl::StatusCode::kInvalidArgument, v1::ERROR_REASON_INVALID_REQUEST,
@@ -343,7 +343,7 @@ TEST(DataQueueFileTest, BadOrMismatchedFileListsAreRefused) {
          "sees 9 samples but job job-1 has 8");
 
   // A queue fixed without files refuses a list.
-  DataQueue plain("job-2", FileSpec(1, 4, 1));
+  DataQueue plain("job-2", JobConfig::FromNormalized(FileSpec(1, 4, 1)));
   plain.Accept(Request(8, {}), kStart, 0, &finished);
   expect(plain.Check(FileRequest({8}, {}), DataQueue::kNoUnit),
          absl::StatusCode::kFailedPrecondition, v1::ERROR_REASON_JOB_STATE,
@@ -356,7 +356,7 @@ TEST(DataQueueFileTest, BadOrMismatchedFileListsAreRefused) {
 // data loss.
 TEST(DataQueueFileTest, ResumeKeepsFileListAndMapping) {
   const std::vector<int64_t> rows = {6, 0, 11};
-  DataQueue queue("job-1", FileSpec(2, 4, 3));
+  DataQueue queue("job-1", JobConfig::FromNormalized(FileSpec(2, 4, 3)));
   google::protobuf::RepeatedField<int32_t> finished;
   queue.Accept(FileRequest(rows, {}), kStart, 0, &finished);
   const int64_t first = queue.HandOut(kStart);
@@ -370,7 +370,7 @@ TEST(DataQueueFileTest, ResumeKeepsFileListAndMapping) {
                                  saved.file_rows().end()),
             rows);
 
-  DataQueue resumed("job-1", FileSpec(2, 4, 3));
+  DataQueue resumed("job-1", JobConfig::FromNormalized(FileSpec(2, 4, 3)));
   ASSERT_TRUE(resumed.Resume(saved, status).ok());
   const int64_t units = 2 * (2 + 0 + 3);
   EXPECT_EQ(Mapping(resumed, units), Mapping(queue, units));
@@ -386,7 +386,7 @@ TEST(DataQueueFileTest, ResumeKeepsFileListAndMapping) {
 
   v1::CheckpointQueue broken = saved;
   broken.set_file_rows(2, 10);
-  DataQueue refused("job-1", FileSpec(2, 4, 3));
+  DataQueue refused("job-1", JobConfig::FromNormalized(FileSpec(2, 4, 3)));
   const absl::Status status_broken = refused.Resume(broken, status);
   EXPECT_EQ(status_broken.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ReasonOf(status_broken), v1::ERROR_REASON_INTERNAL);
@@ -401,7 +401,7 @@ TEST(DataQueueFileTest, ResumeKeepsFileListAndMapping) {
 TEST(DataQueueBadDataTest, SkippedRowsAreCountedWhenTheSpecSkips) {
   v1::JobSpec spec = Spec(1, 4);
   spec.mutable_data()->set_bad_values("skip");
-  DataQueue queue("job-1", spec);
+  DataQueue queue("job-1", JobConfig::FromNormalized(spec));
   google::protobuf::RepeatedField<int32_t> finished;
   queue.Accept(Request(10, {}), kStart, 0, &finished);
   const int64_t unit = queue.HandOut(kStart);  // [0, 4)
@@ -459,7 +459,7 @@ TEST(DataQueueBadDataTest, SkippedRowsAreRefusedUnlessTheSpecSkips) {
   for (const char* policy : {"fail", ""}) {
     v1::JobSpec spec = Spec(1, 4);
     spec.mutable_data()->set_bad_values(policy);
-    DataQueue queue("job-1", spec);
+    DataQueue queue("job-1", JobConfig::FromNormalized(spec));
     google::protobuf::RepeatedField<int32_t> finished;
     queue.Accept(Request(10, {}), kStart, 0, &finished);
     const int64_t unit = queue.HandOut(kStart);
@@ -484,7 +484,7 @@ TEST(DataQueueBadDataTest, UnitFailuresAreCountedPerUnitAndInAll) {
   v1::JobSpec spec = Spec(1, 4);
   spec.mutable_data()->set_bad_values("skip");
   spec.mutable_data()->set_max_unit_failures(2);
-  DataQueue queue("job-1", spec);
+  DataQueue queue("job-1", JobConfig::FromNormalized(spec));
   google::protobuf::RepeatedField<int32_t> finished;
   queue.Accept(Request(10, {}), kStart, 0, &finished);
   const int64_t a = queue.HandOut(kStart);
@@ -504,7 +504,7 @@ TEST(DataQueueBadDataTest, UnitFailuresAreCountedPerUnitAndInAll) {
 
   const v1::CheckpointQueue saved = queue.Save();
   status.set_samples_skipped(6);
-  DataQueue resumed("job-1", spec);
+  DataQueue resumed("job-1", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(resumed.Resume(saved, status).ok());
   v1::JobStatus after;
   resumed.FillStatus(false, &after);
@@ -518,14 +518,14 @@ TEST(DataQueueBadDataTest, UnitFailuresAreCountedPerUnitAndInAll) {
   // A saved count for a unit past the job's units is refused.
   v1::CheckpointQueue broken = saved;
   (*broken.mutable_unit_failures())[1000] = 1;
-  DataQueue refused("job-1", spec);
+  DataQueue refused("job-1", JobConfig::FromNormalized(spec));
   EXPECT_EQ(refused.Resume(broken, status).code(), absl::StatusCode::kDataLoss);
 
   failure = queue.UnitFailed(a, "bad row 3 again");
   EXPECT_EQ(failure.unit_failures, 2);
   EXPECT_TRUE(failure.exhausted);
 
-  DataQueue ended("job-1", spec);
+  DataQueue ended("job-1", JobConfig::FromNormalized(spec));
   ended.ResumeEnded(status);
   v1::JobStatus ended_status;
   ended.FillStatus(false, &ended_status);
@@ -536,12 +536,12 @@ TEST(DataQueueBadDataTest, UnitFailuresAreCountedPerUnitAndInAll) {
 
 // An unset max_unit_failures (a spec that was not normalized) is 3.
 TEST(DataQueueBadDataTest, MaxUnitFailuresDefaultsToThree) {
-  DataQueue queue("job-1", Spec(1, 4));
+  DataQueue queue("job-1", JobConfig::FromNormalized(Spec(1, 4)));
   EXPECT_EQ(queue.max_unit_failures(), 3);
 }
 
 TEST(DataQueueBadDataTest, FileUnitsAreDescribedByFileAndRows) {
-  DataQueue queue("job-1", FileSpec(1, 4, 3));
+  DataQueue queue("job-1", JobConfig::FromNormalized(FileSpec(1, 4, 3)));
   google::protobuf::RepeatedField<int32_t> finished;
   queue.Accept(FileRequest({6}, {}), kStart, 0, &finished);
   const v1::DataUnit unit = queue.Unit(queue.HandOut(kStart));

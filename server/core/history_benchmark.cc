@@ -45,6 +45,11 @@ ABSL_FLAG(std::string, dir, "",
 namespace mpilearn::server {
 namespace {
 
+// The spec normalized, as MasterCore::SubmitJob hands it to the registry.
+JobConfig Normalized(const v1::JobSpec& spec) {
+  return JobConfig::Create(spec).value();
+}
+
 v1::JobSpec BenchSpec() {
   v1::JobSpec spec;
   spec.mutable_data()->set_train_images("images.gz");
@@ -84,7 +89,7 @@ struct Round {
 // JobStore::WriteHistory did it.
 Round Rewrite(const std::string& dir, int calls) {
   std::filesystem::create_directories(dir);
-  Job job("job-000001", BenchSpec());
+  Job job("job-000001", JobConfig::FromNormalized(BenchSpec()));
   Round round;
   for (int i = 0; i < calls; ++i) {
     const absl::Time start = absl::Now();
@@ -117,7 +122,7 @@ Round Append(const std::string& dir, int calls) {
     std::fprintf(stderr, "%s\n", registry.status().ToString().c_str());
     std::exit(1);
   }
-  const std::string job_id = (*registry)->Submit(BenchSpec()).value();
+  const std::string job_id = (*registry)->Submit(Normalized(BenchSpec())).value();
   Round round;
   for (int i = 0; i < calls; ++i) {
     const absl::Time start = absl::Now();

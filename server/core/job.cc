@@ -26,15 +26,15 @@ absl::Status FailedPrecondition(v1::ErrorReason reason,
 
 }  // namespace
 
-Job::Job(std::string id, v1::JobSpec spec, EngineOptions engine)
+Job::Job(std::string id, JobConfig config, EngineOptions engine)
     : id_(std::move(id)),
-      spec_(std::move(spec)),
+      config_(std::move(config)),
       engine_(std::move(engine)),
-      update_rule_(UpdateRuleName(spec_)),
+      update_rule_(UpdateRuleName(spec())),
       groups_(id_),
-      queue_(id_, spec_),
-      rules_(spec_),
-      checkpoints_(spec_.checkpoint()) {}
+      queue_(id_, config_),
+      rules_(spec()),
+      checkpoints_(spec().checkpoint()) {}
 
 absl::Status Job::NoWeightsError() const {
   if (EndedLocked()) {
@@ -74,7 +74,7 @@ absl::StatusOr<v1::RegisterGroupResponse> Job::AddGroup(
   v1::RegisterGroupResponse response;
   response.set_job_id(id_);
   response.set_group_id(group_id);
-  *response.mutable_spec() = spec_;
+  *response.mutable_spec() = spec();
   response.set_weights_initialized(weights_ != nullptr);
   response.set_epochs_done(queue_.epochs_done());
   return response;
@@ -95,7 +95,7 @@ absl::StatusOr<bool> Job::InitWeights(v1::TensorSetHeader header,
   // An ended job's weights may have been released (ReleaseMemory): never
   // install fresh ones in their place.
   if (EndedLocked()) return NoWeightsError();
-  MPILEARN_ASSIGN_OR_RETURN(rule_, UpdateRule::Create(spec_, sizes, engine_));
+  MPILEARN_ASSIGN_OR_RETURN(rule_, UpdateRule::Create(spec(), sizes, engine_));
   header.set_version(0);
   weights_ = std::make_shared<WeightsSnapshot>();
   weights_->header = std::move(header);
@@ -114,7 +114,7 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     const GradientUpdate& update, absl::Time now, AppliedUpdate* applied) {
   // Admission's costly part, the scan, needs no lock. Its maximum feeds the
   // guard, its sums of squares the clipping.
-  const UpdateScan scan = ScanUpdate(update.values, ClipsGradients(spec_));
+  const UpdateScan scan = ScanUpdate(update.values, ClipsGradients(config_));
   absl::MutexLock lock(&mu_);
   // Every check comes before the first change, so a refused update leaves
   // the job as it was (except stats_.stale_rejected, which counts refusals).
@@ -141,7 +141,7 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
     return std::shared_ptr<const WeightsSnapshot>(weights_);
   }
   absl::StatusOr<Admission> admission =
-      AdmitUpdate(update, scan, spec_, id_, *weights_);
+      AdmitUpdate(update, scan, config_, id_, *weights_);
   if (!admission.ok()) {
     if (IsStaleRefusal(admission.status())) {
       group->last_seen = now;
@@ -337,7 +337,7 @@ absl::StatusOr<JobCheckpoint> Job::CheckpointLocked() const {
 
 absl::Status Job::Restore(const JobCheckpoint& checkpoint) {
   MPILEARN_ASSIGN_OR_RETURN(DecodedCheckpoint decoded,
-                            DecodeJobCheckpoint(checkpoint, spec_, engine_, id_));
+                            DecodeJobCheckpoint(checkpoint, spec(), engine_, id_));
   absl::MutexLock lock(&mu_);
   if (weights_ != nullptr) {
     return FailedPrecondition(v1::ERROR_REASON_JOB_STATE,
@@ -743,7 +743,7 @@ JobMetricsView Job::MetricsView(absl::Time now) const {
 v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
   v1::JobStatus status;
   status.set_job_id(id_);
-  *status.mutable_spec() = spec_;
+  *status.mutable_spec() = spec();
   status.set_state(state_);
   status.set_message(message_);
   status.set_stop_reason(stop_reason_);

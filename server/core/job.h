@@ -31,69 +31,22 @@
 // layout, NaN/Inf, a wrong update kind or a bad unit; INTERNAL for a
 // checkpoint that does not fit or a failing optimizer.
 //
-// Lifecycle: QUEUED -> RUNNING (a group registered) -> COMPLETED (a group
-// left having trained every epoch), FAILED (a group reported an error) or
-// CANCELLED (Cancel; also from QUEUED): the ended states (JobStateEnded).
-// A data error (LeaveRequest.data_error: the group could not read the unit
-// it trains, or it held bad values) fails the job only when that unit has
-// failed data.max_unit_failures times or no other group is left to retry
-// it; otherwise the group's units go back to the queue, the failed one is
-// handed out again before any fresh unit, and the job stays RUNNING
-// (JobStatus.unit_failures, last_data_error; DataQueue::UnitFailed).
-// CancelJob ends a QUEUED or RUNNING job as CANCELLED (Cancel): its groups
-// get DONE from NextDataUnit (no finish) and JOB_ENDED on pushes.
-// Once an ended job's final checkpoint is on disk, the registry calls
-// ReleaseMemory: weights, optimizer state, update buffers and spare
-// snapshots are dropped; Status() keeps reporting the job from its record.
-// A RUNNING job whose groups are all lost or gone goes back to QUEUED, keeping
-// its weights and progress, so the next group continues it.
+// Lifecycle: QUEUED -> RUNNING (a group registered) -> COMPLETED, FAILED or
+// CANCELLED, the ended states (JobStateEnded). A RUNNING job whose groups
+// are all lost or gone goes back to QUEUED, keeping its weights and
+// progress. Once an ended job's final checkpoint is on disk the registry
+// calls ReleaseMemory; Status() then reports the job from its record.
 //
-// Validations and stop rules (RecordValidation, StopRules): every validation
-// (a group's at an epoch end, a pool's of a snapshot) is appended to the
-// job's list and fed to its rules. When early stopping or the target fires,
-// a QUEUED or RUNNING job becomes COMPLETED with stop_reason set, and its
-// weights freeze: pushes still in flight are answered with the final weights
-// without being applied, NextDataUnit answers DONE to every group and
-// finish = true to the first that asks, and that group's Leave(completed)
-// stores the test result.
+// Updates, by config().algorithm(): one optimizer step on a gradient
+// (downpour, sync), the centre moved towards the rank's weights (easgd), a
+// delta added (gem). An update computed on version B while the master is at
+// W has staleness W - B: refused beyond max_staleness, and with
+// StalenessScaling::kInverse scaled by 1 / max(1, W - B).
 //
-// Checkpoints (SaveCheckpoint / Resume): the whole job (status, weights,
-// optimizer state, data queue) as one v1::JobCheckpointFile. Units in flight
-// when it was taken count as not done: a resumed job hands them out again.
-//
-// Updates, by spec().algorithm():
-//   downpour, sync  UPDATE_KIND_GRADIENT: one step of the job's optimizer.
-//   easgd           UPDATE_KIND_ELASTIC: the rank's weights x; the centre c
-//                   moves by alpha * (x - c); the reply is c before the move.
-//   gem             UPDATE_KIND_DELTA: c += delta.
-// An update computed on version B while the master is at W has staleness
-// s = W - B. With max_staleness > 0, s > max_staleness is refused (ABORTED);
-// with staleness_scaling "inverse" the gradient (downpour, sync), alpha
-// (easgd) or delta (gem) is scaled by 1 / max(1, s).
-//
-// Telemetry and progress: every NextDataUnit request (and Heartbeat, via
-// Touch) may carry the group's GroupTelemetry; the job keeps each group's
-// latest and reports it in Status() (GroupInfo.telemetry). Every
-// NextDataUnit answer carries the job's JobProgress; train_loss (here and in
-// JobStatus) is the mean loss of the units completed by the most recent
-// request that completed any.
-//
-// Data queue (NextDataUnit): each epoch's training order is cut into units of
-// data_unit_size samples; groups ask for one unit at a time and report it done
-// with their next request, so a faster group trains more units. Epoch e + 1
-// is handed out once every unit of epoch e has been, but never while epoch
-// e - 1 is unfinished: at most one epoch runs ahead of the oldest unfinished
-// one. A unit held by a group that leaves or is declared lost goes back to
-// the front of the queue. With read_ahead a group also holds the unit it is
-// to train next (reserved_unit, answered as next_unit), which becomes its
-// `unit` at its next request (with or without read_ahead); a group that
-// leaves or is lost gives both back. With file_rows the units are row
-// ranges inside one training file (DataQueue, file_units.h). The master
-// writes an epoch's record (train loss, samples, time) when its last unit
-// completes; the group whose request completed it validates and merges its
-// metrics with ReportEpoch (RecordEpoch). The group that completes the job's
-// last unit finishes the job (test set, Leave(completed)); if it leaves or
-// is lost first, the next group to ask does.
+// The rules of the data queue (units, epochs, read-ahead, data errors), of
+// validations and stop rules, of checkpoints and of a job's end are in
+// docs/master.md: "The data queue", "Snapshots, validation and stop rules",
+// "Job states and the end of a job".
 #ifndef MPILEARN_SERVER_CORE_JOB_H_
 #define MPILEARN_SERVER_CORE_JOB_H_
 
@@ -109,6 +62,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/data_queue.h"
 #include "server/core/group_table.h"
@@ -135,13 +89,15 @@ class Job {
   static constexpr int kMaxRejectedInARow = 10;
 
   // `engine` says where the job's optimizer runs (EngineOptions).
-  Job(std::string id, v1::JobSpec spec, EngineOptions engine = {});
+  // `config` is normalized (JobConfig::Create).
+  Job(std::string id, JobConfig config, EngineOptions engine = {});
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
   const std::string& id() const { return id_; }
-  const v1::JobSpec& spec() const { return spec_; }  // immutable
+  const JobConfig& config() const { return config_; }  // immutable
+  const v1::JobSpec& spec() const { return config_.spec(); }
 
   v1::JobState state() const;
 
@@ -426,9 +382,9 @@ class Job {
   };
 
   const std::string id_;
-  const v1::JobSpec spec_;
+  const JobConfig config_;
   const EngineOptions engine_;
-  // UpdateRuleName(spec_), for AppliedUpdate.
+  // UpdateRuleName(spec()), for AppliedUpdate.
   const std::string update_rule_;
 
   // Update buffers given back (TakeUpdateBuffers); their own lock, taken

@@ -93,7 +93,7 @@ class JobDataErrorsTest : public ::testing::Test {
  protected:
   void MakeJob(const v1::JobSpec& spec,
                const std::vector<std::string>& groups) {
-    job_ = std::make_unique<Job>("job-1", spec);
+    job_ = std::make_unique<Job>("job-1", JobConfig::FromNormalized(spec));
     for (const std::string& group : groups) {
       ASSERT_TRUE(job_->AddGroup(group, 1, "test", now_).ok());
     }
@@ -293,7 +293,7 @@ TEST_F(JobDataErrorsTest, CheckpointKeepsTheCounters) {
   auto file = job_->SaveCheckpoint(now_);
   ASSERT_TRUE(file.ok()) << file.status();
 
-  Job resumed("job-1", FileSpec("skip", 3));
+  Job resumed("job-1", JobConfig::FromNormalized(FileSpec("skip", 3)));
   ASSERT_TRUE(resumed.Resume(*file).ok());
   const v1::JobStatus status = resumed.Status(false, now_);
   EXPECT_EQ(status.samples_skipped(), 1u);

@@ -86,7 +86,7 @@ struct Client {
 class JobDataUnitsTest : public ::testing::Test {
  protected:
   void MakeJob(int epochs, const std::vector<std::string>& groups) {
-    job_ = std::make_unique<Job>("job-1", FileSpec(epochs));
+    job_ = std::make_unique<Job>("job-1", JobConfig::FromNormalized(FileSpec(epochs)));
     for (const std::string& group : groups) {
       ASSERT_TRUE(job_->AddGroup(group, 1, "test", now_).ok());
     }
@@ -264,7 +264,7 @@ TEST_F(JobDataUnitsTest, CheckpointRoundTripKeepsFileUnits) {
                                  file->queue().file_rows().end()),
             kRows);
 
-  Job resumed("job-1", FileSpec(2));
+  Job resumed("job-1", JobConfig::FromNormalized(FileSpec(2)));
   ASSERT_TRUE(resumed.Resume(*file).ok());
   ASSERT_TRUE(resumed.AddGroup("b", 1, "test", now_).ok());
   Client b{"b", /*read_ahead=*/true};

@@ -48,7 +48,7 @@ std::vector<std::vector<float>> Filled(float value) {
 }
 
 std::unique_ptr<Job> NewJob(const v1::JobSpec& spec) {
-  auto job = std::make_unique<Job>("job-g", spec);
+  auto job = std::make_unique<Job>("job-g", JobConfig::FromNormalized(spec));
   EXPECT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
   EXPECT_TRUE(job->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
                                Values(0.5f))
@@ -232,7 +232,7 @@ TEST(JobGuardTest, RejectedCountIsCheckpointed) {
   auto job = NewJob(spec);
   ASSERT_FALSE(job->ApplyGradient(Update(spec, Filled(1e30f)), absl::Now()).ok());
   v1::JobCheckpointFile file = job->SaveCheckpoint(absl::Now()).value();
-  Job resumed("job-g", spec);
+  Job resumed("job-g", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(resumed.Resume(file).ok());
   EXPECT_EQ(resumed.Status(false, absl::Now()).updates_rejected(), 1u);
 }
@@ -246,7 +246,7 @@ TEST(JobClipTest, ScalesGradientToTheNormLikePyTorch) {
     v1::JobSpec spec = Spec("downpour", "sgd", 0.1);
     spec.mutable_optimizer()->set_clip_grad_norm(clip);
     ASSERT_TRUE(NormalizeOptimizerSpec(spec.mutable_optimizer()).ok());
-    auto job = std::make_unique<Job>("job-c", spec);
+    auto job = std::make_unique<Job>("job-c", JobConfig::FromNormalized(spec));
     ASSERT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
     v1::TensorSetHeader header = MakeFloat32Header(0, {"w", "rm"}, {{4, 3}, {3}});
     header.mutable_tensors(1)->set_buffer(true);
@@ -291,7 +291,7 @@ TEST(JobClipTest, SpecValidatesClipGradNorm) {
   v1::JobSpec off = Spec("downpour", "sgd", 0.1);
   off.mutable_optimizer()->set_clip_grad_norm(0.0);
   EXPECT_TRUE(NormalizeOptimizerSpec(off.mutable_optimizer()).ok());
-  EXPECT_FALSE(ClipsGradients(off));
+  EXPECT_FALSE(ClipsGradients(JobConfig::FromNormalized(off)));
 }
 
 }  // namespace

@@ -19,6 +19,11 @@
 namespace mpilearn::server {
 namespace {
 
+// The spec normalized, as MasterCore::SubmitJob hands it to the registry.
+JobConfig Normalized(const v1::JobSpec& spec) {
+  return JobConfig::Create(spec).value();
+}
+
 v1::JobSpec SgdSpec() {
   v1::JobSpec spec;
   spec.mutable_data()->set_train_images("images.gz");
@@ -51,7 +56,7 @@ class JobLifecycleTest : public ::testing::Test {
     return std::move(registry).value();
   }
 
-  std::string Submit() { return registry_->Submit(SgdSpec()).value(); }
+  std::string Submit() { return registry_->Submit(Normalized(SgdSpec())).value(); }
 
   // Registers a group with the job and installs w = [1, 2, 3], b = [10].
   std::string StartGroup(const std::string& job_id) {
@@ -189,7 +194,7 @@ TEST_F(JobLifecycleTest, CancelQueuedJobWithoutWeights) {
 TEST_F(JobLifecycleTest, CompletedJobReleasesMemory) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group_id = StartGroup(job_id);
   ASSERT_TRUE(Push(job_id, group_id).ok());
   v1::LeaveRequest leave;

@@ -82,8 +82,7 @@ JobRegistry::Entry JobRegistry::AddLocked(std::shared_ptr<Job> job) {
   return entry;
 }
 
-absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
-  MPILEARN_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
+absl::StatusOr<std::string> JobRegistry::Submit(JobConfig config) {
   std::string id;
   {
     absl::MutexLock lock(&mu_);
@@ -104,13 +103,13 @@ absl::StatusOr<std::string> JobRegistry::Submit(v1::JobSpec spec) {
     id = absl::StrFormat("job-%06d", ++last_job_number_);
   }
   // Durable first: a job is queued only once its spec is on disk.
-  const absl::Status written = store_->WriteSpec(id, spec);
+  const absl::Status written = store_->WriteSpec(id, config.spec());
   if (!written.ok()) {
     absl::MutexLock lock(&mu_);
     --submits_in_flight_;
     return written;
   }
-  auto job = std::make_shared<Job>(id, std::move(spec), options_.engine);
+  auto job = std::make_shared<Job>(id, std::move(config), options_.engine);
   std::shared_ptr<JobJournal> journal;
   {
     absl::MutexLock lock(&mu_);

@@ -4,7 +4,7 @@
 // for the gRPC service and the worker's local mode; tests drive it directly.
 //
 //   auto registry = JobRegistry::Create({.state_dir = "/var/lib/mpilearn"});
-//   std::string job_id = (*registry)->Submit(spec).value();
+//   std::string job_id = (*registry)->Submit(std::move(config)).value();
 //   auto group = (*registry)->RegisterGroup(request);   // takes the job
 //
 // Durability: a job's spec is written before it is queued; its history.json
@@ -39,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/job.h"
 #include "server/core/job_observer.h"
@@ -78,7 +79,7 @@ class JobRegistry {
 
   // Validates, fills defaults, stores and queues a job; returns its id.
   // RESOURCE_EXHAUSTED when Options::max_queued_jobs are queued already.
-  absl::StatusOr<std::string> Submit(v1::JobSpec spec);
+  absl::StatusOr<std::string> Submit(JobConfig config);
 
   // Attaches a group to the named job, or to the oldest queued job when
   // request.job_id() is empty.

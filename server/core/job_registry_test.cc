@@ -25,6 +25,11 @@
 namespace mpilearn::server {
 namespace {
 
+// The spec normalized, as MasterCore::SubmitJob hands it to the registry.
+JobConfig Normalized(const v1::JobSpec& spec) {
+  return JobConfig::Create(spec).value();
+}
+
 v1::JobSpec SgdSpec() {
   v1::JobSpec spec;
   spec.mutable_data()->set_train_images("images.gz");
@@ -183,7 +188,7 @@ class JobRegistryTest : public ::testing::Test {
 };
 
 TEST_F(JobRegistryTest, GradientUpdatesWeightsAndVersion) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   const auto group = Register(job_id);
   EXPECT_FALSE(group.weights_initialized());
   EXPECT_EQ(group.spec().epochs(), 5);  // defaults filled in
@@ -243,28 +248,19 @@ TEST_F(JobRegistryTest, UnknownJobAndEmptyQueueAreNotFound) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(JobRegistryTest, InvalidSpecIsRejectedWithFieldName) {
-  v1::JobSpec spec = SgdSpec();
-  spec.set_epochs(-3);
-  auto submitted = registry_->Submit(spec);
-  EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(submitted.status().message().find("epochs"), std::string::npos);
-  EXPECT_TRUE(registry_->List().empty());
-}
-
 // --max_queued_jobs counts QUEUED jobs only: once a group takes one, the
 // next submit is accepted again.
 TEST_F(JobRegistryTest, QueuedJobsAreBounded) {
   registry_ = MakeRegistry(/*max_queued_jobs=*/2);
-  const std::string first = registry_->Submit(SgdSpec()).value();
-  ASSERT_TRUE(registry_->Submit(SgdSpec()).ok());
-  const absl::Status full = registry_->Submit(SgdSpec()).status();
+  const std::string first = registry_->Submit(Normalized(SgdSpec())).value();
+  ASSERT_TRUE(registry_->Submit(Normalized(SgdSpec())).ok());
+  const absl::Status full = registry_->Submit(Normalized(SgdSpec())).status();
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
   EXPECT_EQ(ReasonOf(full), v1::ERROR_REASON_LIMIT);
   EXPECT_NE(full.message().find("--max_queued_jobs"), std::string::npos) << full;
   EXPECT_EQ(registry_->List().size(), 2u);
   EXPECT_EQ(Register("").job_id(), first);  // RUNNING now
-  EXPECT_TRUE(registry_->Submit(SgdSpec()).ok());
+  EXPECT_TRUE(registry_->Submit(Normalized(SgdSpec())).ok());
 }
 
 // An unknown id of a megabyte is NOT_FOUND with a short echo of it.
@@ -274,7 +270,7 @@ TEST_F(JobRegistryTest, UnknownIdsAreEchoedBounded) {
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
   EXPECT_LT(unknown.message().size(), 300u) << unknown.message().substr(0, 300);
   EXPECT_NE(unknown.message().find("[1048576 bytes]"), std::string::npos);
-  const std::string job = registry_->Submit(SgdSpec()).value();
+  const std::string job = registry_->Submit(Normalized(SgdSpec())).value();
   const absl::Status group =
       registry_->Heartbeat(job, std::string(1 << 20, 'g')).status();
   EXPECT_EQ(ReasonOf(group), v1::ERROR_REASON_GROUP_UNKNOWN);
@@ -282,14 +278,14 @@ TEST_F(JobRegistryTest, UnknownIdsAreEchoedBounded) {
 }
 
 TEST_F(JobRegistryTest, QueueHandsOutOldestQueuedJob) {
-  const std::string first = registry_->Submit(SgdSpec()).value();
-  const std::string second = registry_->Submit(SgdSpec()).value();
+  const std::string first = registry_->Submit(Normalized(SgdSpec())).value();
+  const std::string second = registry_->Submit(Normalized(SgdSpec())).value();
   EXPECT_EQ(Register("").job_id(), first);
   EXPECT_EQ(Register("").job_id(), second);
 }
 
 TEST_F(JobRegistryTest, LostGroupRequeuesJobKeepingWeights) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   const auto group = Register(job_id);
   InitWeights(job_id, group.group_id());
   now_ += absl::Seconds(5);
@@ -313,7 +309,7 @@ TEST_F(JobRegistryTest, LostGroupRequeuesJobKeepingWeights) {
 TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const auto group = Register(job_id);
   InitWeights(job_id, group.group_id());
   v1::EpochRecord record;
@@ -366,11 +362,11 @@ TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
 
   // A restarted master does not reuse the id.
   registry_ = MakeRegistry();
-  EXPECT_NE(registry_->Submit(SgdSpec()).value(), job_id);
+  EXPECT_NE(registry_->Submit(Normalized(SgdSpec())).value(), job_id);
 }
 
 TEST_F(JobRegistryTest, LostGroupCannotFailTheJobItWasRemovedFrom) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   const auto paused = Register(job_id);
   now_ += absl::Seconds(11);
   EXPECT_EQ(registry_->ReapLostGroups(), 1);
@@ -395,7 +391,7 @@ TEST_F(JobRegistryTest, LostGroupCannotFailTheJobItWasRemovedFrom) {
 }
 
 TEST_F(JobRegistryTest, GroupErrorFailsJobWithMessage) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   const auto group = Register(job_id);
   v1::LeaveRequest leave;
   leave.set_job_id(job_id);
@@ -413,7 +409,7 @@ TEST_F(JobRegistryTest, LostGroupsUnitGoesToTheOtherGroup) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
   spec.set_data_unit_size(100);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string a = Register(job_id).group_id();
   const std::string b = Register(job_id).group_id();
   constexpr int64_t kSamples = 450;  // 5 units, the last of 50
@@ -473,7 +469,7 @@ TEST_F(JobRegistryTest, LostGroupsUnitGoesToTheOtherGroup) {
 }
 
 TEST_F(JobRegistryTest, NextDataUnitNeedsARegisteredGroup) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   EXPECT_EQ(NextUnit(job_id, "g-99", 100, {}).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(NextUnit("job-999999", "g-1", 100, {}).status().code(),
@@ -496,7 +492,7 @@ TEST_F(JobRegistryTest, RestartResumesQueueAndUpdatesExactly) {
   spec.mutable_optimizer()->set_learning_rate(0.01);
   spec.set_epochs(1);
   spec.set_data_unit_size(100);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string g1 = Register(job_id).group_id();
   InitWeights(job_id, g1);
   constexpr int64_t kSamples = 450;  // 5 units, the last of 50
@@ -548,7 +544,7 @@ TEST_F(JobRegistryTest, RestartResumesQueueAndUpdatesExactly) {
 // (and renamed *.corrupt); the job resumes from the one before them. With
 // none usable it restarts from its spec.
 TEST_F(JobRegistryTest, CorruptOrTruncatedCheckpointFallsBackToPrevious) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   const std::string group = Register(job_id).group_id();
   InitWeights(job_id, group);
   std::vector<std::vector<std::vector<float>>> weights;
@@ -593,7 +589,7 @@ TEST_F(JobRegistryTest, EveryUpdatesCheckpointsKeepTheNewest) {
   v1::JobSpec spec = SgdSpec();
   spec.mutable_checkpoint()->set_every_updates(2);
   spec.mutable_checkpoint()->set_keep(2);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = Register(job_id).group_id();
   InitWeights(job_id, group);
   Push(job_id, group, 1.0f);
@@ -612,7 +608,7 @@ TEST_F(JobRegistryTest, EveryUpdatesCheckpointsKeepTheNewest) {
 TEST_F(JobRegistryTest, TickWritesTimeBasedCheckpoints) {
   v1::JobSpec spec = SgdSpec();
   spec.mutable_checkpoint()->set_every_seconds(30);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = Register(job_id).group_id();
   registry_->Tick();  // no weights yet
   EXPECT_TRUE(CheckpointFiles(job_id).empty());
@@ -635,7 +631,7 @@ TEST_F(JobRegistryTest, TickWritesTimeBasedCheckpoints) {
 
 // best.pb holds the checkpoint taken when the best validation arrived.
 TEST_F(JobRegistryTest, BestCheckpointFollowsImprovements) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   const std::string group = Register(job_id).group_id();
   InitWeights(job_id, group);
   const std::string best = CheckpointDir(job_id) + "/best.pb";
@@ -677,7 +673,7 @@ TEST_F(JobRegistryTest, TargetReachedAtEpochEndCompletesJob) {
   spec.set_epochs(3);
   spec.set_data_unit_size(100);
   spec.mutable_target()->set_value(0.7);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string a = Register(job_id).group_id();
   const std::string b = Register(job_id).group_id();
   InitWeights(job_id, a);
@@ -753,7 +749,7 @@ TEST_F(JobRegistryTest, TargetReachedAtEpochEndCompletesJob) {
 TEST_F(JobRegistryTest, EndedJobsLoadAsTheyEnded) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string done_id = registry_->Submit(spec).value();
+  const std::string done_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = Register(done_id).group_id();
   InitWeights(done_id, group);
   Push(done_id, group, 1.0f);
@@ -766,13 +762,13 @@ TEST_F(JobRegistryTest, EndedJobsLoadAsTheyEnded) {
   leave.set_test_accuracy(0.8);
   ASSERT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
 
-  const std::string failed_id = registry_->Submit(SgdSpec()).value();
+  const std::string failed_id = registry_->Submit(Normalized(SgdSpec())).value();
   leave.set_job_id(failed_id);
   leave.set_group_id(Register(failed_id).group_id());
   leave.set_completed(false);
   leave.set_error("cannot open data");
   ASSERT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_FAILED);
-  const std::string queued_id = registry_->Submit(SgdSpec()).value();
+  const std::string queued_id = registry_->Submit(Normalized(SgdSpec())).value();
 
   // As if written before checkpoints existed.
   std::filesystem::remove_all(CheckpointDir(done_id));
@@ -791,7 +787,7 @@ TEST_F(JobRegistryTest, EndedJobsLoadAsTheyEnded) {
   const auto next = Register("");
   EXPECT_EQ(next.job_id(), queued_id);
   EXPECT_EQ(next.group_id(), "g-3");
-  EXPECT_EQ(registry_->Submit(SgdSpec()).value(), "job-000004");
+  EXPECT_EQ(registry_->Submit(Normalized(SgdSpec())).value(), "job-000004");
 }
 
 // Each applied update reaches the metrics with its staleness and labels,
@@ -801,7 +797,7 @@ TEST_F(JobRegistryTest, AppliedUpdatesReachMetricsAndTrace) {
   v1::JobSpec spec = SgdSpec();
   spec.set_max_staleness(2);
   spec.mutable_checkpoint()->set_every_updates(3);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = Register(job_id).group_id();
   InitWeights(job_id, group);
   auto job = registry_->FindJob(job_id).value();
@@ -850,7 +846,7 @@ TEST_F(JobRegistryTest, TelemetryProgressAndMetricsView) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(2);
   spec.set_data_unit_size(10);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = Register(job_id).group_id();
   InitWeights(job_id, group);
 
@@ -916,7 +912,7 @@ TEST_F(JobRegistryTest, ErrorsCarryReasons) {
             v1::ERROR_REASON_INVALID_REQUEST);
 
   // A job's own refusals pass through the registry with their reasons.
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   const v1::RegisterGroupResponse group = Register(job_id);
   InitWeights(job_id, group.group_id());
   v1::NextDataUnitRequest next;
@@ -938,7 +934,7 @@ namespace {
 // is lost after 3 s without contact, and the job's message names that
 // limit; a group promising none is lost only after the 10 s.
 TEST_F(JobRegistryTest, HeartbeatGroupIsLostAfterThreeMissedHeartbeats) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   v1::RegisterGroupRequest request;
   request.set_job_id(job_id);
   request.set_ranks(2);
@@ -986,7 +982,7 @@ TEST_F(JobRegistryTest, HeartbeatGroupIsLostAfterThreeMissedHeartbeats) {
 // A heartbeat the master cannot honour is refused before anything changes:
 // the job stays QUEUED with no group and no group id is used up.
 TEST_F(JobRegistryTest, BadHeartbeatIsRefusedAndChangesNothing) {
-  const std::string job_id = registry_->Submit(SgdSpec()).value();
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
   v1::RegisterGroupRequest request;
   request.set_ranks(1);
   request.set_host("test");
@@ -1076,7 +1072,7 @@ class DurableCompletionTest : public JobRegistryTest {
 TEST_F(DurableCompletionTest, UnwrittenRecordsAreRetriedUntilWritten) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   Validate(job_id, 2, 0.5);
 
@@ -1146,7 +1142,7 @@ TEST_F(DurableCompletionTest, UnwrittenRecordsAreRetriedUntilWritten) {
 TEST_F(DurableCompletionTest, FinalWeightsAreRetriedAfterRelease) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   // weights.pb is a directory: the rename over it fails.
   std::filesystem::create_directories(JobDir(job_id) + "/weights.pb");
@@ -1172,7 +1168,7 @@ TEST_F(DurableCompletionTest, FinalWeightsAreRetriedAfterRelease) {
 TEST_F(DurableCompletionTest, StaleHistoryAndCompletedCheckpointStayCompleted) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   const std::string history = JobDir(job_id) + "/history.json";
   const std::string stale = ReadFile(history);
@@ -1205,7 +1201,7 @@ TEST_F(DurableCompletionTest, CompletedHistoryAndOlderCheckpointStayCompleted) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
   spec.mutable_checkpoint()->set_every_updates(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   ASSERT_EQ(CheckpointFiles(job_id).back(), "ckpt-000000000002.pb");
   BreakDirectory(CheckpointDir(job_id));
@@ -1228,7 +1224,7 @@ TEST_F(DurableCompletionTest, CompletedHistoryAndOlderCheckpointStayCompleted) {
 TEST_F(DurableCompletionTest, LegacyHistoryIsMigrated) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   for (int i = 0; i < 3; ++i) Validate(job_id, 2, 1.0 + i);
   ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
@@ -1266,7 +1262,7 @@ TEST_F(DurableCompletionTest, LegacyHistoryIsMigrated) {
 TEST_F(DurableCompletionTest, ShutdownTriesPendingWritesOnceMore) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   BreakDirectory(JobDir(job_id));
   ASSERT_EQ(Complete(job_id, group).value(), v1::JOB_STATE_COMPLETED);
@@ -1288,7 +1284,7 @@ TEST_F(DurableCompletionTest, ShutdownTriesPendingWritesOnceMore) {
 TEST_F(DurableCompletionTest, ConcurrentValidationsKeepTheJobsOrder) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   std::vector<std::thread> pools;
   for (int t = 0; t < 4; ++t) {
@@ -1320,7 +1316,7 @@ TEST_F(DurableCompletionTest, ConcurrentValidationsKeepTheJobsOrder) {
 TEST_F(DurableCompletionTest, ValidationsAreAppendedAndReadBack) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);
-  const std::string job_id = registry_->Submit(spec).value();
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
   const std::string group = TrainToTheEnd(job_id);
   for (int i = 0; i < 50; ++i) Validate(job_id, 2, 1.0 + i);
   const std::string history_before = ReadFile(JobDir(job_id) + "/history.json");

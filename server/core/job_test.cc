@@ -43,7 +43,7 @@ std::vector<std::vector<float>> Random(uint32_t seed) {
 
 // A job with weights installed and one registered group "g".
 std::unique_ptr<Job> NewJob(const std::string& optimizer, bool init = true) {
-  auto job = std::make_unique<Job>("job-1", SpecWith(optimizer));
+  auto job = std::make_unique<Job>("job-1", JobConfig::FromNormalized(SpecWith(optimizer)));
   EXPECT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
   if (init) {
     EXPECT_TRUE(job->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
@@ -122,7 +122,7 @@ TEST(JobCheckpointTest, MismatchedStateIsRejected) {
 // A job with one group "g" and weights w = `w` (one tensor, shape {n}).
 std::unique_ptr<Job> JobWithWeights(const v1::JobSpec& spec,
                                     const std::vector<float>& w) {
-  auto job = std::make_unique<Job>("job-1", spec);
+  auto job = std::make_unique<Job>("job-1", JobConfig::FromNormalized(spec));
   EXPECT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
   EXPECT_TRUE(job->InitWeights(
                      MakeFloat32Header(0, {"w"},
@@ -168,7 +168,7 @@ TEST(JobBufferTest, UpdatesReplaceBuffersAndStepParameters) {
     v1::JobSpec spec = PlainSgd();
     spec.set_algorithm(algorithm);
     spec.mutable_easgd()->set_alpha(0.5);
-    auto job = std::make_unique<Job>("job-1", spec);
+    auto job = std::make_unique<Job>("job-1", JobConfig::FromNormalized(spec));
     ASSERT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
     v1::TensorSetHeader header =
         MakeFloat32Header(0, {"w", "bn.running_mean"}, {{2}, {2}});
@@ -513,7 +513,7 @@ TEST(JobCheckpointTest, ElasticJobCheckpointsWithoutOptimizerState) {
   EXPECT_EQ(checkpoint->optimizer_state.header().tensors_size(), 0);
   EXPECT_EQ(checkpoint->optimizer_state.header().version(), 1u);
 
-  auto restored = std::make_unique<Job>("job-2", spec);
+  auto restored = std::make_unique<Job>("job-2", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(restored->AddGroup("g", 1, "test", absl::Now()).ok());
   ASSERT_TRUE(restored->Restore(*checkpoint).ok());
   EXPECT_EQ(CurrentWeights(*restored), (std::vector<float>{1, 2}));
@@ -526,7 +526,7 @@ TEST(JobCheckpointTest, ElasticJobCheckpointsWithoutOptimizerState) {
 
   // A master optimizer's state does not fit an easgd job.
   auto adam = NewJob("adam");
-  auto fresh = std::make_unique<Job>("job-3", spec);
+  auto fresh = std::make_unique<Job>("job-3", JobConfig::FromNormalized(spec));
   EXPECT_EQ(fresh->Restore(adam->Checkpoint().value()).code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -577,7 +577,7 @@ class JobQueueTest : public ::testing::Test {
  protected:
   void MakeJob(int epochs, int64_t unit_size,
                const std::vector<std::string>& groups) {
-    job_ = std::make_unique<Job>("job-1", QueueSpec(epochs, unit_size));
+    job_ = std::make_unique<Job>("job-1", JobConfig::FromNormalized(QueueSpec(epochs, unit_size)));
     for (const std::string& group : groups) {
       ASSERT_TRUE(job_->AddGroup(group, 1, "test", now_).ok());
     }
@@ -977,7 +977,7 @@ v1::ValidationRecord Validation(uint64_t version, double val_loss,
 std::pair<int, std::string> FirstStop(const v1::JobSpec& spec,
                                       const std::string& metric,
                                       const std::vector<double>& values) {
-  Job job("job-1", spec);
+  Job job("job-1", JobConfig::FromNormalized(spec));
   for (size_t i = 0; i < values.size(); ++i) {
     const bool loss = metric == "val_loss";
     ValidationEffect effect;
@@ -1076,7 +1076,7 @@ TEST(JobStopRulesTest, TargetIsStrictForBothMetrics) {
 
 TEST(JobStopRulesTest, BestFollowsCheckpointBestMetric) {
   v1::JobSpec spec = SpecWith("sgd");
-  Job by_loss("job-1", spec);  // best_metric left out: val_loss
+  Job by_loss("job-1", JobConfig::FromNormalized(spec));  // best_metric left out: val_loss
   const absl::Time now = absl::FromUnixSeconds(100);
   std::vector<bool> improved;
   for (const auto& [loss, accuracy] :
@@ -1100,7 +1100,7 @@ TEST(JobStopRulesTest, BestFollowsCheckpointBestMetric) {
   EXPECT_FALSE(by_loss.Status(false, now).validations_size() > 0);
 
   spec.mutable_checkpoint()->set_best_metric("none");
-  Job none("job-2", spec);
+  Job none("job-2", JobConfig::FromNormalized(spec));
   ValidationEffect effect;
   ASSERT_TRUE(none.RecordValidation(Validation(1, 1.0, 0.5), now, &effect).ok());
   EXPECT_FALSE(effect.best_improved);
@@ -1113,7 +1113,7 @@ TEST(JobStopRulesTest, BestFollowsCheckpointBestMetric) {
 TEST_F(JobQueueTest, StopRuleEndsJobAndOneGroupFinishesIt) {
   v1::JobSpec spec = QueueSpec(3, 10);
   spec.mutable_target()->set_value(0.5);
-  job_ = std::make_unique<Job>("job-1", spec);
+  job_ = std::make_unique<Job>("job-1", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
   ASSERT_TRUE(job_->AddGroup("b", 1, "test", now_).ok());
   ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
@@ -1178,7 +1178,7 @@ TEST_F(JobQueueTest, StopRuleEndsJobAndOneGroupFinishesIt) {
 // weights and DONE to every group, but no group is told to finish (no test
 // set for a stopped trial); an ended job cannot be stopped again.
 TEST_F(JobQueueTest, StopEndsRunningJobLikeAStopRule) {
-  job_ = std::make_unique<Job>("job-1", QueueSpec(3, 10));
+  job_ = std::make_unique<Job>("job-1", JobConfig::FromNormalized(QueueSpec(3, 10)));
   ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
   ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
                                 Random(1))
@@ -1217,7 +1217,7 @@ TEST_F(JobQueueTest, StopEndsRunningJobLikeAStopRule) {
 TEST_F(JobQueueTest, RegressionTestMetricsAreKeptAndRestored) {
   v1::JobSpec spec = QueueSpec(1, 10);
   spec.set_loss("mse");
-  job_ = std::make_unique<Job>("job-1", spec);
+  job_ = std::make_unique<Job>("job-1", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
   ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
                                 Random(1))
@@ -1236,7 +1236,7 @@ TEST_F(JobQueueTest, RegressionTestMetricsAreKeptAndRestored) {
   EXPECT_DOUBLE_EQ(status.test_metrics().at("test_mae"), 0.4);
   EXPECT_DOUBLE_EQ(status.test_metrics().at("test_mse"), 0.125);
 
-  Job restored("job-1", spec);
+  Job restored("job-1", JobConfig::FromNormalized(spec));
   restored.ResumeEnded(status);
   const v1::JobStatus again = restored.Status(true, now_);
   EXPECT_FALSE(again.has_test_accuracy());
@@ -1253,7 +1253,7 @@ TEST_F(JobQueueTest, RegressionTestMetricsAreKeptAndRestored) {
 TEST_F(JobQueueTest, ResumedJobContinuesQueueAndUpdatesExactly) {
   v1::JobSpec spec = QueueSpec(2, 10);
   spec.mutable_optimizer()->set_name("adam");
-  job_ = std::make_unique<Job>("job-1", spec);
+  job_ = std::make_unique<Job>("job-1", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(job_->AddGroup("g", 1, "test", now_).ok());
   ASSERT_TRUE(job_->AddGroup("b", 1, "test", now_).ok());
   ASSERT_TRUE(job_->InitWeights(MakeFloat32Header(0, {"w", "b"}, {{4, 3}, {3}}),
@@ -1287,7 +1287,7 @@ TEST_F(JobQueueTest, ResumedJobContinuesQueueAndUpdatesExactly) {
   EXPECT_EQ(file->queue().open_epochs(1).completed_units_size(), 2);
   EXPECT_DOUBLE_EQ(file->created_unix_seconds(), 1003.0);
 
-  Job resumed("job-1", spec);
+  Job resumed("job-1", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(resumed.Resume(*file).ok());
   v1::JobStatus status = resumed.Status(true, now_);
   EXPECT_EQ(status.state(), v1::JOB_STATE_QUEUED);
@@ -1334,7 +1334,7 @@ TEST(JobCheckpointTest, InconsistentQueueIsRefused) {
   auto job = NewJob("sgd");
   v1::JobCheckpointFile file = job->SaveCheckpoint(absl::Now()).value();
   file.mutable_queue()->set_next_unit(7);  // no train_samples fixed
-  Job resumed("job-1", SpecWith("sgd"));
+  Job resumed("job-1", JobConfig::FromNormalized(SpecWith("sgd")));
   EXPECT_EQ(resumed.Resume(file).code(), absl::StatusCode::kDataLoss);
 }
 
@@ -1342,7 +1342,7 @@ TEST(JobCheckpointTest, CheckpointDueByUpdatesAndSeconds) {
   v1::JobSpec spec = SpecWith("sgd");
   spec.mutable_checkpoint()->set_every_updates(2);
   spec.mutable_checkpoint()->set_every_seconds(30);
-  auto job = std::make_unique<Job>("job-1", spec);
+  auto job = std::make_unique<Job>("job-1", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(job->AddGroup("g", 1, "test", absl::Now()).ok());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   EXPECT_FALSE(job->CheckpointDue(CheckpointTrigger::kSeconds, t0));  // no weights
@@ -1570,7 +1570,7 @@ TEST_F(JobQueueTest, TrainLossAndProgress) {
 
 // The metrics view carries the latest validation only, and the count.
 TEST(JobObservabilityTest, MetricsViewHasLatestValidationAndCount) {
-  Job job("job-1", SpecWith("sgd"));
+  Job job("job-1", JobConfig::FromNormalized(SpecWith("sgd")));
   JobMetricsView view = job.MetricsView(absl::Now());
   EXPECT_EQ(view.validations, 0u);
   EXPECT_EQ(view.status.validations_size(), 0);
@@ -1603,7 +1603,7 @@ TEST(JobErrorReasonTest, RefusalsCarryTheirReason) {
   spec.set_epochs(1);
   spec.set_data_unit_size(4);
 
-  auto fresh = std::make_unique<Job>("job-7", spec);
+  auto fresh = std::make_unique<Job>("job-7", JobConfig::FromNormalized(spec));
   ASSERT_TRUE(fresh->AddGroup("g", 1, "h", absl::Now()).ok());
   const absl::Status no_weights =
       fresh->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 0, {1, 1}),

@@ -184,11 +184,10 @@ absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
   // spec's own checks, then its model's size.
   MPILEARN_RETURN_IF_ERROR(
       CheckStringFields(request.spec(), "spec", limits_.max_string_bytes));
-  v1::JobSpec spec = request.spec();
-  MPILEARN_RETURN_IF_ERROR(NormalizeJobSpec(&spec));
-  MPILEARN_RETURN_IF_ERROR(CheckModelBound(spec));
+  MPILEARN_ASSIGN_OR_RETURN(JobConfig config, JobConfig::Create(request.spec()));
+  MPILEARN_RETURN_IF_ERROR(CheckModelBound(config.spec()));
   MPILEARN_ASSIGN_OR_RETURN(std::string job_id,
-                            registry_->Submit(std::move(spec)));
+                            registry_->Submit(std::move(config)));
   v1::SubmitJobResponse response;
   response.set_job_id(std::move(job_id));
   return response;

@@ -114,6 +114,19 @@ TEST_F(MasterCoreLimitsTest, InitWeightsAreBoundedAsFp32) {
             v1::ERROR_REASON_GROUP_UNKNOWN);
 }
 
+// The spec is normalized once, at the core's SubmitJob: a bad field is
+// refused there, naming it, and no job is queued.
+TEST_F(MasterCoreLimitsTest, InvalidSpecIsRejectedWithFieldName) {
+  Start(MasterLimits());
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = SgdSpec();
+  submit.mutable_spec()->set_epochs(-3);
+  const absl::Status refused = core_->SubmitJob(submit).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("epochs"), std::string::npos) << refused;
+  EXPECT_TRUE(core_->ListJobPage(v1::ListJobsRequest()).value().jobs().empty());
+}
+
 TEST_F(MasterCoreLimitsTest, SpecModelIsBoundedAtSubmit) {
   MasterLimits limits;
   limits.max_model_bytes = 5 << 20;  // 1.3 M parameters

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
-#include "common/job_spec.h"
+#include "common/job_config.h"
 #include "common/tensor_codec.h"
 
 namespace mpilearn::server {
@@ -43,14 +43,14 @@ UpdateScan ScanUpdate(const std::vector<std::vector<float>>& values,
   return scan;
 }
 
-bool ClipsGradients(const v1::JobSpec& spec) {
-  return UpdateKindOf(AlgorithmOf(spec)) == v1::UPDATE_KIND_GRADIENT &&
-         spec.optimizer().clip_grad_norm() > 0.0;
+bool ClipsGradients(const JobConfig& config) {
+  return config.update_kind() == v1::UPDATE_KIND_GRADIENT &&
+         config.spec().optimizer().clip_grad_norm() > 0.0;
 }
 
-double ClipScale(const v1::JobSpec& spec, const UpdateScan& scan,
+double ClipScale(const JobConfig& config, const UpdateScan& scan,
                  const v1::TensorSetHeader& layout) {
-  if (!ClipsGradients(spec)) return 1.0;
+  if (!ClipsGradients(config)) return 1.0;
   double sum = 0.0;
   for (size_t t = 0; t < scan.sum_squares.size(); ++t) {
     const int index = static_cast<int>(t);
@@ -60,12 +60,12 @@ double ClipScale(const v1::JobSpec& spec, const UpdateScan& scan,
   // PyTorch's clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6),
   // applied when below 1.
   const double coefficient =
-      spec.optimizer().clip_grad_norm() / (std::sqrt(sum) + 1e-6);
+      config.spec().optimizer().clip_grad_norm() / (std::sqrt(sum) + 1e-6);
   return std::min(1.0, coefficient);
 }
 
-float StalenessScale(const v1::JobSpec& spec, uint64_t staleness) {
-  return spec.staleness_scaling() == "inverse" && staleness > 1
+float StalenessScale(const JobConfig& config, uint64_t staleness) {
+  return config.staleness_scaling() == StalenessScaling::kInverse && staleness > 1
              ? static_cast<float>(1.0 / static_cast<double>(staleness))
              : 1.0f;
 }
@@ -78,13 +78,13 @@ absl::Status NonFiniteError(absl::string_view what, absl::string_view name) {
 }
 
 absl::Status CheckUpdate(const GradientUpdate& update, int non_finite,
-                         const v1::JobSpec& spec, const std::string& job_id,
+                         const JobConfig& config, const std::string& job_id,
                          const WeightsSnapshot& weights) {
-  const v1::UpdateKind kind = UpdateKindOf(AlgorithmOf(spec));
+  const v1::UpdateKind kind = config.update_kind();
   if (update.kind != kind) {
     return InvalidRequestError(absl::StrCat(
         "update of kind ", v1::UpdateKind_Name(update.kind), " sent to job ",
-        job_id, ", whose algorithm '", spec.algorithm(), "' takes ",
+        job_id, ", whose algorithm '", config.spec().algorithm(), "' takes ",
         v1::UpdateKind_Name(kind)));
   }
   const absl::string_view what =
@@ -108,16 +108,16 @@ absl::Status CheckUpdate(const GradientUpdate& update, int non_finite,
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> StalenessOf(const v1::JobSpec& spec,
+absl::StatusOr<uint64_t> StalenessOf(const JobConfig& config,
                                      uint64_t base_version, uint64_t version) {
   const uint64_t staleness = base_version < version ? version - base_version : 0;
-  if (spec.max_staleness() > 0 &&
-      staleness > static_cast<uint64_t>(spec.max_staleness())) {
+  if (config.spec().max_staleness() > 0 &&
+      staleness > static_cast<uint64_t>(config.spec().max_staleness())) {
     return WithReason(
         absl::AbortedError(absl::StrCat(
             "stale update: computed on weight version ", base_version,
             ", the master is at ", version, " (staleness ", staleness,
-            " > max_staleness ", spec.max_staleness(),
+            " > max_staleness ", config.spec().max_staleness(),
             "); pull the weights and continue")),
         v1::ERROR_REASON_STALE_UPDATE);
   }
@@ -137,22 +137,22 @@ bool AlreadyApplied(const GradientUpdate& update,
 
 absl::StatusOr<Admission> AdmitUpdate(const GradientUpdate& update,
                                       const UpdateScan& scan,
-                                      const v1::JobSpec& spec,
+                                      const JobConfig& config,
                                       const std::string& job_id,
                                       const WeightsSnapshot& weights) {
   if (absl::Status checked =
-          CheckUpdate(update, scan.non_finite, spec, job_id, weights);
+          CheckUpdate(update, scan.non_finite, config, job_id, weights);
       !checked.ok()) {
     return checked;
   }
   absl::StatusOr<uint64_t> staleness =
-      StalenessOf(spec, update.base_version, weights.header.version());
+      StalenessOf(config, update.base_version, weights.header.version());
   if (!staleness.ok()) return staleness.status();
   Admission admission;
   admission.staleness = *staleness;
   admission.scale = static_cast<float>(
-      StalenessScale(spec, *staleness) *
-      ClipScale(spec, scan, weights.header));
+      StalenessScale(config, *staleness) *
+      ClipScale(config, scan, weights.header));
   admission.max_update = scan.max_abs;
   return admission;
 }

@@ -2,11 +2,11 @@
 // staleness and scale, decided by pure functions that change nothing.
 //
 //   // Before the job's lock: the one costly pass over the values.
-//   const UpdateScan scan = ScanUpdate(update.values, ClipsGradients(spec));
+//   const UpdateScan scan = ScanUpdate(update.values, ClipsGradients(config));
 //   // Under it, after the job's own checks (its state, the group's):
 //   if (AlreadyApplied(update, group.last_sequence)) ...  // a retried push
 //   MPILEARN_ASSIGN_OR_RETURN(const Admission admission,
-//                             AdmitUpdate(update, scan, spec, id, weights));
+//                             AdmitUpdate(update, scan, config, id, weights));
 //   ... rule->ApplyGuarded(..., update.values, admission.scale,
 //                          admission.max_update);
 //
@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/update/finite_bound.h"
 #include "server/core/job_values.h"
@@ -54,38 +55,38 @@ UpdateScan ScanUpdate(const std::vector<std::vector<float>>& values,
 
 // Whether the job clips gradients: optimizer.clip_grad_norm > 0 and the
 // algorithm is downpour or sync.
-bool ClipsGradients(const v1::JobSpec& spec);
+bool ClipsGradients(const JobConfig& config);
 
 // The factor optimizer.clip_grad_norm scales a gradient by, as PyTorch's
 // clip_grad_norm_ computes it: with N the L2 norm over every trainable
 // tensor of the update (buffers excluded, `layout` says which),
-// min(1, clip / (N + 1e-6)); 1 when !ClipsGradients(spec). `scan` must
+// min(1, clip / (N + 1e-6)); 1 when !ClipsGradients(config). `scan` must
 // hold the sums of squares when clipping.
-double ClipScale(const v1::JobSpec& spec, const UpdateScan& scan,
+double ClipScale(const JobConfig& config, const UpdateScan& scan,
                  const v1::TensorSetHeader& layout);
 
 // The factor an update computed `staleness` versions behind is scaled by:
 // 1 / max(1, staleness) with staleness_scaling "inverse", else 1.
-float StalenessScale(const v1::JobSpec& spec, uint64_t staleness);
+float StalenessScale(const JobConfig& config, uint64_t staleness);
 
 // INVALID_ARGUMENT (ERROR_REASON_INVALID_REQUEST) naming tensor `name`, which
 // holds NaN or Inf; `what` names the tensors ("gradient", "update",
 // "initial weight").
 absl::Status NonFiniteError(absl::string_view what, absl::string_view name);
 
-// Checks an update to the job `job_id` of `spec` (named in messages) whose
+// Checks an update to the job `job_id` of `config` (named in messages) whose
 // weights are `weights`: the kind its algorithm takes, as many tensors as
 // the weights, each as long, no NaN/Inf. `non_finite` is FirstNonFinite of
 // update.values, scanned beforehand. INVALID_ARGUMENT
 // (ERROR_REASON_INVALID_REQUEST) otherwise.
 absl::Status CheckUpdate(const GradientUpdate& update, int non_finite,
-                         const v1::JobSpec& spec, const std::string& job_id,
+                         const JobConfig& config, const std::string& job_id,
                          const WeightsSnapshot& weights);
 
 // The staleness of an update computed on `base_version` while the master is
 // at `version` (0 if not behind). ABORTED (ERROR_REASON_STALE_UPDATE)
 // beyond the spec's max_staleness, when that is > 0.
-absl::StatusOr<uint64_t> StalenessOf(const v1::JobSpec& spec,
+absl::StatusOr<uint64_t> StalenessOf(const JobConfig& config,
                                      uint64_t base_version, uint64_t version);
 
 // Whether a refusal of AdmitUpdate (or StalenessOf) is for staleness: the
@@ -112,10 +113,10 @@ struct Admission {
 
 // CheckUpdate, then StalenessOf against weights.header.version(), then the
 // scale (see the file comment). `scan` is ScanUpdate(update.values,
-// ClipsGradients(spec)).
+// ClipsGradients(config)).
 absl::StatusOr<Admission> AdmitUpdate(const GradientUpdate& update,
                                       const UpdateScan& scan,
-                                      const v1::JobSpec& spec,
+                                      const JobConfig& config,
                                       const std::string& job_id,
                                       const WeightsSnapshot& weights);
 

@@ -36,12 +36,12 @@ Floats Values(int seed) {
 
 TEST(UpdateAdmissionTest, StalenessScaleIsInverseOnlyWhenAsked) {
   v1::JobSpec spec = Spec("downpour");
-  for (uint64_t s : {0, 1, 2, 7}) EXPECT_EQ(StalenessScale(spec, s), 1.0f);
+  for (uint64_t s : {0, 1, 2, 7}) EXPECT_EQ(StalenessScale(JobConfig::FromNormalized(spec), s), 1.0f);
   spec.set_staleness_scaling("inverse");
-  EXPECT_EQ(StalenessScale(spec, 0), 1.0f);
-  EXPECT_EQ(StalenessScale(spec, 1), 1.0f);
-  EXPECT_EQ(StalenessScale(spec, 2), 0.5f);
-  EXPECT_FLOAT_EQ(StalenessScale(spec, 7), static_cast<float>(1.0 / 7.0));
+  EXPECT_EQ(StalenessScale(JobConfig::FromNormalized(spec), 0), 1.0f);
+  EXPECT_EQ(StalenessScale(JobConfig::FromNormalized(spec), 1), 1.0f);
+  EXPECT_EQ(StalenessScale(JobConfig::FromNormalized(spec), 2), 0.5f);
+  EXPECT_FLOAT_EQ(StalenessScale(JobConfig::FromNormalized(spec), 7), static_cast<float>(1.0 / 7.0));
 }
 
 GradientUpdate UpdateOf(v1::UpdateKind kind, Floats values) {
@@ -57,20 +57,20 @@ TEST(UpdateAdmissionTest, BadUpdatesAreInvalidRequests) {
   weights.values = Values(4);
   const v1::JobSpec gem = Spec("gem");
   EXPECT_TRUE(
-      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, Values(5)), -1, gem, "job-1",
+      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, Values(5)), -1, JobConfig::FromNormalized(gem), "job-1",
                   weights)
           .ok());
   Floats short_tensor = Values(5);
   short_tensor[1].pop_back();
   const absl::Status checks[] = {
       // Not the kind gem takes.
-      CheckUpdate(UpdateOf(v1::UPDATE_KIND_GRADIENT, Values(5)), -1, gem,
+      CheckUpdate(UpdateOf(v1::UPDATE_KIND_GRADIENT, Values(5)), -1, JobConfig::FromNormalized(gem),
                   "job-1", weights),
-      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, {Values(5)[0]}), -1, gem,
+      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, {Values(5)[0]}), -1, JobConfig::FromNormalized(gem),
                   "job-1", weights),
-      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, short_tensor), -1, gem,
+      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, short_tensor), -1, JobConfig::FromNormalized(gem),
                   "job-1", weights),
-      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, Values(5)), 1, gem, "job-1",
+      CheckUpdate(UpdateOf(v1::UPDATE_KIND_DELTA, Values(5)), 1, JobConfig::FromNormalized(gem), "job-1",
                   weights),
   };
   for (const absl::Status& status : checks) {
@@ -82,11 +82,11 @@ TEST(UpdateAdmissionTest, BadUpdatesAreInvalidRequests) {
 
 TEST(UpdateAdmissionTest, StalenessBeyondTheBoundIsAStaleUpdate) {
   v1::JobSpec spec = Spec("downpour");
-  EXPECT_EQ(StalenessOf(spec, 3, 10).value(), 7u);  // no bound
-  EXPECT_EQ(StalenessOf(spec, 12, 10).value(), 0u);
+  EXPECT_EQ(StalenessOf(JobConfig::FromNormalized(spec), 3, 10).value(), 7u);  // no bound
+  EXPECT_EQ(StalenessOf(JobConfig::FromNormalized(spec), 12, 10).value(), 0u);
   spec.set_max_staleness(2);
-  EXPECT_EQ(StalenessOf(spec, 8, 10).value(), 2u);
-  const absl::Status stale = StalenessOf(spec, 7, 10).status();
+  EXPECT_EQ(StalenessOf(JobConfig::FromNormalized(spec), 8, 10).value(), 2u);
+  const absl::Status stale = StalenessOf(JobConfig::FromNormalized(spec), 7, 10).status();
   EXPECT_EQ(stale.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(ReasonOf(stale), v1::ERROR_REASON_STALE_UPDATE);
 }
@@ -134,9 +134,9 @@ TEST(UpdateAdmissionTest, AdmitChecksThenStalenessThenScale) {
 
   GradientUpdate update = UpdateOf(v1::UPDATE_KIND_GRADIENT, Values(5));
   update.base_version = 8;
-  UpdateScan scan = ScanUpdate(update.values, ClipsGradients(spec));
+  UpdateScan scan = ScanUpdate(update.values, ClipsGradients(JobConfig::FromNormalized(spec)));
   absl::StatusOr<Admission> admitted =
-      AdmitUpdate(update, scan, spec, "job-1", weights);
+      AdmitUpdate(update, scan, JobConfig::FromNormalized(spec), "job-1", weights);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   EXPECT_EQ(admitted->staleness, 2u);
   EXPECT_EQ(admitted->scale, 0.5f);
@@ -144,13 +144,13 @@ TEST(UpdateAdmissionTest, AdmitChecksThenStalenessThenScale) {
 
   update.base_version = 5;  // staleness 5 > 4
   const absl::Status stale =
-      AdmitUpdate(update, scan, spec, "job-1", weights).status();
+      AdmitUpdate(update, scan, JobConfig::FromNormalized(spec), "job-1", weights).status();
   EXPECT_EQ(stale.code(), absl::StatusCode::kAborted);
   EXPECT_TRUE(IsStaleRefusal(stale));
   // A bad update is refused as such even when it is stale too.
   update.kind = v1::UPDATE_KIND_DELTA;
   const absl::Status bad =
-      AdmitUpdate(update, scan, spec, "job-1", weights).status();
+      AdmitUpdate(update, scan, JobConfig::FromNormalized(spec), "job-1", weights).status();
   EXPECT_EQ(ReasonOf(bad), v1::ERROR_REASON_INVALID_REQUEST);
   EXPECT_FALSE(IsStaleRefusal(bad));
 
@@ -160,8 +160,8 @@ TEST(UpdateAdmissionTest, AdmitChecksThenStalenessThenScale) {
   update.values = {std::vector<float>(7, 0.0f), std::vector<float>(3, 0.0f)};
   update.values[0][0] = 100.0f;
   spec.mutable_optimizer()->set_clip_grad_norm(1.0);
-  scan = ScanUpdate(update.values, ClipsGradients(spec));
-  admitted = AdmitUpdate(update, scan, spec, "job-1", weights);
+  scan = ScanUpdate(update.values, ClipsGradients(JobConfig::FromNormalized(spec)));
+  admitted = AdmitUpdate(update, scan, JobConfig::FromNormalized(spec), "job-1", weights);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   EXPECT_FLOAT_EQ(admitted->scale, static_cast<float>(1.0 / (100.0 + 1e-6)));
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/error_reason.h"
+#include "common/job_config.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -35,10 +36,6 @@ absl::Status StudyStateError(absl::string_view message) {
                     v1::ERROR_REASON_STUDY_STATE);
 }
 
-bool IsClassification(const std::string& loss) {
-  return loss == "categorical_crossentropy" || loss == "binary_crossentropy";
-}
-
 }  // namespace
 
 absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
@@ -49,12 +46,12 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
   // The base and the parameters (SearchSpace::Create checks both).
   MPILEARN_ASSIGN_OR_RETURN(SearchSpace space,
                             SearchSpace::Create(spec->base(), spec->parameters()));
-  v1::JobSpec base = spec->base();
-  MPILEARN_RETURN_IF_ERROR(NormalizeJobSpec(&base));
+  MPILEARN_ASSIGN_OR_RETURN(const JobConfig base,
+                            JobConfig::Create(spec->base()));
 
   v1::Objective& objective = *spec->mutable_objective();
   if (objective.metric().empty()) objective.set_metric("val_accuracy");
-  const bool classification = IsClassification(base.loss());
+  const bool classification = base.classification();
   const std::vector<std::string> metrics =
       classification ? std::vector<std::string>{"val_accuracy", "val_loss"}
                      : std::vector<std::string>{"val_loss", "val_mae", "val_mse"};
@@ -63,7 +60,7 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
     return Invalid("objective.metric",
                    absl::StrCat("\"", objective.metric(),
                                 "\" is never reported by jobs with loss ",
-                                base.loss(), "; use one of ",
+                                InfoOf(base.loss()).name, "; use one of ",
                                 absl::StrJoin(metrics, ", ")));
   }
   if (objective.direction().empty()) {

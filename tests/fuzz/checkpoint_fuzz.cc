@@ -13,6 +13,7 @@
 
 #include "common/checkpoint_file.h"
 #include "common/tensor_codec.h"
+#include "common/job_config.h"
 #include "server/core/job.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "zlib.h"
@@ -20,6 +21,7 @@
 namespace {
 
 namespace v1 = mpilearn::v1;
+using mpilearn::JobConfig;
 using mpilearn::server::Job;
 
 // The spec the checkpoints belong to (the master reads it from spec.json,
@@ -49,7 +51,7 @@ namespace mpilearn::fuzz {
 
 std::vector<std::string> Seeds() {
   std::vector<std::string> seeds;
-  Job job("job-1", Spec());
+  Job job("job-1", JobConfig::FromNormalized(Spec()));
   if (!job.AddGroup("g-1", 1, "host", Now()).ok()) return seeds;
   std::vector<std::vector<float>> values = {
       {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, -3.0f}, {0.1f, 0.2f}};
@@ -93,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  Job job("job-1", Spec());
+  Job job("job-1", JobConfig::FromNormalized(Spec()));
   const absl::Status resumed = job.Resume(*std::move(file));
   if (!resumed.ok()) {
     if (std::getenv("FUZZ_VERBOSE") != nullptr) {
@@ -110,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<v1::JobCheckpointFile> reread =
       mpilearn::DecodeCheckpoint(*again, "again");
   FUZZ_CHECK(reread.ok(), "its checkpoint decodes");
-  Job fresh("job-1", Spec());
+  Job fresh("job-1", JobConfig::FromNormalized(Spec()));
   FUZZ_CHECK(fresh.Resume(*std::move(reread)).ok(), "its checkpoint resumes");
   FUZZ_CHECK(fresh.Status(true, Now()).version() == status.version(),
              "at the same version");

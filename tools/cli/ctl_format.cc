@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
+#include "common/spec_kinds.h"
 
 namespace mpilearn::ctl {
 namespace {
@@ -42,7 +44,8 @@ bool HasValidation(const v1::EpochRecord& epoch) {
 // of val_accuracy (JobSpec.loss); the tables then show val_mae where they
 // show val_accuracy for classification.
 bool IsRegression(const v1::JobSpec& spec) {
-  return spec.loss() == "mse" || spec.loss() == "mae" || spec.loss() == "huber";
+  const std::optional<LossKind> loss = LossKindFromName(spec.loss());
+  return loss && !InfoOf(*loss).classification;
 }
 
 // The column header of the metric shown beside val_loss.
@@ -125,17 +128,18 @@ std::string OptimizerText(const v1::JobSpec& spec) {
 }
 
 std::string ModelText(const v1::ModelSpec& model) {
-  if (model.name() == "mlp" && !model.hidden().empty()) {
+  const std::optional<ModelKind> kind = BuiltInModelFromName(model.name());
+  const ModelKindInfo* info = kind ? &InfoOf(*kind) : nullptr;
+  if (kind == ModelKind::kMlp && !model.hidden().empty()) {
     return absl::StrCat(model.name(), " (hidden ",
                         absl::StrJoin(model.hidden(), ","), ")");
   }
-  if ((model.name() == "cnn" || model.name() == "cnn1d") &&
-      !model.channels().empty()) {
+  if (info != nullptr && info->conv_dims > 0 && !model.channels().empty()) {
     return absl::StrCat(model.name(), " (channels ",
                         absl::StrJoin(model.channels(), ","), ", dense ",
                         model.dense(), ")");
   }
-  if ((model.name() == "gru" || model.name() == "lstm") &&
+  if (info != nullptr && info->recurrent_gates > 0 &&
       !model.recurrent().empty()) {
     return absl::StrCat(model.name(), " (recurrent ",
                         absl::StrJoin(model.recurrent(), ","), ", dense ",

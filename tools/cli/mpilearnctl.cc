@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,7 +42,11 @@
 #include "common/cli_flags.h"
 #include "common/client/client_security_flags.h"
 #include "common/client/master_client.h"
+#include "common/bounded_text.h"
+#include "common/file_list.h"
+#include "common/job_config.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/mpilearn.pb.h"
 #include "tools/cli/ctl_format.h"
@@ -153,8 +158,29 @@ int FailRpc(const absl::Status& status, const Options& options) {
   return kExitError;
 }
 
-// Checks that every data file the spec names can be opened from here, so a
-// typo fails now rather than when a worker group picks the job up.
+constexpr absl::string_view kOnlyOnWorkers =
+    "Workers open data files by these paths; if they exist only on the "
+    "workers' hosts, pass --skip_file_check.";
+
+// FailedPrecondition naming `field` when `path` is not a readable file.
+absl::Status CheckReadable(absl::string_view field, const std::string& path) {
+  std::string problem;
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    problem = std::strerror(errno);
+  } else if (S_ISDIR(info.st_mode)) {
+    problem = "is a directory";
+  } else if (access(path.c_str(), R_OK) != 0) {
+    problem = std::strerror(errno);
+  }
+  if (problem.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      field, ": cannot read '", path, "' (", problem, "). ", kOnlyOnWorkers));
+}
+
+// Checks that every data file the spec names can be opened from here, the
+// files of its file lists included (a list file is read as the workers read
+// it), so a typo fails now rather than when a worker group picks the job up.
 absl::Status CheckDataFiles(const v1::DataSpec& data) {
   const std::pair<absl::string_view, const std::string*> files[] = {
       {"data.train_images", &data.train_images()},
@@ -165,21 +191,25 @@ absl::Status CheckDataFiles(const v1::DataSpec& data) {
       {"data.test_labels", &data.test_labels()},
   };
   for (const auto& [field, path] : files) {
-    if (path->empty()) continue;
-    std::string problem;
-    struct stat info;
-    if (stat(path->c_str(), &info) != 0) {
-      problem = std::strerror(errno);
-    } else if (S_ISDIR(info.st_mode)) {
-      problem = "is a directory";
-    } else if (access(path->c_str(), R_OK) != 0) {
-      problem = std::strerror(errno);
+    if (!path->empty()) MPILEARN_RETURN_IF_ERROR(CheckReadable(field, *path));
+  }
+  const std::pair<absl::string_view,
+                  const google::protobuf::RepeatedPtrField<std::string>*>
+      lists[] = {{"train_files", &data.train_files()},
+                 {"validation_files", &data.validation_files()},
+                 {"test_files", &data.test_files()}};
+  for (const auto& [field, entries] : lists) {
+    absl::StatusOr<std::vector<std::string>> paths =
+        ExpandFileList(field, {entries->begin(), entries->end()});
+    if (!paths.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(paths.status().message(), ". ", kOnlyOnWorkers));
     }
-    if (!problem.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          field, ": cannot read '", *path, "' (", problem,
-          "). Workers open data files by these paths; if they exist only on "
-          "the workers' hosts, pass --skip_file_check."));
+    for (size_t i = 0; i < paths->size(); ++i) {
+      MPILEARN_RETURN_IF_ERROR(CheckReadable(
+          absl::StrCat("data.", field, " (file ", i + 1, " of ", paths->size(),
+                       ")"),
+          (*paths)[i]));
     }
   }
   return absl::OkStatus();
@@ -191,13 +221,23 @@ absl::StatusOr<std::unique_ptr<MasterClient>> ConnectToMaster(
 }
 
 int SubmitJob(const std::string& spec_path, const Options& options) {
-  absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(spec_path);
-  if (!spec.ok()) {
-    absl::FPrintF(stderr, "mpilearnctl: %s\n", spec.status().message());
+  // The master's checks, here first: the spec normalized as the master
+  // normalizes it, and its strings free of control bytes. The byte limits
+  // (mpilearn-master --max_string_bytes, --max_model_mib) are the master's
+  // settings, so the master alone applies them.
+  absl::StatusOr<JobConfig> config = JobConfig::FromFile(spec_path);
+  absl::Status checked = config.status();
+  if (checked.ok()) {
+    checked = CheckStringFields(config->spec(), "spec",
+                                std::numeric_limits<size_t>::max());
+  }
+  if (!checked.ok()) {
+    absl::FPrintF(stderr, "mpilearnctl: %s\n", checked.message());
     return kExitUsage;
   }
+  const v1::JobSpec& spec = config->spec();
   if (!options.skip_file_check) {
-    absl::Status files = CheckDataFiles(spec->data());
+    absl::Status files = CheckDataFiles(spec.data());
     if (!files.ok()) {
       absl::FPrintF(stderr, "mpilearnctl: %s: %s\n", spec_path,
                     files.message());
@@ -206,7 +246,7 @@ int SubmitJob(const std::string& spec_path, const Options& options) {
   }
   auto master = ConnectToMaster(options);
   if (!master.ok()) return FailRpc(master.status(), options);
-  absl::StatusOr<std::string> job_id = (*master)->SubmitJob(*spec);
+  absl::StatusOr<std::string> job_id = (*master)->SubmitJob(spec);
   if (!job_id.ok()) return FailRpc(job_id.status(), options);
   absl::PrintF("%s\n", *job_id);
   return kExitOk;

@@ -126,16 +126,6 @@ class DataFile {
 absl::StatusOr<std::unique_ptr<DataFile>> OpenDataFile(
     const std::string& path, const DataFileNames& names = {});
 
-// The paths a job's file list (DataSpec.train_files, ...) names: its
-// entries, or, for a single entry that is not a data file (by the
-// extensions OpenDataFile knows), the lines of that text file (blank lines
-// and lines starting with '#' skipped; relative paths are relative to the
-// list's directory). `field` ("train_files") prefixes errors: NotFound for
-// a list that cannot be read, InvalidArgument for one over 64 MiB or one
-// that names no files. An empty `entries` gives no paths.
-absl::StatusOr<std::vector<std::string>> ExpandFileList(
-    absl::string_view field, const std::vector<std::string>& entries);
-
 // The format-specific openers OpenDataFile dispatches to.
 absl::StatusOr<std::unique_ptr<DataFile>> OpenHdf5File(
     const std::string& path, const DataFileNames& names);

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/file_list.h"
 #include "common/status_macros.h"
 #include "worker/data/dataset.h"
 

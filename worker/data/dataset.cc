@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/file_list.h"
 #include "common/status_macros.h"
 #include "worker/data/data_file.h"
 #include "worker/data/idx_reader.h"

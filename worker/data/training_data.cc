@@ -75,14 +75,14 @@ FeatureTransform FeatureMoments::Standardize() const {
 
 namespace {
 
-// Builds data->transform from `spec` (for standardize, from the first
+// Builds data->transform from `config` (for standardize, from the first
 // sample_rows training rows: in memory, or read in chunks) and applies it
 // to the in-memory splits.
-absl::Status PrepareTransform(const v1::DataSpec& spec, TrainingData* data) {
-  const v1::Normalization& norm = spec.normalization();
-  if (norm.mode() == "scale") {
+absl::Status PrepareTransform(const JobConfig& config, TrainingData* data) {
+  const v1::Normalization& norm = config.spec().data().normalization();
+  if (config.normalization() == NormalizationMode::kScale) {
     data->transform = FeatureTransform::Scale(norm.scale(), norm.offset());
-  } else if (norm.mode() == "standardize") {
+  } else if (config.normalization() == NormalizationMode::kStandardize) {
     const int64_t rows = std::min(std::max<int64_t>(norm.sample_rows(), 1),
                                   data->train_samples());
     FeatureMoments moments;
@@ -90,7 +90,7 @@ absl::Status PrepareTransform(const v1::DataSpec& spec, TrainingData* data) {
       moments.Add(data->splits.train.features.narrow(0, 0, rows));
     } else {
       FileReader reader(data->files->train, data->files->names,
-                        spec.bad_values() == "skip");
+                        config.skips_bad_values());
       constexpr int64_t kChunk = 4096;
       for (int64_t begin = 0; begin < rows; begin += kChunk) {
         MPILEARN_ASSIGN_OR_RETURN(
@@ -115,12 +115,13 @@ absl::Status PrepareTransform(const v1::DataSpec& spec, TrainingData* data) {
 
 }  // namespace
 
-absl::StatusOr<TrainingData> LoadTrainingData(const v1::DataSpec& spec,
+absl::StatusOr<TrainingData> LoadTrainingData(const JobConfig& config,
                                               int64_t sample_rows) {
+  const v1::DataSpec& spec = config.spec().data();
   TrainingData data;
   if (spec.train_files().empty()) {
     MPILEARN_ASSIGN_OR_RETURN(data.splits, LoadDatasets(spec));
-    MPILEARN_RETURN_IF_ERROR(PrepareTransform(spec, &data));
+    MPILEARN_RETURN_IF_ERROR(PrepareTransform(config, &data));
     return data;
   }
   MPILEARN_ASSIGN_OR_RETURN(FileSplits files, ScanDataFiles(spec));
@@ -129,14 +130,14 @@ absl::StatusOr<TrainingData> LoadTrainingData(const v1::DataSpec& spec,
   data.splits.float_labels = files.float_labels;
   // The same rows training would give: with bad_values "skip" the sample
   // leaves out rows holding a NaN or infinity too.
-  FileReader reader(files.train, files.names, spec.bad_values() == "skip");
+  FileReader reader(files.train, files.names, config.skips_bad_values());
   const int64_t rows =
       std::min(std::max<int64_t>(sample_rows, 1), files.train.total_rows());
   MPILEARN_ASSIGN_OR_RETURN(DataRows first, reader.ReadRange(0, rows));
   data.splits.train.features = std::move(first.features);
   data.splits.train.labels = std::move(first.labels);
   data.files = std::make_shared<const FileSplits>(std::move(files));
-  MPILEARN_RETURN_IF_ERROR(PrepareTransform(spec, &data));
+  MPILEARN_RETURN_IF_ERROR(PrepareTransform(config, &data));
   return data;
 }
 

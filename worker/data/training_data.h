@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/data_stream.h"
 #include "worker/data/dataset.h"
@@ -91,12 +92,12 @@ struct TrainingData {
   int64_t validation_samples() const;
 };
 
-// Loads `spec`'s data: IDX whole (LoadDatasets); file lists by their
+// Loads the job's data: IDX whole (LoadDatasets); file lists by their
 // metadata (ScanDataFiles) plus their first `sample_rows` training rows.
-// For data.normalization "standardize" the statistics come from the first
+// For NormalizationMode::kStandardize the statistics come from the first
 // normalization.sample_rows training rows (read in chunks when streamed).
 // Errors as those functions give them.
-absl::StatusOr<TrainingData> LoadTrainingData(const v1::DataSpec& spec,
+absl::StatusOr<TrainingData> LoadTrainingData(const JobConfig& config,
                                               int64_t sample_rows);
 
 }  // namespace mpilearn::worker

@@ -108,7 +108,10 @@ TEST(LoadTrainingDataTest, StandardizesStreamedFilesFromTheFirstRows) {
   spec.set_validation_count(10);
   spec.mutable_normalization()->set_mode("standardize");
   spec.mutable_normalization()->set_sample_rows(20);
-  absl::StatusOr<TrainingData> data = LoadTrainingData(spec, /*sample_rows=*/4);
+  v1::JobSpec job;
+  *job.mutable_data() = spec;
+  absl::StatusOr<TrainingData> data =
+      LoadTrainingData(JobConfig::FromNormalized(job), /*sample_rows=*/4);
   ASSERT_TRUE(data.ok()) << data.status();
   ASSERT_TRUE(data->streamed());
   const FeatureTransform& t = data->transform;

@@ -13,9 +13,10 @@
 
 namespace mpilearn::worker {
 
-absl::StatusOr<JobModel> BuildJobModel(const v1::JobSpec& spec,
+absl::StatusOr<JobModel> BuildJobModel(const JobConfig& config,
                                        const DatasetSplits& data) {
-  MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromSpec(spec));
+  const v1::JobSpec& spec = config.spec();
+  MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromConfig(config));
   MPILEARN_ASSIGN_OR_RETURN(const int64_t outputs,
                             loss.OutputsFor(data.train.labels, data.num_classes));
   // Building allocates the weights: a model too large for this host (a

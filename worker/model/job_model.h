@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/dataset.h"
 #include "worker/model/loss.h"
@@ -36,7 +37,7 @@ struct JobModel {
 // data's sample shape with as many outputs as the loss needs for the
 // training labels. Errors name the spec field or file and say what to
 // change (Loss::FromSpec, Loss::OutputsFor, Model::FromSpec).
-absl::StatusOr<JobModel> BuildJobModel(const v1::JobSpec& spec,
+absl::StatusOr<JobModel> BuildJobModel(const JobConfig& config,
                                        const DatasetSplits& data);
 
 // One forward and backward pass in training mode on the first `batch`

@@ -10,10 +10,6 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-constexpr const char* kAvailable =
-    "'categorical_crossentropy', 'binary_crossentropy', 'mse', 'mae', "
-    "'huber'";
-
 // "[64, 10]".
 std::string ShapeString(const torch::Tensor& tensor) {
   return absl::StrCat("[", absl::StrJoin(tensor.sizes(), ", "), "]");
@@ -66,25 +62,18 @@ MetricSums MetricSums::FromArray(const std::array<double, kSize>& values) {
   return sums;
 }
 
-absl::StatusOr<Loss> Loss::FromSpec(const v1::JobSpec& spec) {
-  const std::string name =
-      spec.loss().empty() ? "categorical_crossentropy" : spec.loss();
-  const double delta = spec.has_huber_delta() ? spec.huber_delta() : 1.0;
-  if (name == "categorical_crossentropy") {
-    return Loss(Kind::kCategorical, name, delta);
+absl::StatusOr<Loss> Loss::Create(LossKind kind, double huber_delta) {
+  if (kind == LossKind::kHuber &&
+      !(std::isfinite(huber_delta) && huber_delta > 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "huber_delta must be a finite number > 0, got ", huber_delta));
   }
-  if (name == "binary_crossentropy") return Loss(Kind::kBinary, name, delta);
-  if (name == "mse") return Loss(Kind::kMse, name, delta);
-  if (name == "mae") return Loss(Kind::kMae, name, delta);
-  if (name == "huber") {
-    if (!(std::isfinite(delta) && delta > 0.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("huber_delta must be a finite number > 0, got ", delta));
-    }
-    return Loss(Kind::kHuber, name, delta);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("loss: unknown loss '", name, "'; available: ", kAvailable));
+  return Loss(kind, huber_delta);
+}
+
+absl::StatusOr<Loss> Loss::FromConfig(const JobConfig& config) {
+  const v1::JobSpec& spec = config.spec();
+  return Create(config.loss(), spec.has_huber_delta() ? spec.huber_delta() : 1.0);
 }
 
 absl::StatusOr<int64_t> Loss::OutputsFor(const torch::Tensor& labels,
@@ -93,14 +82,14 @@ absl::StatusOr<int64_t> Loss::OutputsFor(const torch::Tensor& labels,
   if (!kind.ok()) return kind.status();
   if (!kind->indices) return kind->width;
   switch (kind_) {
-    case Kind::kCategorical:
+    case LossKind::kCategoricalCrossentropy:
       if (num_classes < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "categorical_crossentropy needs at least 1 class, got ",
             num_classes));
       }
       return num_classes;
-    case Kind::kBinary:
+    case LossKind::kBinaryCrossentropy:
       if (labels.numel() > 0 && (labels.min().item<int64_t>() < 0 ||
                                  labels.max().item<int64_t>() > 1)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -127,7 +116,7 @@ absl::Status Loss::CheckOutput(const torch::Tensor& output,
   int64_t needed = kind->width;
   bool at_least = false;  // the output may be wider than `needed`
   std::string what;       // "categorical_crossentropy with 10 classes"
-  if (kind->indices && kind_ == Kind::kCategorical) {
+  if (kind->indices && kind_ == LossKind::kCategoricalCrossentropy) {
     if (num_classes > 0) {
       needed = num_classes;
       what = absl::StrCat(name_, " with ", num_classes, " classes");
@@ -138,7 +127,7 @@ absl::Status Loss::CheckOutput(const torch::Tensor& output,
       at_least = true;
       what = absl::StrCat(name_, " with labels up to ", largest);
     }
-  } else if (kind->indices && kind_ == Kind::kBinary) {
+  } else if (kind->indices && kind_ == LossKind::kBinaryCrossentropy) {
     needed = 1;
     what = absl::StrCat(name_, " with 0/1 labels");
   } else if (kind->indices) {
@@ -146,7 +135,7 @@ absl::Status Loss::CheckOutput(const torch::Tensor& output,
   } else {
     what = absl::StrCat(
         name_, " with ",
-        kind_ == Kind::kCategorical ? "one-hot targets " : "targets ",
+        kind_ == LossKind::kCategoricalCrossentropy ? "one-hot targets " : "targets ",
         ShapeString(labels));
   }
   if (!output.defined() || !output.is_floating_point()) {
@@ -183,24 +172,24 @@ torch::Tensor Loss::Summed(const torch::Tensor& output,
                            const torch::Tensor& labels) const {
   const torch::Tensor out = AsMatrix(output);
   switch (kind_) {
-    case Kind::kCategorical:
+    case LossKind::kCategoricalCrossentropy:
       // Float targets are class probabilities (LibTorch's soft-target cross
       // entropy); int64 ones class indices.
       return F::cross_entropy(
           out,
           labels.scalar_type() == torch::kLong ? labels : Targets(labels, out),
           F::CrossEntropyFuncOptions().reduction(torch::kSum));
-    case Kind::kBinary:
+    case LossKind::kBinaryCrossentropy:
       return F::binary_cross_entropy_with_logits(
           out, Targets(labels, out),
           F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kSum));
-    case Kind::kMse:
+    case LossKind::kMse:
       return F::mse_loss(out, Targets(labels, out),
                          F::MSELossFuncOptions().reduction(torch::kSum));
-    case Kind::kMae:
+    case LossKind::kMae:
       return F::l1_loss(out, Targets(labels, out),
                         F::L1LossFuncOptions().reduction(torch::kSum));
-    case Kind::kHuber:
+    case LossKind::kHuber:
       return F::huber_loss(
           out, Targets(labels, out),
           F::HuberLossFuncOptions().reduction(torch::kSum).delta(huber_delta_));
@@ -219,12 +208,12 @@ void Loss::Accumulate(const torch::Tensor& output, const torch::Tensor& labels,
   const torch::Tensor out = AsMatrix(output);
   sums->loss += Summed(out, labels).item<double>();
   sums->samples += static_cast<double>(out.size(0));
-  if (kind_ == Kind::kCategorical) {
+  if (kind_ == LossKind::kCategoricalCrossentropy) {
     const torch::Tensor classes =
         labels.scalar_type() == torch::kLong ? labels : labels.argmax(1);
     sums->correct += out.argmax(1).eq(classes).sum().item<double>();
     sums->elements += static_cast<double>(out.size(0));
-  } else if (kind_ == Kind::kBinary) {
+  } else if (kind_ == LossKind::kBinaryCrossentropy) {
     const torch::Tensor targets = Targets(labels, out);
     sums->correct += out.gt(0).eq(targets.gt(0.5)).sum().item<double>();
     sums->elements += static_cast<double>(targets.numel());

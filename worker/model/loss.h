@@ -44,6 +44,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::worker {
@@ -66,21 +67,19 @@ struct MetricSums {
 
 class Loss {
  public:
-  // The loss `spec.loss()` names ("categorical_crossentropy" when empty),
-  // with spec.huber_delta() (default 1.0) for huber. InvalidArgument
-  // listing the available losses for an unknown name, and for a huber delta
-  // that is not a finite number > 0.
-  static absl::StatusOr<Loss> FromSpec(const v1::JobSpec& spec);
+  // The loss `kind`, with `huber_delta` for huber. InvalidArgument for a
+  // huber delta that is not a finite number > 0.
+  static absl::StatusOr<Loss> Create(LossKind kind, double huber_delta);
+  // The job's loss, with spec.huber_delta() (default 1.0) for huber.
+  static absl::StatusOr<Loss> FromConfig(const JobConfig& config);
 
-  // "categorical_crossentropy", "binary_crossentropy", "mse", "mae" or
-  // "huber".
+  LossKind kind() const { return kind_; }
+  // As specs write it: "categorical_crossentropy", ..., "huber".
   const std::string& name() const { return name_; }
 
   // True for the two cross entropies: labels are classes and the metric is
   // accuracy; false for the regression losses.
-  bool classification() const {
-    return kind_ == Kind::kCategorical || kind_ == Kind::kBinary;
-  }
+  bool classification() const { return InfoOf(kind_).classification; }
 
   // The outputs per sample a model needs for `labels` (a whole data set or
   // a batch): categorical_crossentropy: `num_classes` for int64 labels
@@ -123,10 +122,8 @@ class Loss {
   std::map<std::string, double> Metrics(const MetricSums& sums) const;
 
  private:
-  enum class Kind { kCategorical, kBinary, kMse, kMae, kHuber };
-
-  Loss(Kind kind, std::string name, double huber_delta)
-      : kind_(kind), name_(std::move(name)), huber_delta_(huber_delta) {}
+  Loss(LossKind kind, double huber_delta)
+      : kind_(kind), name_(InfoOf(kind).name), huber_delta_(huber_delta) {}
 
   // `labels` as float targets [B, K] for the binary and regression losses.
   static torch::Tensor Targets(const torch::Tensor& labels,
@@ -134,7 +131,7 @@ class Loss {
   // `output` as [B, n] ([B] -> [B, 1]).
   static torch::Tensor AsMatrix(const torch::Tensor& output);
 
-  Kind kind_;
+  LossKind kind_;
   std::string name_;
   double huber_delta_;  // huber only
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,12 @@ torch::Tensor Indices(const std::vector<int64_t>& labels) {
 }
 
 Loss Named(const std::string& name, double huber_delta = 1.0) {
-  v1::JobSpec spec;
-  spec.set_loss(name);
-  spec.set_huber_delta(huber_delta);
-  absl::StatusOr<Loss> loss = Loss::FromSpec(spec);
+  // An empty name is the default, as normalization makes it.
+  const std::optional<LossKind> kind =
+      name.empty() ? LossKind::kCategoricalCrossentropy : LossKindFromName(name);
+  EXPECT_TRUE(kind.has_value()) << name;
+  absl::StatusOr<Loss> loss =
+      Loss::Create(kind.value_or(LossKind::kMse), huber_delta);
   EXPECT_TRUE(loss.ok()) << loss.status();
   return *loss;
 }
@@ -250,7 +253,7 @@ TEST(LossTest, HuberIsQuadraticInsideDeltaAndLinearOutside) {
   // The default delta, 1.0, on a single error on each side.
   v1::JobSpec spec;
   spec.set_loss("huber");
-  const Loss unit = *Loss::FromSpec(spec);
+  const Loss unit = *Loss::FromConfig(JobConfig::FromNormalized(spec));
   ExpectNear(unit.Summed(Matrix({{0.75}, {3.0}}), Matrix({{0.0}, {0.0}}))
                  .item<double>(),
              0.5 * 0.75 * 0.75 + (3.0 - 0.5));
@@ -346,19 +349,30 @@ TEST(LossTest, RegressionRefusesClassIndices) {
                 "[N, K] targets, got Float [2, 2, 2]"));
 }
 
-TEST(LossTest, UnknownNameAndBadDeltaAreRefused) {
+// Unknown names never get this far: JobConfig::Create refuses them
+// (common/job_config_test.cc).
+TEST(LossTest, BadDeltaIsRefused) {
+  for (const double delta : {0.0, -1.0, std::nan("")}) {
+    const absl::Status refused = Loss::Create(LossKind::kHuber, delta).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.message(),
+                HasSubstr("huber_delta must be a finite number > 0"));
+  }
+}
+
+TEST(LossTest, FromConfigReadsTheLossAndItsDelta) {
   v1::JobSpec spec;
-  spec.set_loss("hinge");
-  const absl::Status unknown = Loss::FromSpec(spec).status();
-  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      unknown.message(),
-      "loss: unknown loss 'hinge'; available: 'categorical_crossentropy', "
-      "'binary_crossentropy', 'mse', 'mae', 'huber'");
   spec.set_loss("huber");
-  spec.set_huber_delta(0.0);
-  EXPECT_THAT(Loss::FromSpec(spec).status().message(),
-              HasSubstr("huber_delta must be a finite number > 0"));
+  spec.set_huber_delta(2.5);
+  const absl::StatusOr<Loss> loss =
+      Loss::FromConfig(JobConfig::FromNormalized(spec));
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(loss->name(), "huber");
+  EXPECT_FALSE(loss->classification());
+  // Half of 1^2 inside the delta; 2.5 * (4 - 1.25) outside it.
+  ExpectNear(loss->Summed(Matrix({{1.0}, {4.0}}), Matrix({{0.0}, {0.0}}))
+                 .item<double>(),
+             0.5 + 2.5 * (4.0 - 1.25));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/spec_kinds.h"
 #include "common/status_macros.h"
 
 namespace mpilearn::worker {
@@ -485,30 +486,28 @@ absl::StatusOr<Model> Model::Build(const ModelSpec& spec,
         " and ", conv_dropout));
   }
   const std::string& name = spec.name().empty() ? std::string("mlp") : spec.name();
-  static const std::map<std::string, std::string> kClass = {
-      {"mlp", "Mlp"}, {"cnn", "Cnn"}, {"cnn1d", "Cnn1d"},
-      {"gru", "Gru"}, {"lstm", "Lstm"}};
-  const auto cls = kClass.find(name);
-  if (cls == kClass.end()) {
+  const std::optional<ModelKind> kind = BuiltInModelFromName(name);
+  if (!kind) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.name: unknown model '", name,
-        "'; built-in models are 'mlp', 'cnn', 'cnn1d', 'gru' and 'lstm', or "
-        "set model.torchscript"));
+        "model.name: unknown model '", name, "'; built-in models are ",
+        ModelNames(), ", or set model.torchscript"));
   }
+  const ModelKindInfo& info = InfoOf(*kind);
   // Twice: on the meta device to check the spec and count the parameters
   // without taking memory, then for real.
   std::optional<Assembly> built;
   for (const bool meta : {true, false}) {
     ZooBuilder zoo(meta);
-    Assembly model{zoo.NewModule(cls->second), ""};
+    Assembly model{zoo.NewModule(std::string(info.class_name)), ""};
     try {
-      if (name == "mlp") {
+      if (*kind == ModelKind::kMlp) {
         MPILEARN_RETURN_IF_ERROR(BuildMlp(zoo, model, spec, input_shape, outputs));
-      } else if (name == "cnn" || name == "cnn1d") {
-        MPILEARN_RETURN_IF_ERROR(BuildCnn(zoo, model, spec, name == "cnn" ? 2 : 1,
+      } else if (info.conv_dims > 0) {
+        MPILEARN_RETURN_IF_ERROR(BuildCnn(zoo, model, spec, info.conv_dims,
                                           input_shape, outputs));
       } else {
-        MPILEARN_RETURN_IF_ERROR(BuildRecurrent(zoo, model, spec, name == "lstm",
+        MPILEARN_RETURN_IF_ERROR(BuildRecurrent(zoo, model, spec,
+                                                *kind == ModelKind::kLstm,
                                                 input_shape, outputs));
       }
       if (meta) continue;

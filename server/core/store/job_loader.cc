@@ -35,7 +35,7 @@ LoadedJobs LoadJobs(JobStore& store, const EngineOptions& engine,
   LoadedJobs loaded;
   int64_t& last_group = loaded.last_group_number;
   for (const std::string& id : store.JobIds()) {
-    absl::StatusOr<v1::JobSpec> spec = store.ReadSpec(id);
+    absl::StatusOr<JobConfig> spec = store.ReadSpec(id);
     if (!spec.ok()) {
       LOG(WARNING) << "job " << id << " not loaded: " << spec.status();
       continue;

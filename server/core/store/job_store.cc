@@ -442,9 +442,9 @@ std::vector<std::string> JobStore::JobIds() const {
   return ids;
 }
 
-absl::StatusOr<v1::JobSpec> JobStore::ReadSpec(
+absl::StatusOr<JobConfig> JobStore::ReadSpec(
     const std::string& job_id) const {
-  return ReadJobSpecFile(JobDir(job_id) + "/spec.json");
+  return JobConfig::FromFile(JobDir(job_id) + "/spec.json");
 }
 
 absl::StatusOr<v1::JobStatus> JobStore::ReadHistory(

@@ -61,6 +61,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/checkpoint_file.h"
+#include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::server {
@@ -152,7 +153,7 @@ class JobStore {
   // Ids of the job directories ("job-000041"), in ascending number.
   std::vector<std::string> JobIds() const;
   // The job's spec.json, normalized (ReadJobSpecFile).
-  absl::StatusOr<v1::JobSpec> ReadSpec(const std::string& job_id) const;
+  absl::StatusOr<JobConfig> ReadSpec(const std::string& job_id) const;
   // The job's history.json merged with its records.jsonl (see the file
   // comment); NOT_FOUND when there is no history.json. `format`, when
   // given, receives what was found.

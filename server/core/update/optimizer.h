@@ -19,8 +19,8 @@
 // the device that does the arithmetic. CreateOptimizer builds the CPU backend
 // (optimizer.cc) or the CUDA one (cuda/cuda_engine.h); both apply the update
 // rules of optimizer_rules.h to the scalars of ComputeStepScalars.
-#ifndef MPILEARN_SERVER_CORE_OPTIMIZER_H_
-#define MPILEARN_SERVER_CORE_OPTIMIZER_H_
+#ifndef MPILEARN_SERVER_CORE_UPDATE_OPTIMIZER_H_
+#define MPILEARN_SERVER_CORE_UPDATE_OPTIMIZER_H_
 
 #include <cstddef>
 #include <memory>
@@ -66,4 +66,4 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
 
 }  // namespace mpilearn::server
 
-#endif  // MPILEARN_SERVER_CORE_OPTIMIZER_H_
+#endif  // MPILEARN_SERVER_CORE_UPDATE_OPTIMIZER_H_

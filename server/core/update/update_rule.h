@@ -21,8 +21,8 @@
 //                          admission.max_update));
 //
 // Threading: not thread-safe; a Job calls it under its own mutex.
-#ifndef MPILEARN_SERVER_CORE_UPDATE_RULE_H_
-#define MPILEARN_SERVER_CORE_UPDATE_RULE_H_
+#ifndef MPILEARN_SERVER_CORE_UPDATE_UPDATE_RULE_H_
+#define MPILEARN_SERVER_CORE_UPDATE_UPDATE_RULE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -151,4 +151,4 @@ struct UpdateStats {
 
 }  // namespace mpilearn::server
 
-#endif  // MPILEARN_SERVER_CORE_UPDATE_RULE_H_
+#endif  // MPILEARN_SERVER_CORE_UPDATE_UPDATE_RULE_H_
