@@ -58,8 +58,9 @@ ABSL_FLAG(double, connect_timeout_s, 10,
           "Seconds to wait for the master to answer before giving up.");
 ABSL_FLAG(double, rpc_timeout_s, 30, "Deadline of each call to the master.");
 ABSL_FLAG(bool, skip_file_check, false,
-          "submit: don't check that the spec's data files are readable here "
-          "(for a master and workers on other hosts).");
+          "submit: don't check that the spec's data files (and the files its "
+          "file lists name) are readable here (for a master and workers on "
+          "other hosts).");
 ABSL_FLAG(bool, json, false,
           "status: print the job status (or, without a job id, every job's "
           "status) as JSON instead of tables.");
@@ -88,7 +89,8 @@ constexpr char kUsage[] =
     "Usage: mpilearnctl [--master HOST:PORT] COMMAND [ARGS] [FLAGS]\n"
     "\n"
     "Commands:\n"
-    "  submit SPEC.json   validate a job spec, check its data files, queue it;\n"
+    "  submit SPEC.json   validate a job spec as the master does, check its data\n"
+    "                     files (those its file lists name too), queue it;\n"
     "                     prints the job id alone on stdout\n"
     "  list               table of the master's jobs\n"
     "  status             one row per job: state, epoch, progress, samples/s,\n"

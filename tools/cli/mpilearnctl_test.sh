@@ -190,6 +190,26 @@ expect 2 "data.train_images: cannot read '$TMP/no-such-train-images.gz'.*skip_fi
 
 expect 2 "cannot read job spec" ctl submit "$TMP/no-such-spec.json"
 
+# File lists are read as the workers read them: a list file naming one
+# present and one missing file fails on the missing one; an empty list and
+# a missing list fail naming their field.
+: >"$TMP/present.h5"
+printf '# training files\npresent.h5\nabsent.h5\n' >"$TMP/train_list.txt"
+printf '# nothing\n' >"$TMP/empty_list.txt"
+for list in train_list empty_list no_such_list; do
+  printf '{"data": {"train_files": ["%s"]}}\n' "$TMP/$list.txt" >"$TMP/$list.json"
+done
+expect 2 "data.train_files \(file 2 of 2\): cannot read '$TMP/absent.h5'.*skip_file_check" \
+  ctl submit "$TMP/train_list.json"
+expect 2 "data.train_files: the file list '$TMP/empty_list.txt' names no files" \
+  ctl submit "$TMP/empty_list.json"
+expect 2 "data.train_files: cannot read the file list '$TMP/no_such_list.txt'" \
+  ctl submit "$TMP/no_such_list.json"
+# Control bytes in a string are refused here as the master refuses them.
+printf '{"name": "tab\\there", "data": {"train_files": ["%s"]}}\n' "$TMP/present.h5" \
+  >"$TMP/control.json"
+expect 2 "spec.name.*control" ctl submit "$TMP/control.json"
+
 # --- Usage errors (exit 2). -------------------------------------------------
 expect 2 "unknown command 'frobnicate'" ctl frobnicate
 expect 2 "missing argument" ctl wait
