@@ -50,39 +50,6 @@ constexpr char kWorkerToken[] = "worker-token-0123456789abcdef";
 constexpr char kOtherWorkerToken[] = "other-worker-token-0123456789";
 constexpr char kReaderToken[] = "reader-token-0123456789abcdef";
 
-// Runs `command` in a shell; fails the test (with the output) if it fails.
-void Shell(const std::string& command, const std::string& dir) {
-  const std::string log = dir + "/openssl.log";
-  const int rc = std::system(
-      absl::StrCat("cd '", dir, "' && (", command, ") >>", log, " 2>&1").c_str());
-  ASSERT_EQ(rc, 0) << command << "\n" << ReadFileOrDie(log);
-}
-
-// A CA, a server certificate for 127.0.0.1 and localhost, and a client
-// certificate, all signed by the CA, in `dir` (ca.pem, server.pem/.key,
-// client.pem/.key). The commands are docs/security.md's.
-void MakeCertificates(const std::string& dir) {
-  const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  Shell(absl::StrCat("openssl req -x509 ", key,
-                     " -keyout ca.key -out ca.pem -days 2 -subj '/CN=test CA'"),
-        dir);
-  Shell(absl::StrCat("openssl req ", key,
-                     " -keyout server.key -out server.csr -subj '/CN=localhost'"),
-        dir);
-  WriteFileOrDie(dir + "/server.ext",
-                 "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
-  Shell("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
-        "-CAcreateserial -days 2 -extfile server.ext -out server.pem",
-        dir);
-  Shell(absl::StrCat("openssl req ", key,
-                     " -keyout client.key -out client.csr -subj '/CN=worker'"),
-        dir);
-  WriteFileOrDie(dir + "/client.ext", "extendedKeyUsage=clientAuth\n");
-  Shell("openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
-        "-CAcreateserial -days 2 -extfile client.ext -out client.pem",
-        dir);
-}
-
 enum class Role { kReader = 1, kWorker = 2, kAdmin = 3 };
 
 // The role each RPC needs, as docs/security.md documents it (an RPC not
@@ -103,7 +70,9 @@ class AuthTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(NewTempDir("auth"));
-    MakeCertificates(*dir_);
+    const absl::Status made =
+        MakeCertificates(*dir_, "IP:127.0.0.1,DNS:localhost");
+    ASSERT_TRUE(made.ok()) << made;
     WriteFileOrDie(*dir_ + "/tokens.txt",
                    absl::StrCat("# role name token\n",
                                 "admin  alice ", kAdminToken, "\n",

@@ -148,17 +148,25 @@ void ChildProcess::Stop(absl::Duration grace) {
 
 absl::StatusOr<std::unique_ptr<MasterProcess>> MasterProcess::Start(
     const std::string& state_dir, const std::vector<std::string>& extra_flags) {
+  return StartOn("127.0.0.1", {}, state_dir, extra_flags);
+}
+
+absl::StatusOr<std::unique_ptr<MasterProcess>> MasterProcess::StartOn(
+    const std::string& host, const std::vector<std::string>& prefix,
+    const std::string& state_dir, const std::vector<std::string>& extra_flags) {
   const std::string port_file = state_dir + "/port";
   std::filesystem::create_directories(state_dir);
   std::filesystem::remove(port_file);
-  std::vector<std::string> argv = {Runfile("server/mpilearn-master"),
-                                   "--listen=127.0.0.1:0",
-                                   "--state_dir=" + state_dir,
-                                   "--port_file=" + port_file,
-                                   "--metrics_listen=127.0.0.1:0",
-                                   "--metrics_port_file=" + state_dir + "/metrics_port"};
+  std::vector<std::string> argv = prefix;
+  argv.insert(argv.end(), {Runfile("server/mpilearn-master"),
+                           "--listen=" + host + ":0",
+                           "--state_dir=" + state_dir,
+                           "--port_file=" + port_file,
+                           "--metrics_listen=127.0.0.1:0",
+                           "--metrics_port_file=" + state_dir + "/metrics_port"});
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   auto master = std::unique_ptr<MasterProcess>(new MasterProcess());
+  master->host_ = host;
   master->metrics_port_file_ = state_dir + "/metrics_port";
   std::filesystem::remove(master->metrics_port_file_);
   auto process = ChildProcess::Start(argv, state_dir + "/master.log");
@@ -193,7 +201,8 @@ absl::StatusOr<int> MasterProcess::MetricsPort() {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
     int ranks, const std::string& master,
-    const std::vector<std::string>& worker_flags, const std::string& log_path) {
+    const std::vector<std::string>& worker_flags, const std::string& log_path,
+    const std::vector<std::string>& mpirun_args) {
   // Open MPI names its session directory after mpirun's pid. Bazel's
   // sandbox gives each test its own pid namespace, so two tests' mpiruns can
   // share a pid: keep each test's session directory in its own TMPDIR.
@@ -203,10 +212,10 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
     setenv("OMPI_MCA_btl_vader_backing_directory", test_tmp, /*overwrite=*/1);
   }
   std::vector<std::string> argv = {"mpirun", "--allow-run-as-root",
-                                   "--oversubscribe", "-np",
-                                   std::to_string(ranks),
-                                   Runfile("worker/mpilearn-worker"),
-                                   "--master=" + master};
+                                   "--oversubscribe"};
+  argv.insert(argv.end(), mpirun_args.begin(), mpirun_args.end());
+  argv.insert(argv.end(), {"-np", std::to_string(ranks),
+                           Runfile("worker/mpilearn-worker"), "--master=" + master});
   argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
   return ChildProcess::Start(argv, log_path);
 }
@@ -258,6 +267,33 @@ absl::StatusOr<JobRun> RunJobToEnd(MasterClient& client, const std::string& mast
   if (!status.ok()) return status.status();
   run.status = *std::move(status);
   return run;
+}
+
+absl::Status MakeCertificates(const std::string& dir, const std::string& server_names) {
+  const std::string log = dir + "/openssl.log";
+  auto shell = [&](const std::string& command) -> absl::Status {
+    const int rc = std::system(
+        absl::StrCat("cd '", dir, "' && (", command, ") >>", log, " 2>&1").c_str());
+    if (rc == 0) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(command, "\n", ReadFileOrDie(log)));
+  };
+  const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  WriteFileOrDie(dir + "/server.ext", "subjectAltName=" + server_names + "\n");
+  WriteFileOrDie(dir + "/client.ext", "extendedKeyUsage=clientAuth\n");
+  for (const std::string& command : {
+           absl::StrCat("openssl req -x509 ", key,
+                        " -keyout ca.key -out ca.pem -days 2 -subj '/CN=test CA'"),
+           absl::StrCat("openssl req ", key,
+                        " -keyout server.key -out server.csr -subj '/CN=master'"),
+           std::string("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+                       "-CAcreateserial -days 2 -extfile server.ext -out server.pem"),
+           absl::StrCat("openssl req ", key,
+                        " -keyout client.key -out client.csr -subj '/CN=worker'"),
+           std::string("openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
+                       "-CAcreateserial -days 2 -extfile client.ext -out client.pem")}) {
+    if (absl::Status status = shell(command); !status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 v1::JobSpec FashionMnistSubset(const std::string& algorithm, int64_t train,

@@ -70,8 +70,13 @@ class MasterProcess {
  public:
   static absl::StatusOr<std::unique_ptr<MasterProcess>> Start(
       const std::string& state_dir, const std::vector<std::string>& extra_flags = {});
+  // The same, listening on `host` instead of 127.0.0.1, with `prefix` before
+  // the master's command line (NetnsCluster::InHost: another host).
+  static absl::StatusOr<std::unique_ptr<MasterProcess>> StartOn(
+      const std::string& host, const std::vector<std::string>& prefix,
+      const std::string& state_dir, const std::vector<std::string>& extra_flags = {});
 
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string address() const { return host_ + ":" + std::to_string(port_); }
   ChildProcess& process() { return *process_; }
 
   // The metrics endpoint's port, once the master wrote it (waits up to 30s).
@@ -79,14 +84,16 @@ class MasterProcess {
 
  private:
   std::unique_ptr<ChildProcess> process_;
+  std::string host_ = "127.0.0.1";
   int port_ = 0;
   std::string metrics_port_file_;
 };
 
-// `mpirun -np N mpilearn-worker --master ADDRESS <worker_flags>`.
+// `mpirun <mpirun_args> -np N mpilearn-worker --master ADDRESS <worker_flags>`
+// (mpirun_args: NetnsCluster::MpirunArgs, ranks on other hosts).
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
     int ranks, const std::string& master, const std::vector<std::string>& worker_flags,
-    const std::string& log_path);
+    const std::string& log_path, const std::vector<std::string>& mpirun_args = {});
 
 // What RunJobToEnd saw: the job's status after the workers ended, their
 // exit code and their output.
@@ -125,6 +132,12 @@ absl::StatusOr<google::protobuf::Value> ParseJson(const std::string& json);
 // An object's member `key`, or a null value when absent.
 const google::protobuf::Value& Field(const google::protobuf::Value& object,
                                      const std::string& key);
+
+// A CA, a server certificate for `server_names` (a subjectAltName value:
+// "IP:127.0.0.1,DNS:localhost") and a client certificate, all signed by the
+// CA, in `dir` (ca.pem, server.pem/.key, client.pem/.key), made with the
+// openssl CLI as docs/security.md shows. The error carries openssl's output.
+absl::Status MakeCertificates(const std::string& dir, const std::string& server_names);
 
 // True when Debian's Fashion-MNIST files are installed.
 bool HaveFashionMnist();

@@ -1,0 +1,214 @@
+// Training across hosts: network namespaces as hosts (NetnsCluster), the
+// real master on one, a real `mpirun` group whose two ranks are on two
+// others, and faults on the links between them.
+//
+// The undisturbed run and each fault run train the same job (sync, MLP,
+// Fashion-MNIST subset, fixed seed); a fault run must complete within a
+// point of the undisturbed run's test accuracy.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/client/master_client.h"
+#include "gtest/gtest.h"
+#include "proto/mpilearn.pb.h"
+#include "tests/netns_cluster.h"
+#include "tests/test_process.h"
+
+namespace mpilearn::testing {
+namespace {
+
+constexpr int64_t kTrainLimit = 12000;  // 10,000 train + 2,000 validation
+constexpr int kEpochs = 2;
+constexpr double kMinAccuracy = 0.75;
+constexpr char kAdminToken[] = "cluster-admin-token-0123456789";
+constexpr char kWorkerToken[] = "cluster-worker-token-0123456789";
+
+// Host 0 runs the master; a group's two ranks run on hosts 1 and 2, a second
+// group's on hosts 3 and 4.
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveFashionMnist()) {
+      GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+    }
+    absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster = NetnsCluster::Create(5);
+    if (!cluster.ok()) {
+      GTEST_SKIP() << "no network namespaces on this machine: " << cluster.status();
+    }
+    cluster_ = *std::move(cluster);
+    dir_ = NewTempDir("cluster");
+    // TLS with a certificate for the master's own address, and tokens: what
+    // a master reachable from other hosts needs.
+    const absl::Status made =
+        MakeCertificates(dir_, "IP:" + cluster_->address(0));
+    ASSERT_TRUE(made.ok()) << made;
+    WriteFileOrDie(dir_ + "/tokens.txt", absl::StrCat("admin  test  ", kAdminToken,
+                                                      "\nworker hosts ", kWorkerToken,
+                                                      "\n"));
+    WriteFileOrDie(dir_ + "/worker.token", absl::StrCat(kWorkerToken, "\n"));
+    // A group is declared lost after 10 s without a heartbeat.
+    auto master = MasterProcess::StartOn(
+        cluster_->address(0), cluster_->InHost(0, {}), dir_ + "/state",
+        {"--group_timeout_s=10", "--tls_cert=" + dir_ + "/server.pem",
+         "--tls_key=" + dir_ + "/server.key", "--tokens_file=" + dir_ + "/tokens.txt"});
+    ASSERT_TRUE(master.ok()) << master.status();
+    master_ = *std::move(master);
+    MasterClient::Options options;
+    options.security.tls_ca = dir_ + "/ca.pem";
+    options.security.token = kAdminToken;
+    auto client = MasterClient::Connect(master_->address(), options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  // Submits the job and starts the group on hosts 1 and 2.
+  std::unique_ptr<ChildProcess> StartJob(const std::string& name) {
+    auto job_id = client_->SubmitJob(FashionMnistSubset("sync", kTrainLimit, kEpochs));
+    EXPECT_TRUE(job_id.ok()) << job_id.status();
+    if (!job_id.ok()) return nullptr;
+    job_id_ = *job_id;
+    return StartGroup(name, {1, 2});
+  }
+
+  // A group of the job with one rank on each of `hosts`.
+  std::unique_ptr<ChildProcess> StartGroup(const std::string& name,
+                                           const std::vector<int>& hosts) {
+    auto workers = StartWorkers(static_cast<int>(hosts.size()), master_->address(),
+                                {"--job_id=" + job_id_, "--threads=1",
+                                 "--tls_ca=" + dir_ + "/ca.pem",
+                                 "--token_file=" + dir_ + "/worker.token"},
+                                absl::StrCat(dir_, "/", name, ".log"),
+                                cluster_->MpirunArgs(hosts));
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    return workers.ok() ? *std::move(workers) : nullptr;
+  }
+
+  // Waits for the group to end and checks the job completed and trained.
+  v1::JobStatus ExpectCompleted(ChildProcess& workers) {
+    const std::optional<int> exit_code = workers.Wait(absl::Seconds(300));
+    EXPECT_TRUE(exit_code.has_value()) << "workers did not finish in 300 s:\n"
+                                       << workers.Log();
+    EXPECT_EQ(exit_code.value_or(-1), 0) << workers.Log();
+    absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(job_id_);
+    EXPECT_TRUE(status.ok()) << status.status();
+    if (!status.ok()) return {};
+    EXPECT_EQ(status->state(), v1::JOB_STATE_COMPLETED) << status->message();
+    EXPECT_TRUE(status->has_test_accuracy());
+    EXPECT_GE(status->test_accuracy(), kMinAccuracy) << workers.Log();
+    // Every training sample is used once per epoch, faults or not.
+    EXPECT_EQ(status->samples_trained(),
+              static_cast<uint64_t>((kTrainLimit - 2000) * kEpochs));
+    return *status;
+  }
+
+  // Waits until the job has applied `updates` updates.
+  void WaitForUpdates(uint64_t updates) {
+    absl::StatusOr<v1::JobStatus> status = WaitForStatus(
+        *client_, job_id_, absl::Seconds(120), [&](const v1::JobStatus& s) {
+          return s.updates_applied() >= updates || s.state() == v1::JOB_STATE_COMPLETED;
+        });
+    ASSERT_TRUE(status.ok()) << status.status();
+    ASSERT_NE(status->state(), v1::JOB_STATE_COMPLETED)
+        << "the job ended before the fault; train longer";
+  }
+
+  std::unique_ptr<NetnsCluster> cluster_;  // torn down last
+  std::string dir_;
+  std::unique_ptr<MasterProcess> master_;
+  std::unique_ptr<MasterClient> client_;
+  std::string job_id_;
+};
+
+// The undisturbed run, then a run in which a rank's host loses its link for
+// 4 s mid-training and one in which the master's host does: each completes
+// every sample within a point of the undisturbed accuracy.
+TEST_F(ClusterTest, GroupAcrossHostsTrainsAndRidesOutLinkCuts) {
+  std::unique_ptr<ChildProcess> workers = StartJob("undisturbed");
+  ASSERT_NE(workers, nullptr);
+  const v1::JobStatus undisturbed = ExpectCompleted(*workers);
+  // The ranks really ran on hosts 1 and 2: mpirun launched them through the
+  // namespace agent, into those hosts' namespaces.
+  const std::string launches = ReadFileOrDie(cluster_->agent_log());
+  EXPECT_NE(launches.find(cluster_->name(1)), std::string::npos) << launches;
+  EXPECT_NE(launches.find(cluster_->name(2)), std::string::npos) << launches;
+
+  for (const int host : {1, 0}) {
+    SCOPED_TRACE(host == 0 ? "the master's link cut" : "a rank's link cut");
+    workers = StartJob(absl::StrCat("cut_host", host));
+    ASSERT_NE(workers, nullptr);
+    WaitForUpdates(50);
+    ASSERT_TRUE(cluster_->SetLinkUp(host, false).ok());
+    absl::SleepFor(absl::Seconds(4));
+    ASSERT_TRUE(cluster_->SetLinkUp(host, true).ok());
+    // The cut hit a job in training: it had not ended when the link came back.
+    absl::StatusOr<v1::JobStatus> after = client_->GetJobStatus(job_id_);
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->state(), v1::JOB_STATE_RUNNING);
+    const v1::JobStatus cut = ExpectCompleted(*workers);
+    EXPECT_NEAR(cut.test_accuracy(), undisturbed.test_accuracy(), 0.01);
+    std::printf("link of host %d cut for 4 s: test_accuracy=%.4f (undisturbed %.4f)\n",
+                host, cut.test_accuracy(), undisturbed.test_accuracy());
+  }
+}
+
+// Two groups train one job; the second group's leader host is cut off for
+// good. The master declares that group lost within its bound, hands its
+// unit to the other group, and the job completes every sample there.
+TEST_F(ClusterTest, GroupCutOffForGoodIsLostAndTheOtherGroupFinishes) {
+  std::unique_ptr<ChildProcess> first = StartJob("first");
+  ASSERT_NE(first, nullptr);
+  std::unique_ptr<ChildProcess> second = StartGroup("second", {3, 4});
+  ASSERT_NE(second, nullptr);
+  // Both groups registered and the job is training.
+  absl::StatusOr<v1::JobStatus> both = WaitForStatus(
+      *client_, job_id_, absl::Seconds(120), [](const v1::JobStatus& s) {
+        return (s.groups_size() == 2 && s.updates_applied() >= 20) ||
+               s.state() == v1::JOB_STATE_COMPLETED;
+      });
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->state(), v1::JOB_STATE_RUNNING) << "the job ended before the fault";
+  std::string cut_group;
+  double lost_after = 0;
+  // The second group's leader printed its group id when it registered.
+  const std::string second_log = second->Log();
+  for (const v1::GroupInfo& group : both->groups()) {
+    if (second_log.find("group " + group.group_id() + " with") != std::string::npos) {
+      cut_group = group.group_id();
+      lost_after = group.lost_after_seconds();
+    }
+  }
+  ASSERT_FALSE(cut_group.empty()) << "no group id in the second group's output:\n"
+                                  << second_log;
+  ASSERT_GT(lost_after, 0);
+  const absl::Time cut = absl::Now();
+  ASSERT_TRUE(cluster_->SetLinkUp(3, false).ok());
+  // Declared lost within its bound (plus the master's reaper period and
+  // polling; nothing here depends on the machine's speed).
+  absl::StatusOr<v1::JobStatus> lost = WaitForStatus(
+      *client_, job_id_, absl::Seconds(lost_after + 30), [&](const v1::JobStatus& s) {
+        for (const v1::GroupInfo& group : s.groups()) {
+          if (group.group_id() == cut_group) return !group.alive();
+        }
+        return true;  // gone from the list
+      });
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  const double lost_in = absl::ToDoubleSeconds(absl::Now() - cut);
+  EXPECT_LE(lost_in, lost_after + 10) << "lost_after_seconds " << lost_after;
+  const v1::JobStatus done = ExpectCompleted(*first);
+  EXPECT_GE(done.units_requeued(), 1u);
+  std::printf("group %s cut off for good: declared lost after %.1f s (bound %.1f s), "
+              "test_accuracy=%.4f\n",
+              cut_group.c_str(), lost_in, lost_after,
+              done.test_accuracy());
+  second->Stop(absl::Seconds(2));
+}
+
+}  // namespace
+}  // namespace mpilearn::testing

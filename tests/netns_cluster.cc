@@ -1,0 +1,231 @@
+#include "tests/netns_cluster.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+
+namespace mpilearn::testing {
+namespace {
+
+// Runs `argv` (names and numbers only: nothing here needs shell quoting),
+// returning its output; an error with the output when it fails.
+absl::StatusOr<std::string> Run(const std::vector<std::string>& argv) {
+  const std::string command = absl::StrCat(absl::StrJoin(argv, " "), " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError("popen failed: " + command);
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  if (status != 0) {
+    return absl::InternalError(absl::StrCat("'", command, "' failed (", status,
+                                            "): ", output));
+  }
+  return output;
+}
+
+bool PidRuns(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+// Removes namespaces and links named "ml<pid>..." of pids that no longer
+// run: what a test killed before its destructor ran left behind.
+void RemoveStale() {
+  const std::regex netns(R"(^ml(\d+)h\d+)");
+  if (absl::StatusOr<std::string> list = Run({"ip", "netns", "list"}); list.ok()) {
+    for (absl::string_view line : absl::StrSplit(*list, '\n')) {
+      std::smatch match;
+      const std::string entry(line.substr(0, line.find(' ')));
+      if (std::regex_search(entry, match, netns) &&
+          !PidRuns(std::stoi(match[1].str()))) {
+        (void)Run({"ip", "netns", "del", entry});
+      }
+    }
+  }
+  const std::regex link(R"(^\d+: (ml[bv](\d+)\w*)[@:])");
+  if (absl::StatusOr<std::string> links = Run({"ip", "-o", "link", "show"});
+      links.ok()) {
+    for (absl::string_view line : absl::StrSplit(*links, '\n')) {
+      std::smatch match;
+      const std::string text(line);
+      if (std::regex_search(text, match, link) &&
+          !PidRuns(std::stoi(match[2].str()))) {
+        (void)Run({"ip", "link", "del", match[1].str()});
+      }
+    }
+  }
+}
+
+// A /24 of 10.231.X.0 that no address of this machine is in.
+absl::StatusOr<int> FreeSubnet() {
+  absl::StatusOr<std::string> addresses = Run({"ip", "-4", "-o", "addr", "show"});
+  if (!addresses.ok()) return addresses.status();
+  std::set<int> used;
+  const std::regex in_range(R"(inet 10\.231\.(\d+)\.)");
+  for (std::sregex_iterator it(addresses->begin(), addresses->end(), in_range), end;
+       it != end; ++it) {
+    used.insert(std::stoi((*it)[1].str()));
+  }
+  const int start = static_cast<int>(getpid() % 250);
+  for (int i = 0; i < 250; ++i) {
+    const int x = 1 + (start + i) % 250;
+    if (used.count(x) == 0) return x;
+  }
+  return absl::ResourceExhaustedError("no free subnet in 10.231.0.0/16");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(int hosts) {
+  if (hosts < 1 || hosts > 8) {
+    return absl::InvalidArgumentError(absl::StrCat("hosts must be 1 to 8, got ", hosts));
+  }
+  if (geteuid() != 0) {
+    return absl::FailedPreconditionError("network namespaces need root");
+  }
+  if (!Run({"ip", "netns", "list"}).ok()) {
+    return absl::FailedPreconditionError("this machine refuses 'ip netns'");
+  }
+  RemoveStale();
+  auto cluster = std::unique_ptr<NetnsCluster>(new NetnsCluster());
+  NetnsCluster& c = *cluster;
+  c.tag_ = absl::StrCat("ml", getpid());
+  absl::StatusOr<int> x = FreeSubnet();
+  if (!x.ok()) return x.status();
+  const std::string prefix = absl::StrCat("10.231.", *x, ".");
+  c.subnet_ = prefix + "0/24";
+  c.bridge_ = absl::StrCat("mlb", getpid());
+  c.bridge_address_ = prefix + "1";
+  // From here on the destructor removes whatever was made.
+  auto run = [](const std::vector<std::string>& argv) -> absl::Status {
+    absl::StatusOr<std::string> out = Run(argv);
+    return out.ok() ? absl::OkStatus() : out.status();
+  };
+  std::vector<std::vector<std::string>> steps = {
+      {"ip", "link", "add", c.bridge_, "type", "bridge"},
+      {"ip", "addr", "add", c.bridge_address_ + "/24", "dev", c.bridge_},
+      {"ip", "link", "set", c.bridge_, "up"},
+  };
+  for (int i = 0; i < hosts; ++i) {
+    const std::string name = absl::StrCat(c.tag_, "h", i);
+    const std::string outside = absl::StrCat("mlv", getpid(), "h", i);
+    const std::string inside = absl::StrCat("mlv", getpid(), "n", i);
+    const std::string address = absl::StrCat(prefix, 11 + i);
+    c.names_.push_back(name);
+    c.addresses_.push_back(address);
+    c.root_links_.push_back(outside);
+    std::vector<std::vector<std::string>> host = {
+        {"ip", "netns", "add", name},
+        {"ip", "link", "add", outside, "type", "veth", "peer", "name", inside},
+        {"ip", "link", "set", inside, "netns", name},
+        {"ip", "link", "set", outside, "master", c.bridge_},
+        {"ip", "link", "set", outside, "up"},
+        {"ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"},
+        {"ip", "netns", "exec", name, "ip", "addr", "add", address + "/24", "dev",
+         inside},
+        {"ip", "netns", "exec", name, "ip", "link", "set", inside, "up"},
+    };
+    steps.insert(steps.end(), host.begin(), host.end());
+  }
+  for (const auto& step : steps) {
+    if (absl::Status status = run(step); !status.ok()) return status;
+  }
+  // The rsh agent: mpirun names a host by its address; the agent runs the
+  // command in that address's namespace.
+  c.agent_ = absl::StrCat(std::filesystem::temp_directory_path().string(), "/",
+                          c.tag_, "-agent.sh");
+  c.agent_log_ = c.agent_ + ".log";
+  {
+    std::ofstream agent(c.agent_);
+    agent << "#!/bin/sh\n# mpirun's rsh agent: the host is a namespace's address\n"
+          << "host=\"$1\"; shift\ncase \"$host\" in\n";
+    for (int i = 0; i < hosts; ++i) {
+      agent << "  " << c.addresses_[i] << "|" << c.names_[i] << ") ns=" << c.names_[i]
+            << " ;;\n";
+    }
+    agent << "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\nesac\n"
+          << "echo \"$ns\" >>" << c.agent_log_ << "\n"
+          << "exec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n";
+  }
+  std::filesystem::permissions(c.agent_, std::filesystem::perms::owner_all);
+  return cluster;
+}
+
+NetnsCluster::~NetnsCluster() { TearDown(); }
+
+void NetnsCluster::TearDown() {
+  for (const std::string& name : names_) {
+    if (absl::StatusOr<std::string> out = Run({"ip", "netns", "del", name}); !out.ok()) {
+      LOG(WARNING) << out.status();
+    }
+  }
+  // Deleting a namespace deletes its veth ends, and with them their peers.
+  for (const std::string& link : root_links_) (void)Run({"ip", "link", "del", link});
+  if (!bridge_.empty()) (void)Run({"ip", "link", "del", bridge_});
+  if (!agent_.empty()) std::filesystem::remove(agent_);
+  if (!agent_log_.empty()) std::filesystem::remove(agent_log_);
+}
+
+std::vector<std::string> NetnsCluster::InHost(
+    int host, const std::vector<std::string>& argv) const {
+  std::vector<std::string> in = {"ip", "netns", "exec", names_[host]};
+  in.insert(in.end(), argv.begin(), argv.end());
+  return in;
+}
+
+std::vector<std::string> NetnsCluster::MpirunArgs(const std::vector<int>& hosts) const {
+  std::vector<std::string> addresses;
+  for (int host : hosts) addresses.push_back(addresses_[host]);
+  return {"--host", absl::StrJoin(addresses, ","),
+          "--mca", "plm_rsh_agent", agent_,
+          "--mca", "oob_tcp_if_include", subnet_,
+          "--mca", "btl_tcp_if_include", subnet_,
+          "--mca", "btl", "tcp,self",
+          // mpirun maps its hardware topology into a hole of its address
+          // space for the daemons to share; picking "the biggest" hole
+          // crashed mpirun once in hwloc_shmem_topology_write here.
+          // Daemons on other hosts read their own topology anyway.
+          "--mca", "rtc_hwloc_vmhole", "none"};
+}
+
+absl::Status NetnsCluster::SetLinkUp(int host, bool up) {
+  const char* state = up ? "up" : "down";
+  absl::StatusOr<std::string> out = Run({"ip", "link", "set", root_links_[host], state});
+  if (!out.ok()) return out.status();
+  out = Run({"ip", "netns", "exec", names_[host], "ip", "link", "set",
+             absl::StrCat("mlv", tag_.substr(2), "n", host), state});
+  return out.ok() ? absl::OkStatus() : out.status();
+}
+
+absl::Status NetnsCluster::SetRateMbit(int host, int mbit) {
+  const std::string inside = absl::StrCat("mlv", tag_.substr(2), "n", host);
+  const std::vector<std::vector<std::string>> ends = {
+      {"tc", "qdisc", "%s", "dev", root_links_[host], "root"},
+      {"ip", "netns", "exec", names_[host], "tc", "qdisc", "%s", "dev", inside, "root"}};
+  for (std::vector<std::string> end : ends) {
+    for (std::string& word : end) {
+      if (word == "%s") word = "del";
+    }
+    (void)Run(end);  // no qdisc yet is fine
+    if (mbit <= 0) continue;
+    for (std::string& word : end) {
+      if (word == "del") word = "add";
+    }
+    end.insert(end.end(), {"tbf", "rate", absl::StrCat(mbit, "mbit"), "burst",
+                           "32kbit", "latency", "50ms"});
+    absl::StatusOr<std::string> out = Run(end);
+    if (!out.ok()) return out.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mpilearn::testing
