@@ -18,11 +18,13 @@
 #include "common/client/master_client.h"
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
-#include "tests/netns_cluster.h"
+#include "tools/cluster/netns_cluster.h"
 #include "tests/test_process.h"
 
 namespace mpilearn::testing {
 namespace {
+
+using tools::NetnsCluster;
 
 constexpr int64_t kTrainLimit = 12000;  // 10,000 train + 2,000 validation
 constexpr int kEpochs = 2;
@@ -208,6 +210,38 @@ TEST_F(ClusterTest, GroupCutOffForGoodIsLostAndTheOtherGroupFinishes) {
               cut_group.c_str(), lost_in, lost_after,
               done.test_accuracy());
   second->Stop(absl::Seconds(2));
+}
+
+// A rank's host goes away (every process on it killed, then its link
+// down): its group ends, the job goes back to the queue keeping its
+// progress, and a group on two other hosts finishes it.
+TEST_F(ClusterTest, RankHostGoneEndsItsGroupAndAnotherFinishes) {
+  std::unique_ptr<ChildProcess> workers = StartJob("host_gone");
+  ASSERT_NE(workers, nullptr);
+  WaitForUpdates(50);
+  // Host 2 runs the second rank and its mpirun daemon: processes this test
+  // started, through mpirun and the namespace agent.
+  ASSERT_TRUE(cluster_->KillHostProcesses(2).ok());
+  ASSERT_TRUE(cluster_->SetLinkUp(2, false).ok());
+  const absl::Time gone = absl::Now();
+  // The group ends: mpirun sees its daemon on host 2 vanish and ends the
+  // job's ranks (a bound generous enough for a loaded machine: 120 s).
+  const std::optional<int> exit_code = workers->Wait(absl::Seconds(120));
+  ASSERT_TRUE(exit_code.has_value()) << "the group outlived its host by 120 s:\n"
+                                     << workers->Log();
+  EXPECT_NE(*exit_code, 0);
+  const double ended_in = absl::ToDoubleSeconds(absl::Now() - gone);
+  absl::StatusOr<v1::JobStatus> queued = WaitForStatus(
+      *client_, job_id_, absl::Seconds(60),
+      [](const v1::JobStatus& s) { return s.state() == v1::JOB_STATE_QUEUED; });
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_GT(queued->updates_applied(), 0u);  // its progress is kept
+  std::unique_ptr<ChildProcess> next = StartGroup("after_host_gone", {3, 4});
+  ASSERT_NE(next, nullptr);
+  const v1::JobStatus done = ExpectCompleted(*next);
+  std::printf("host 2 gone: its group ended after %.1f s; a group on hosts 3 and 4 "
+              "finished the job, test_accuracy=%.4f\n",
+              ended_in, done.test_accuracy());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// A cluster of hosts on one machine for the cross-host tests: each host is
-// a network namespace with its own address on a bridge in the root
-// namespace, joined to it by a veth pair whose rate can be limited and
+// A cluster of hosts on one machine for the cross-host tests and
+// benchmarks: each host is a network namespace with its own address on a
+// bridge in the root namespace, joined to it by a veth pair whose rate can
+// be limited and
 // which can be cut and restored. mpirun spans hosts through an rsh agent
 // that enters a host's namespace instead of ssh.
 //
@@ -17,8 +18,8 @@
 // 10.231.X.0/24, with X free among this machine's addresses.
 //
 // Thread-compatible. Needs root (CAP_NET_ADMIN) and the ip and tc commands.
-#ifndef MPILEARN_TESTS_NETNS_CLUSTER_H_
-#define MPILEARN_TESTS_NETNS_CLUSTER_H_
+#ifndef MPILEARN_TOOLS_CLUSTER_NETNS_CLUSTER_H_
+#define MPILEARN_TOOLS_CLUSTER_NETNS_CLUSTER_H_
 
 #include <memory>
 #include <string>
@@ -27,7 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace mpilearn::testing {
+namespace mpilearn::tools {
 
 class NetnsCluster {
  public:
@@ -48,6 +49,9 @@ class NetnsCluster {
   const std::string& bridge_address() const { return bridge_address_; }
   // "10.231.7.0/24".
   const std::string& subnet() const { return subnet_; }
+  // Host i's veth end on the bridge, in the root namespace: its byte
+  // counters are what the host sent (rx) and received (tx).
+  const std::string& root_link(int host) const { return root_links_[host]; }
   // One line per launch through the rsh agent: the namespace it entered.
   const std::string& agent_log() const { return agent_log_; }
 
@@ -59,6 +63,9 @@ class NetnsCluster {
   // subnet: {"--host", "A,B", "--mca", "plm_rsh_agent", AGENT, ...}.
   std::vector<std::string> MpirunArgs(const std::vector<int>& hosts) const;
 
+  // SIGKILLs every process in host i's namespace (`ip netns pids`): the
+  // host's share of a run this test started, as if the machine died.
+  absl::Status KillHostProcesses(int host);
   // Host i's link up or down (both ends of its veth pair).
   absl::Status SetLinkUp(int host, bool up);
   // Limits host i's link to `mbit` Mbit/s in both directions (tbf on both
@@ -81,6 +88,6 @@ class NetnsCluster {
   std::vector<std::string> root_links_;  // each host's veth end on the bridge
 };
 
-}  // namespace mpilearn::testing
+}  // namespace mpilearn::tools
 
-#endif  // MPILEARN_TESTS_NETNS_CLUSTER_H_
+#endif  // MPILEARN_TOOLS_CLUSTER_NETNS_CLUSTER_H_

@@ -1,20 +1,22 @@
-#include "tests/netns_cluster.h"
+#include "tools/cluster/netns_cluster.h"
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
 
-namespace mpilearn::testing {
+namespace mpilearn::tools {
 namespace {
 
 // Runs `argv` (names and numbers only: nothing here needs shell quoting),
@@ -206,6 +208,16 @@ absl::Status NetnsCluster::SetLinkUp(int host, bool up) {
   return out.ok() ? absl::OkStatus() : out.status();
 }
 
+absl::Status NetnsCluster::KillHostProcesses(int host) {
+  absl::StatusOr<std::string> pids = Run({"ip", "netns", "pids", names_[host]});
+  if (!pids.ok()) return pids.status();
+  for (absl::string_view line : absl::StrSplit(*pids, '\n', absl::SkipEmpty())) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid) && pid > 1) kill(pid, SIGKILL);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NetnsCluster::SetRateMbit(int host, int mbit) {
   const std::string inside = absl::StrCat("mlv", tag_.substr(2), "n", host);
   const std::vector<std::vector<std::string>> ends = {
@@ -228,4 +240,4 @@ absl::Status NetnsCluster::SetRateMbit(int host, int mbit) {
   return absl::OkStatus();
 }
 
-}  // namespace mpilearn::testing
+}  // namespace mpilearn::tools

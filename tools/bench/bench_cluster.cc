@@ -1,0 +1,338 @@
+// Throughput across hosts when the master's link is the limit: G one-rank
+// downpour groups, each on its own host, train one job against a master on
+// another host whose link is rate-limited (tbf), per wire dtype. Reports
+// samples/s, updates/s and the master's sent bytes/s against the bound the
+// link sets: a master that answers every update with the model's weights
+// sends M wire bytes per update, so updates/s <= B / M for link bandwidth B.
+//
+//   bazel build -c opt //tools:bench_cluster
+//   bazel-bin/tools/bench/bench_cluster [--groups 1,2,4] [--link_mbit 100,0]
+//       [--dtypes float32,bfloat16] [--train 16000] [--json]
+//
+// Rates are taken in the steady part of each run (between 20 % and 90 % of
+// the updates the job ends with), from the job's update counter and the
+// byte counter of the master's link, polled every 250 ms. Needs root
+// (network namespaces) and Debian's Fashion-MNIST.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/client/master_client.h"
+#include "common/status_macros.h"
+#include "proto/mpilearn.pb.h"
+#include "tools/cluster/netns_cluster.h"
+#include "tools/soak/child_process.h"
+
+ABSL_FLAG(std::string, groups, "1,2,4", "Group counts to run (one rank each).");
+ABSL_FLAG(std::string, link_mbit, "100,0",
+          "Rates of the master's link in Mbit/s; 0 leaves it unlimited.");
+ABSL_FLAG(std::string, dtypes, "float32,bfloat16", "Wire dtypes: float32, bfloat16.");
+ABSL_FLAG(int64_t, train, 16000, "Training samples of the job (one epoch).");
+ABSL_FLAG(bool, json, false, "Print one JSON object instead of the table.");
+ABSL_FLAG(std::string, master_bin, "", "mpilearn-master (default: the runfiles').");
+ABSL_FLAG(std::string, worker_bin, "", "mpilearn-worker (default: the runfiles').");
+
+namespace mpilearn::tools {
+namespace {
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
+
+struct Config {
+  int groups = 1;
+  int link_mbit = 0;
+  std::string dtype;
+};
+
+struct Result {
+  Config config;
+  double samples_per_s = 0;
+  double updates_per_s = 0;
+  double master_tx_bytes_per_s = 0;
+  double bound_updates_per_s = 0;  // 0: unlimited link
+  uint64_t parameters = 0;
+  double test_accuracy = 0;
+};
+
+absl::StatusOr<std::vector<int>> IntList(const std::string& flag, const std::string& text) {
+  std::vector<int> values;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int value = 0;
+    if (!absl::SimpleAtoi(part, &value) || value < 0 || value > 100000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": expected integers, got '", text, "'"));
+    }
+    values.push_back(value);
+  }
+  if (values.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return values;
+}
+
+v1::DType DTypeOf(const std::string& name) {
+  return name == "bfloat16" ? v1::DTYPE_BFLOAT16 : v1::DTYPE_FLOAT32;
+}
+
+// Bytes the master's end of host 0's link has sent: what the bridge side
+// of the pair received.
+uint64_t MasterTxBytes(const NetnsCluster& cluster) {
+  std::ifstream in("/sys/class/net/" + cluster.root_link(0) + "/statistics/rx_bytes");
+  uint64_t bytes = 0;
+  in >> bytes;
+  return bytes;
+}
+
+struct Sample {
+  absl::Time time;
+  uint64_t updates = 0;
+  uint64_t samples = 0;
+  uint64_t tx = 0;
+};
+
+absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
+                              const std::string& master_bin,
+                              const std::string& worker_bin, int64_t train) {
+  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Create("cluster"));
+  const std::string port_file = dir->path() + "/port";
+  MPILEARN_ASSIGN_OR_RETURN(
+      std::unique_ptr<MasterChild> master,
+      MasterChild::Start("/usr/sbin/ip",
+                         cluster.InHost(0, {master_bin, "--listen=" + cluster.address(0) + ":0",
+                                            "--insecure", "--state_dir=" + dir->path() + "/state",
+                                            "--port_file=" + port_file,
+                                            "--metrics_listen=127.0.0.1:0"}),
+                         port_file, dir->path() + "/master.log"));
+  const std::string address = absl::StrCat(cluster.address(0), ":", master->port());
+  MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<MasterClient> client,
+                            MasterClient::Connect(address));
+  v1::JobSpec spec;
+  spec.set_name(absl::StrCat("cluster-", config.groups, "g-", config.link_mbit, "mbit"));
+  spec.mutable_model()->set_name("mlp");
+  v1::DataSpec* data = spec.mutable_data();
+  data->set_train_images(absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
+  data->set_train_labels(absl::StrCat(kData, "train-labels-idx1-ubyte.gz"));
+  data->set_test_images(absl::StrCat(kData, "t10k-images-idx3-ubyte.gz"));
+  data->set_test_labels(absl::StrCat(kData, "t10k-labels-idx1-ubyte.gz"));
+  data->set_train_limit(train + 2000);
+  data->set_validation_count(2000);
+  data->set_test_limit(2000);
+  spec.set_algorithm("downpour");
+  spec.set_epochs(1);
+  spec.set_batch_size(64);
+  spec.mutable_exchange()->set_update_dtype(DTypeOf(config.dtype));
+  spec.mutable_exchange()->set_weights_dtype(DTypeOf(config.dtype));
+  MPILEARN_ASSIGN_OR_RETURN(const std::string job_id, client->SubmitJob(spec));
+
+  std::vector<pid_t> groups;
+  for (int g = 1; g <= config.groups; ++g) {
+    std::vector<std::string> argv = {"mpirun", "--allow-run-as-root"};
+    for (const std::string& arg : cluster.MpirunArgs({g})) argv.push_back(arg);
+    argv.insert(argv.end(), {"-np", "1", worker_bin, "--master=" + address,
+                             "--job_id=" + job_id, "--threads=1", "--progress=off"});
+    MPILEARN_ASSIGN_OR_RETURN(
+        pid_t pid, SpawnWithLog("/usr/bin/mpirun", argv,
+                                absl::StrCat(dir->path(), "/group", g, ".log")));
+    groups.push_back(pid);
+  }
+  std::vector<Sample> samples;
+  const absl::Time deadline = absl::Now() + absl::Minutes(10);
+  v1::JobStatus status;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<v1::JobStatus> now = client->GetJobStatus(job_id);
+    if (now.ok()) {
+      status = *now;
+      samples.push_back({absl::Now(), status.updates_applied(), status.samples_trained(),
+                         MasterTxBytes(cluster)});
+      if (status.state() != v1::JOB_STATE_RUNNING && status.state() != v1::JOB_STATE_QUEUED) {
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  for (pid_t pid : groups) {
+    int ignored;
+    if (waitpid(pid, &ignored, WNOHANG) == 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, &ignored, 0);
+    }
+  }
+  if (status.state() != v1::JOB_STATE_COMPLETED) {
+    return absl::InternalError(absl::StrCat("job ", job_id, " ended ",
+                                            v1::JobState_Name(status.state()), ": ",
+                                            status.message(), "\n", master->LogTail()));
+  }
+  // The steady window: from the first sample at 20 % of the final update
+  // count to the first at 90 %.
+  const uint64_t total = status.updates_applied();
+  auto at = [&](double share) {
+    return std::find_if(samples.begin(), samples.end(), [&](const Sample& s) {
+      return s.updates >= static_cast<uint64_t>(share * total);
+    });
+  };
+  const auto begin = at(0.2);
+  const auto end = at(0.9);
+  if (begin == samples.end() || end == samples.end() || end->time <= begin->time) {
+    return absl::InternalError("the run was too short to measure; raise --train");
+  }
+  const double seconds = absl::ToDoubleSeconds(end->time - begin->time);
+  Result result;
+  result.config = config;
+  result.updates_per_s = (end->updates - begin->updates) / seconds;
+  result.samples_per_s = (end->samples - begin->samples) / seconds;
+  result.master_tx_bytes_per_s = (end->tx - begin->tx) / seconds;
+  result.parameters = status.parameters();
+  const double wire_bytes =
+      static_cast<double>(status.parameters()) * (config.dtype == "bfloat16" ? 2 : 4);
+  if (config.link_mbit > 0) {
+    result.bound_updates_per_s = config.link_mbit * 1e6 / 8 / wire_bytes;
+  }
+  result.test_accuracy = status.test_accuracy();
+  return result;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "bench_cluster: one-rank groups on their own hosts against a master whose "
+      "link is rate-limited; updates/s against the link's bound B / M.\n"
+      "  bench_cluster [--groups 1,2,4] [--link_mbit 100,0] "
+      "[--dtypes float32,bfloat16] [--train N] [--json]");
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 1) {
+    std::fprintf(stderr, "bench_cluster: unexpected argument '%s' (see --help)\n", args[1]);
+    return 2;
+  }
+  absl::StatusOr<std::vector<int>> group_counts = IntList("groups", absl::GetFlag(FLAGS_groups));
+  absl::StatusOr<std::vector<int>> rates = IntList("link_mbit", absl::GetFlag(FLAGS_link_mbit));
+  const std::vector<std::string> dtypes =
+      absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',', absl::SkipEmpty());
+  for (const absl::Status& status : {group_counts.status(), rates.status()}) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "bench_cluster: %s\n", std::string(status.message()).c_str());
+      return 2;
+    }
+  }
+  for (const std::string& dtype : dtypes) {
+    if (dtype != "float32" && dtype != "bfloat16") {
+      std::fprintf(stderr, "bench_cluster: --dtypes takes float32 and bfloat16, got '%s'\n",
+                   dtype.c_str());
+      return 2;
+    }
+  }
+  const int most = *std::max_element(group_counts->begin(), group_counts->end());
+  if (most < 1 || most > 7) {
+    std::fprintf(stderr, "bench_cluster: --groups must be 1 to 7 (one host each)\n");
+    return 2;
+  }
+  std::string master_bin = absl::GetFlag(FLAGS_master_bin);
+  if (master_bin.empty()) {
+    absl::StatusOr<std::string> found = RunfilesMaster(argv[0]);
+    if (!found.ok()) {
+      std::fprintf(stderr, "bench_cluster: %s\n", std::string(found.status().message()).c_str());
+      return 2;
+    }
+    master_bin = *found;
+  }
+  std::string worker_bin = absl::GetFlag(FLAGS_worker_bin);
+  if (worker_bin.empty()) {
+    worker_bin = master_bin.substr(0, master_bin.rfind("/server/")) + "/worker/mpilearn-worker";
+  }
+  if (access(worker_bin.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "bench_cluster: no executable mpilearn-worker at '%s' (--worker_bin)\n",
+                 worker_bin.c_str());
+    return 2;
+  }
+  if (access((std::string(kData) + "train-images-idx3-ubyte.gz").c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "bench_cluster: needs Debian's dataset-fashion-mnist in %s\n", kData);
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster = NetnsCluster::Create(1 + most);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "bench_cluster: %s\n", std::string(cluster.status().message()).c_str());
+    return 2;
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  std::vector<Result> results;
+  for (const int rate : *rates) {
+    const absl::Status limited = (*cluster)->SetRateMbit(0, rate);
+    if (!limited.ok()) {
+      std::fprintf(stderr, "bench_cluster: %s\n", std::string(limited.message()).c_str());
+      return 1;
+    }
+    for (const std::string& dtype : dtypes) {
+      for (const int groups : *group_counts) {
+        const Config config{groups, rate, dtype};
+        if (!json) {
+          std::fprintf(stderr, "  measuring %d group(s), link %s, %s\n", groups,
+                       rate > 0 ? absl::StrCat(rate, " Mbit/s").c_str() : "unlimited",
+                       dtype.c_str());
+        }
+        absl::StatusOr<Result> result =
+            RunOne(**cluster, config, master_bin, worker_bin, absl::GetFlag(FLAGS_train));
+        if (!result.ok()) {
+          std::fprintf(stderr, "bench_cluster: %s\n", std::string(result.status().message()).c_str());
+          return 1;
+        }
+        results.push_back(*result);
+      }
+    }
+  }
+  if (json) {
+    std::vector<std::string> rows;
+    for (const Result& r : results) {
+      rows.push_back(absl::StrFormat(
+          "{\"groups\": %d, \"link_mbit\": %d, \"wire_dtype\": \"%s\", "
+          "\"samples_per_s\": %.1f, \"master_tx_bytes_per_s\": %.0f, "
+          "\"updates_per_s\": %.2f, \"bound_updates_per_s\": %s, "
+          "\"of_bound\": %s, \"parameters\": %d, \"test_accuracy\": %.4f}",
+          r.config.groups, r.config.link_mbit, r.config.dtype, r.samples_per_s,
+          r.master_tx_bytes_per_s, r.updates_per_s,
+          r.bound_updates_per_s > 0 ? absl::StrFormat("%.2f", r.bound_updates_per_s) : "null",
+          r.bound_updates_per_s > 0
+              ? absl::StrFormat("%.3f", r.updates_per_s / r.bound_updates_per_s)
+              : "null",
+          r.parameters, r.test_accuracy));
+    }
+    std::printf("{\"model\": \"mlp\", \"algorithm\": \"downpour\", \"train\": %d, "
+                "\"results\": [\n  %s\n]}\n",
+                static_cast<int>(absl::GetFlag(FLAGS_train)), absl::StrJoin(rows, ",\n  ").c_str());
+    return 0;
+  }
+  std::printf("%-7s %-10s %-9s %10s %10s %12s %10s %8s %6s\n", "groups", "link", "dtype",
+              "samples/s", "updates/s", "master MB/s", "bound u/s", "of bound", "test");
+  for (const Result& r : results) {
+    std::printf("%-7d %-10s %-9s %10.0f %10.2f %12.2f %10s %8s %6.3f\n", r.config.groups,
+                r.config.link_mbit > 0 ? absl::StrCat(r.config.link_mbit, "mbit").c_str()
+                                       : "unlimited",
+                r.config.dtype.c_str(), r.samples_per_s, r.updates_per_s,
+                r.master_tx_bytes_per_s / 1e6,
+                r.bound_updates_per_s > 0 ? absl::StrFormat("%.2f", r.bound_updates_per_s).c_str()
+                                          : "-",
+                r.bound_updates_per_s > 0
+                    ? absl::StrFormat("%.2f", r.updates_per_s / r.bound_updates_per_s).c_str()
+                    : "-",
+                r.test_accuracy);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace mpilearn::tools
+
+int main(int argc, char** argv) { return mpilearn::tools::Main(argc, argv); }
