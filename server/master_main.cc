@@ -41,6 +41,11 @@ ABSL_FLAG(int, optimizer_threads, 1,
 ABSL_FLAG(double, group_timeout_s, 60.0,
           "Seconds without any call after which a worker group is declared "
           "lost and its job re-queued.");
+ABSL_FLAG(double, drain_s, 0,
+          "On SIGTERM or SIGINT, seconds to keep serving while the gRPC health "
+          "service (grpc.health.v1.Health) already says NOT_SERVING, so load "
+          "balancers and Kubernetes readiness probes stop sending work before "
+          "the master stops (e.g. 5 under Kubernetes).");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7071",
           "host:port for the Prometheus metrics endpoint (path /metrics; "
           "docs/observability.md lists the metrics). The default serves only "
@@ -190,6 +195,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mpilearn-master: --group_timeout_s must be > 0\n");
     return 2;
   }
+  if (!(absl::GetFlag(FLAGS_drain_s) >= 0 && absl::GetFlag(FLAGS_drain_s) <= 3600)) {
+    std::fprintf(stderr, "mpilearn-master: --drain_s must be in [0, 3600]\n");
+    return 2;
+  }
   const absl::StatusOr<std::string> device =
       mpilearn::server::ResolveOptimizerDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) {
@@ -214,6 +223,7 @@ int main(int argc, char** argv) {
   options.listen_unix = absl::GetFlag(FLAGS_listen_unix);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.group_timeout = absl::Seconds(absl::GetFlag(FLAGS_group_timeout_s));
+  options.drain = absl::Seconds(absl::GetFlag(FLAGS_drain_s));
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_ended_jobs = absl::GetFlag(FLAGS_metrics_ended_jobs);
   options.metrics_token_file = absl::GetFlag(FLAGS_metrics_token_file);

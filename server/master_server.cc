@@ -18,12 +18,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/client/channel_args.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "grpcpp/health_check_service_interface.h"
 
 namespace mpilearn::server {
 namespace {
+
+// The services' full names, as health checks name them.
+constexpr char kMasterServiceName[] = "mpilearn.v1.Master";
+constexpr char kStudiesServiceName[] = "mpilearn.v1.Studies";
 
 // The whole of a PEM file named by `flag`; an error names both.
 absl::StatusOr<std::string> ReadPemFile(const std::string& path,
@@ -260,6 +266,9 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
     server->exposer_->RegisterCollectable(server->metrics_);
   }
 
+  // grpc.health.v1.Health on every address the server listens on, for load
+  // balancers and Kubernetes probes; NOT_SERVING until the master ticks.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   SetBulkTransferArgs(&builder);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
@@ -294,15 +303,32 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
         "HOST:PORT (port 0 picks a free one)"));
   }
 
+  grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(false);
+
   // Lost groups, timed checkpoints, write retries and the trace's flush
   // from now on.
   server->master_->Start();
+  server->drain_ = options.drain;
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(kMasterServiceName, true);
+    health->SetServingStatus(kStudiesServiceName, true);
+  }
   return server;
 }
 
 void MasterServer::Shutdown(absl::Duration grace) {
   if (stopping_) return;
   stopping_ = true;
+  // Draining: probes see NOT_SERVING while calls are still served.
+  if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->Shutdown();
+    if (drain_ > absl::ZeroDuration()) {
+      LOG(INFO) << "health: NOT_SERVING; draining for " << absl::FormatDuration(drain_);
+      absl::SleepFor(drain_);
+    }
+  }
   // No scrape reads the registry or the hub from now on.
   exposer_.reset();
   // Snapshot streams and study watches end; no study starts or stops a job

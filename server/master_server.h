@@ -71,6 +71,10 @@ class MasterServer {
     // (--max_streams_per_connection; GRPC_ARG_MAX_CONCURRENT_STREAMS): more
     // wait in the client until one ends.
     int max_streams_per_connection = 64;
+    // Shutdown first turns the gRPC health service (grpc.health.v1.Health,
+    // served on every listening address) to NOT_SERVING, then keeps serving
+    // this long (--drain_s) before it stops accepting calls.
+    absl::Duration drain = absl::ZeroDuration();
 
     // Security (docs/security.md). With tls_cert and tls_key (PEM files)
     // the `listen` port speaks TLS only; with tls_client_ca as well it
@@ -105,7 +109,8 @@ class MasterServer {
   // The metrics endpoint's port actually bound; 0 when metrics are off.
   int metrics_port() const { return metrics_port_; }
 
-  // Stops serving metrics, ends snapshot streams, stops accepting RPCs,
+  // Turns the health service to NOT_SERVING and waits Options::drain, then
+  // stops serving metrics, ends snapshot streams, stops accepting RPCs,
   // waits up to `grace` for running ones, then cancels the rest,
   // checkpoints every job changed since its last checkpoint
   // (JobRegistry::CheckpointAll) and closes the trace file. Idempotent.
@@ -130,6 +135,7 @@ class MasterServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   int metrics_port_ = 0;
+  absl::Duration drain_;
   bool stopping_ = false;
 };
 

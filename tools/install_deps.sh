@@ -26,6 +26,8 @@ PACKAGES=(
   python3-grpcio python3-protobuf  # the Python client (tools/python)
   python3-matplotlib         # the Python client's study plots
   python3-optuna             # MPI Opt's references: TPE/ASHA tests, bench_opt
+  python3-yaml               # deploy/kubernetes/check_manifests.py
+  iproute2                   # the cross-host tests' hosts: ip netns, veth, tc
 )
 
 missing=()

@@ -40,7 +40,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
+#include "common/client/client_security.h"
 #include "common/client/client_security_flags.h"
+#include "common/client/health_check.h"
 #include "common/client/master_client.h"
 #include "common/bounded_text.h"
 #include "common/file_list.h"
@@ -106,6 +108,10 @@ constexpr char kUsage[] =
     "                     --reason TEXT is kept in its message\n"
     "  delete JOB_ID      remove an ended job from the master and its files\n"
     "                     from the state directory\n"
+    "  health [SERVICE]   the master's gRPC health status (grpc.health.v1;\n"
+    "                     SERVICE mpilearn.v1.Master or mpilearn.v1.Studies):\n"
+    "                     prints SERVING (exit 0) or NOT_SERVING (exit 1);\n"
+    "                     needs no token, for probes and scripts"
     "\n"
     "list and status follow the master's pages; --state STATE[,STATE] lists\n"
     "only jobs in those states.\n"
@@ -405,6 +411,26 @@ int WaitForJob(const std::string& job_id, const Options& options) {
   }
 }
 
+// The master's health (grpc.health.v1.Health/Check) on stdout; exit 0 only
+// for SERVING. A master that does not answer is an RPC error (exit 1).
+int ShowHealth(const std::string& service, const Options& options) {
+  grpc::ChannelArguments args;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateMasterChannel(options.master, options.client.security, args);
+  if (!channel.ok()) return UsageError(channel.status().message());
+  absl::StatusOr<ServingStatus> serving =
+      CheckHealth(*channel, service, options.client.rpc_timeout);
+  if (serving.status().code() == absl::StatusCode::kNotFound) {
+    return Fail(absl::NotFoundError(absl::StrCat(
+        "the master has no health status for service '", service,
+        "'; it reports the whole master (no SERVICE), mpilearn.v1.Master and "
+        "mpilearn.v1.Studies")));
+  }
+  if (!serving.ok()) return FailRpc(serving.status(), options);
+  absl::PrintF("%s\n", ServingStatusName(*serving));
+  return *serving == ServingStatus::kServing ? kExitOk : kExitError;
+}
+
 // Dispatches `args` (the positional arguments: command and its operands).
 int Run(const std::vector<std::string>& args, const Options& options) {
   if (args.empty()) return UsageError("missing command");
@@ -421,6 +447,7 @@ int Run(const std::vector<std::string>& args, const Options& options) {
       {"wait", "JOB_ID", false},
       {"cancel", "JOB_ID", false},
       {"delete", "JOB_ID", false},
+      {"health", "SERVICE", true},
   };
   const Command* found = nullptr;
   for (const Command& c : kCommands) {
@@ -429,7 +456,7 @@ int Run(const std::vector<std::string>& args, const Options& options) {
   if (found == nullptr) {
     return UsageError(absl::StrCat("unknown command '", command,
                                    "'; commands: submit, list, status, wait, "
-                                   "cancel, delete"));
+                                   "cancel, delete, health"));
   }
   const size_t operands = found->operand.empty() ? 0 : 1;
   const size_t required = found->optional ? 0 : operands;
@@ -445,6 +472,7 @@ int Run(const std::vector<std::string>& args, const Options& options) {
   if (command == "list") return ListJobs(options);
   if (command == "cancel") return CancelJob(args[1], options);
   if (command == "delete") return DeleteJob(args[1], options);
+  if (command == "health") return ShowHealth(args.size() == 1 ? "" : args[1], options);
   if (command == "status") {
     return args.size() == 1 ? ShowAllJobs(options)
                             : ShowStatus(args[1], options);

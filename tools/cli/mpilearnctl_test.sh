@@ -93,6 +93,12 @@ check_table() {
 # The jobs table of a master without jobs.
 expect 0 "^no jobs on the master at $ADDR$" ctl status
 
+# --- Health (grpc.health.v1): the whole master and each service. ----------
+expect 0 "^SERVING$" ctl health
+expect 0 "^SERVING$" ctl health mpilearn.v1.Master
+expect 0 "^SERVING$" ctl health mpilearn.v1.Studies
+expect 1 "no health status for service 'mpilearn.v1.Nothing'" ctl health mpilearn.v1.Nothing
+
 # --- Submit the example spec. ---------------------------------------------
 submit_flags=()
 if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
