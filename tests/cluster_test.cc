@@ -1,10 +1,13 @@
 // Training across hosts: network namespaces as hosts (NetnsCluster), the
 // real master on one, a real `mpirun` group whose two ranks are on two
-// others, and faults on the links between them.
+// others, and faults on the links between them; a validation pool and a
+// Prometheus on hosts of their own.
 //
 // The undisturbed run and each fault run train the same job (sync, MLP,
 // Fashion-MNIST subset, fixed seed); a fault run must complete within a
 // point of the undisturbed run's test accuracy.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -19,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
 #include "tools/cluster/netns_cluster.h"
+#include "tests/http_client.h"
 #include "tests/test_process.h"
 
 namespace mpilearn::testing {
@@ -31,6 +35,8 @@ constexpr int kEpochs = 2;
 constexpr double kMinAccuracy = 0.75;
 constexpr char kAdminToken[] = "cluster-admin-token-0123456789";
 constexpr char kWorkerToken[] = "cluster-worker-token-0123456789";
+constexpr char kMetricsToken[] = "cluster-metrics-token-0123456789";
+constexpr char kPrometheus[] = "/usr/bin/prometheus";
 
 // Host 0 runs the master; a group's two ranks run on hosts 1 and 2, a second
 // group's on hosts 3 and 4.
@@ -55,11 +61,15 @@ class ClusterTest : public ::testing::Test {
                                                       "\nworker hosts ", kWorkerToken,
                                                       "\n"));
     WriteFileOrDie(dir_ + "/worker.token", absl::StrCat(kWorkerToken, "\n"));
+    WriteFileOrDie(dir_ + "/metrics.token", absl::StrCat(kMetricsToken, "\n"));
     // A group is declared lost after 10 s without a heartbeat.
     auto master = MasterProcess::StartOn(
         cluster_->address(0), cluster_->InHost(0, {}), dir_ + "/state",
         {"--group_timeout_s=10", "--tls_cert=" + dir_ + "/server.pem",
-         "--tls_key=" + dir_ + "/server.key", "--tokens_file=" + dir_ + "/tokens.txt"});
+         "--tls_key=" + dir_ + "/server.key", "--tokens_file=" + dir_ + "/tokens.txt",
+         // Metrics on the master's address, for a Prometheus on another host.
+         "--metrics_listen=" + cluster_->address(0) + ":0",
+         "--metrics_token_file=" + dir_ + "/metrics.token"});
     ASSERT_TRUE(master.ok()) << master.status();
     master_ = *std::move(master);
     MasterClient::Options options;
@@ -79,13 +89,17 @@ class ClusterTest : public ::testing::Test {
     return StartGroup(name, {1, 2});
   }
 
-  // A group of the job with one rank on each of `hosts`.
+  // A group of the job with one rank on each of `hosts` (`extra` flags for
+  // the workers: a validation pool's).
   std::unique_ptr<ChildProcess> StartGroup(const std::string& name,
-                                           const std::vector<int>& hosts) {
+                                           const std::vector<int>& hosts,
+                                           const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> flags = {"--threads=1", "--tls_ca=" + dir_ + "/ca.pem",
+                                      "--token_file=" + dir_ + "/worker.token"};
+    if (extra.empty()) flags.push_back("--job_id=" + job_id_);
+    flags.insert(flags.end(), extra.begin(), extra.end());
     auto workers = StartWorkers(static_cast<int>(hosts.size()), master_->address(),
-                                {"--job_id=" + job_id_, "--threads=1",
-                                 "--tls_ca=" + dir_ + "/ca.pem",
-                                 "--token_file=" + dir_ + "/worker.token"},
+                                flags,
                                 absl::StrCat(dir_, "/", name, ".log"),
                                 cluster_->MpirunArgs(hosts));
     EXPECT_TRUE(workers.ok()) << workers.status();
@@ -242,6 +256,80 @@ TEST_F(ClusterTest, RankHostGoneEndsItsGroupAndAnotherFinishes) {
   std::printf("host 2 gone: its group ended after %.1f s; a group on hosts 3 and 4 "
               "finished the job, test_accuracy=%.4f\n",
               ended_in, done.test_accuracy());
+}
+
+// Every piece on a host of its own: a validation pool on host 3 validates
+// the snapshots the master publishes while a group on hosts 1 and 2 trains,
+// and a real Prometheus on host 4 scrapes the master's metrics over the
+// bridge with the metrics token.
+TEST_F(ClusterTest, ValidationPoolAndPrometheusOnOtherHosts) {
+  if (access(kPrometheus, X_OK) != 0) GTEST_SKIP() << kPrometheus << " is not installed";
+  absl::StatusOr<int> metrics_port = master_->MetricsPort();
+  ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
+  // Prometheus in host 4's own port space: 9090 is free there.
+  const std::string config = dir_ + "/prometheus.yml";
+  WriteFileOrDie(config, absl::StrCat("global:\n  scrape_interval: 1s\n"
+                                      "scrape_configs:\n  - job_name: mpilearn\n"
+                                      "    static_configs:\n      - targets: ['",
+                                      cluster_->address(0), ":", *metrics_port, "']\n"
+                                      "    basic_auth:\n      username: prometheus\n"
+                                      "      password_file: ", dir_, "/metrics.token\n"));
+  auto prometheus = ChildProcess::Start(
+      cluster_->InHost(4, {kPrometheus, "--config.file=" + config,
+                           "--storage.tsdb.path=" + dir_ + "/tsdb",
+                           "--web.listen-address=" + cluster_->address(4) + ":9090",
+                           "--log.level=warn"}),
+      dir_ + "/prometheus.log");
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+
+  v1::JobSpec spec = FashionMnistSubset("sync", kTrainLimit, kEpochs);
+  spec.mutable_snapshots()->set_every_updates(50);
+  spec.set_inband_validation(false);
+  auto job_id = client_->SubmitJob(spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  job_id_ = *job_id;
+  std::unique_ptr<ChildProcess> pool =
+      StartGroup("pool", {3}, {"--role=validate", "--jobs=" + job_id_,
+                               "--pool_label=remote", "--exit_when_idle_s=10"});
+  ASSERT_NE(pool, nullptr);
+  // One mpirun at a time: the pool subscribes before training starts.
+  const absl::Time subscribed_by = absl::Now() + absl::Seconds(120);
+  while (pool->Log().find("waiting for snapshots") == std::string::npos &&
+         absl::Now() < subscribed_by && !pool->Wait(absl::Milliseconds(100)).has_value()) {
+  }
+  ASSERT_NE(pool->Log().find("waiting for snapshots"), std::string::npos) << pool->Log();
+  std::unique_ptr<ChildProcess> group = StartGroup("group", {1, 2});
+  ASSERT_NE(group, nullptr);
+  const v1::JobStatus done = ExpectCompleted(*group);
+  // The pool on host 3 reported validations of published snapshots.
+  int from_pool = 0;
+  for (const v1::ValidationRecord& record : done.validations()) {
+    if (record.source().find("remote") != std::string::npos) ++from_pool;
+  }
+  EXPECT_GT(from_pool, 0) << done.ShortDebugString() << "\n" << pool->Log();
+
+  // Prometheus on host 4 scraped the master across the bridge: the target
+  // is up and the job's update counter reached what the master reports.
+  const std::string query =
+      absl::StrCat("/api/v1/query?query=", UrlEncode(absl::StrCat(
+          "max(mpilearn_job_updates_applied_total{job_id=\"", job_id_, "\"})")));
+  std::string answer;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<HttpResponse> response =
+        HttpGetFrom(cluster_->address(4), 9090, query);
+    if (response.ok() && response->status == 200) {
+      answer = response->body;
+      if (answer.find(absl::StrCat("\"", done.updates_applied(), "\"")) != std::string::npos) {
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_NE(answer.find(absl::StrCat("\"", done.updates_applied(), "\"")), std::string::npos)
+      << "Prometheus on host 4 answered: " << answer << "\n" << (*prometheus)->Log();
+  std::printf("pool on host 3: %d validations; Prometheus on host 4 saw %llu updates\n",
+              from_pool, static_cast<unsigned long long>(done.updates_applied()));
 }
 
 }  // namespace

@@ -17,11 +17,13 @@
 namespace mpilearn::testing {
 namespace {
 
-sockaddr_in Loopback(int port) {
+sockaddr_in Address(const std::string& host, int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
   return address;
 }
 
@@ -41,20 +43,27 @@ std::pair<std::string, std::string> BasicAuthorization(
 absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
                                      const HttpHeaders& headers,
                                      absl::Duration timeout) {
+  return HttpGetFrom("127.0.0.1", port, target, headers, timeout);
+}
+
+absl::StatusOr<HttpResponse> HttpGetFrom(const std::string& host, int port,
+                                         const std::string& target,
+                                         const HttpHeaders& headers,
+                                         absl::Duration timeout) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError(std::strerror(errno));
   timeval tv = absl::ToTimeval(timeout);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in address = Loopback(port);
+  sockaddr_in address = Address(host, port);
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     const std::string error = std::strerror(errno);
     close(fd);
     return absl::UnavailableError(
-        absl::StrCat("connect to 127.0.0.1:", port, ": ", error));
+        absl::StrCat("connect to ", host, ":", port, ": ", error));
   }
   std::string request = absl::StrCat("GET ", target,
-                                     " HTTP/1.0\r\nHost: 127.0.0.1:", port,
+                                     " HTTP/1.0\r\nHost: ", host, ":", port,
                                      "\r\nAccept: */*\r\n");
   for (const auto& [name, value] : headers) {
     absl::StrAppend(&request, name, ": ", value, "\r\n");
@@ -105,7 +114,7 @@ std::string UrlEncode(absl::string_view text) {
 
 int PickFreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = Loopback(0);
+  sockaddr_in address = Address("127.0.0.1", 0);
   socklen_t length = sizeof(address);
   int port = 0;
   if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&

@@ -31,6 +31,12 @@ absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
                                      const HttpHeaders& headers,
                                      absl::Duration timeout = absl::Seconds(10));
 
+// GET http://<host>:<port><target>, `host` an IPv4 address.
+absl::StatusOr<HttpResponse> HttpGetFrom(const std::string& host, int port,
+                                         const std::string& target,
+                                         const HttpHeaders& headers = {},
+                                         absl::Duration timeout = absl::Seconds(10));
+
 // The "Authorization" header of HTTP Basic auth for `user` and `password`.
 std::pair<std::string, std::string> BasicAuthorization(
     absl::string_view user, absl::string_view password);

@@ -146,6 +146,13 @@ absl::StatusOr<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(int hosts) {
   c.agent_ = absl::StrCat(std::filesystem::temp_directory_path().string(), "/",
                           c.tag_, "-agent.sh");
   c.agent_log_ = c.agent_ + ".log";
+  // Each host's own TMPDIR: the namespaces share one file system and one
+  // host name, and Open MPI's daemons on two hosts would otherwise race for
+  // the same session directory.
+  c.host_tmp_ = c.agent_.substr(0, c.agent_.size() - 3) + "-tmp";
+  for (const std::string& name : c.names_) {
+    std::filesystem::create_directories(c.host_tmp_ + "/" + name);
+  }
   {
     std::ofstream agent(c.agent_);
     agent << "#!/bin/sh\n# mpirun's rsh agent: the host is a namespace's address\n"
@@ -156,6 +163,7 @@ absl::StatusOr<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(int hosts) {
     }
     agent << "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\nesac\n"
           << "echo \"$ns\" >>" << c.agent_log_ << "\n"
+          << "TMPDIR=" << c.host_tmp_ << "/$ns; export TMPDIR\n"
           << "exec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n";
   }
   std::filesystem::permissions(c.agent_, std::filesystem::perms::owner_all);
@@ -175,6 +183,10 @@ void NetnsCluster::TearDown() {
   if (!bridge_.empty()) (void)Run({"ip", "link", "del", bridge_});
   if (!agent_.empty()) std::filesystem::remove(agent_);
   if (!agent_log_.empty()) std::filesystem::remove(agent_log_);
+  if (!host_tmp_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(host_tmp_, ignored);
+  }
 }
 
 std::vector<std::string> NetnsCluster::InHost(

@@ -83,6 +83,7 @@ class NetnsCluster {
   std::string bridge_address_;
   std::string agent_;  // the rsh agent script
   std::string agent_log_;
+  std::string host_tmp_;  // one TMPDIR per host under it
   std::vector<std::string> names_;
   std::vector<std::string> addresses_;
   std::vector<std::string> root_links_;  // each host's veth end on the bridge
