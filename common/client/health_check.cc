@@ -1,10 +1,12 @@
 #include "common/client/health_check.h"
 
+#include <cstdint>
 #include <future>
+#include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -14,54 +16,28 @@ namespace {
 
 constexpr char kCheckMethod[] = "/grpc.health.v1.Health/Check";
 
-// HealthCheckRequest { string service = 1; }
+// HealthCheckRequest { string service = 1; }: an empty service is left
+// out, as protobuf leaves out a default value.
 std::string EncodeRequest(const std::string& service) {
-  if (service.empty()) return "";
-  std::string bytes = "\x0a";  // field 1, length-delimited
-  for (size_t n = service.size();; n >>= 7) {
-    const unsigned char low = n & 0x7f;
-    if (n < 0x80) {
-      bytes.push_back(static_cast<char>(low));
-      break;
-    }
-    bytes.push_back(static_cast<char>(low | 0x80));
-  }
-  return bytes + service;
+  google::protobuf::UnknownFieldSet request;
+  if (!service.empty()) request.AddLengthDelimited(1, service);
+  std::string bytes;
+  request.SerializeToString(&bytes);
+  return bytes;
 }
 
 // HealthCheckResponse { ServingStatus status = 1; }: the last value of field
-// 1 wins; other fields are skipped as protobuf skips unknown fields.
+// 1 wins; other fields are skipped, as protobuf skips unknown fields.
 absl::StatusOr<ServingStatus> DecodeResponse(const std::string& bytes) {
+  google::protobuf::UnknownFieldSet response;
+  if (!response.ParseFromString(bytes)) {
+    return absl::DataLossError("health reply: not a protobuf message");
+  }
   uint64_t status = 0;
-  size_t i = 0;
-  auto varint = [&](uint64_t* value) {
-    *value = 0;
-    for (int shift = 0; shift < 64 && i < bytes.size(); shift += 7) {
-      const unsigned char byte = static_cast<unsigned char>(bytes[i++]);
-      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-  };
-  while (i < bytes.size()) {
-    uint64_t key = 0;
-    if (!varint(&key)) return absl::DataLossError("health reply: truncated field key");
-    const uint64_t type = key & 7;
-    uint64_t value = 0;
-    if (type == 0) {
-      if (!varint(&value)) return absl::DataLossError("health reply: truncated varint");
-      if ((key >> 3) == 1) status = value;
-    } else if (type == 2) {
-      if (!varint(&value) || value > bytes.size() - i) {
-        return absl::DataLossError("health reply: truncated field");
-      }
-      i += value;
-    } else if (type == 1 || type == 5) {
-      const size_t width = type == 1 ? 8 : 4;
-      if (width > bytes.size() - i) return absl::DataLossError("health reply: truncated field");
-      i += width;
-    } else {
-      return absl::DataLossError(absl::StrCat("health reply: wire type ", type));
+  for (int i = 0; i < response.field_count(); ++i) {
+    const google::protobuf::UnknownField& field = response.field(i);
+    if (field.number() == 1 && field.type() == google::protobuf::UnknownField::TYPE_VARINT) {
+      status = field.varint();
     }
   }
   if (status > 3) return ServingStatus::kUnknown;

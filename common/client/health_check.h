@@ -5,8 +5,8 @@
 //   absl::StatusOr<ServingStatus> serving = CheckHealth(channel, "", absl::Seconds(5));
 //   if (serving.ok() && *serving == ServingStatus::kServing) { ... }
 //
-// The two messages are encoded here by hand (one string field in, one enum
-// field out), so no generated code is needed.
+// The two messages (one string field in, one enum field out) are read and
+// written as protobuf's unknown fields, so no generated code is needed.
 #ifndef MPILEARN_COMMON_CLIENT_HEALTH_CHECK_H_
 #define MPILEARN_COMMON_CLIENT_HEALTH_CHECK_H_
 
