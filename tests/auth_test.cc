@@ -487,20 +487,6 @@ TEST_F(AuthTest, GroupTrainsAJobOverTlsWithTokens) {
   EXPECT_GT(status->updates_applied(), 0u);
 }
 
-// True once `process`'s output holds `text` (polls; false after `timeout`
-// or when it exited without it).
-bool WaitForLog(ChildProcess& process, const std::string& text,
-                absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (process.Log().find(text) != std::string::npos) return true;
-    if (process.Wait(absl::Milliseconds(100)).has_value()) {
-      return process.Log().find(text) != std::string::npos;
-    }
-  }
-  return false;
-}
-
 TEST_F(AuthTest, ValidationPoolReportsUnderItsOwnToken) {
   if (!HaveFashionMnist()) {
     GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";

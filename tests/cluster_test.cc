@@ -293,11 +293,7 @@ TEST_F(ClusterTest, ValidationPoolAndPrometheusOnOtherHosts) {
                                "--pool_label=remote", "--exit_when_idle_s=10"});
   ASSERT_NE(pool, nullptr);
   // One mpirun at a time: the pool subscribes before training starts.
-  const absl::Time subscribed_by = absl::Now() + absl::Seconds(120);
-  while (pool->Log().find("waiting for snapshots") == std::string::npos &&
-         absl::Now() < subscribed_by && !pool->Wait(absl::Milliseconds(100)).has_value()) {
-  }
-  ASSERT_NE(pool->Log().find("waiting for snapshots"), std::string::npos) << pool->Log();
+  ASSERT_TRUE(WaitForLog(*pool, "waiting for snapshots", absl::Seconds(120))) << pool->Log();
   std::unique_ptr<ChildProcess> group = StartGroup("group", {1, 2});
   ASSERT_NE(group, nullptr);
   const v1::JobStatus done = ExpectCompleted(*group);

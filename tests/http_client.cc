@@ -17,14 +17,12 @@
 namespace mpilearn::testing {
 namespace {
 
-sockaddr_in Address(const std::string& host, int port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  }
-  return address;
+// `host` (an IPv4 address) and `port`; false for a host that is not one.
+bool Address(const std::string& host, int port, sockaddr_in* address) {
+  *address = sockaddr_in{};
+  address->sin_family = AF_INET;
+  address->sin_port = htons(static_cast<uint16_t>(port));
+  return inet_pton(AF_INET, host.c_str(), &address->sin_addr) == 1;
 }
 
 }  // namespace
@@ -50,12 +48,15 @@ absl::StatusOr<HttpResponse> HttpGetFrom(const std::string& host, int port,
                                          const std::string& target,
                                          const HttpHeaders& headers,
                                          absl::Duration timeout) {
+  sockaddr_in address;
+  if (!Address(host, port, &address)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", host, "' is not an IPv4 address"));
+  }
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError(std::strerror(errno));
   timeval tv = absl::ToTimeval(timeout);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in address = Address(host, port);
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     const std::string error = std::strerror(errno);
     close(fd);
@@ -114,7 +115,8 @@ std::string UrlEncode(absl::string_view text) {
 
 int PickFreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = Address("127.0.0.1", 0);
+  sockaddr_in address;
+  Address("127.0.0.1", 0, &address);
   socklen_t length = sizeof(address);
   int port = 0;
   if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&

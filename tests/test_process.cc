@@ -220,6 +220,17 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
   return ChildProcess::Start(argv, log_path);
 }
 
+bool WaitForLog(ChildProcess& process, const std::string& text, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (process.Log().find(text) != std::string::npos) return true;
+    if (process.Wait(absl::Milliseconds(100)).has_value()) {
+      return process.Log().find(text) != std::string::npos;
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<v1::JobStatus> WaitForStatus(
     MasterClient& client, const std::string& job_id, absl::Duration timeout,
     const std::function<bool(const v1::JobStatus&)>& done) {

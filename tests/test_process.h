@@ -112,6 +112,10 @@ absl::StatusOr<JobRun> RunJobToEnd(MasterClient& client, const std::string& mast
                                    const v1::JobSpec& spec, int ranks,
                                    const std::string& dir);
 
+// True once `process`'s output holds `text` (polls every 100 ms); false
+// after `timeout`, or when it exited without it.
+bool WaitForLog(ChildProcess& process, const std::string& text, absl::Duration timeout);
+
 // Polls the job's status (every 50 ms) until `done` holds or `timeout`
 // passes; DEADLINE_EXCEEDED (with the last status) in the latter case.
 absl::StatusOr<v1::JobStatus> WaitForStatus(

@@ -34,19 +34,6 @@ constexpr int64_t kValidation = 2000;
 constexpr int kEpochs = 2;
 constexpr double kTolerance = 1e-5;
 
-// Waits until `process`'s log contains `text`, or it exits, or `timeout`.
-bool WaitForLog(ChildProcess& process, const std::string& text,
-                absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (absl::StrContains(process.Log(), text)) return true;
-    if (process.Wait(absl::Milliseconds(100)).has_value()) {
-      return absl::StrContains(process.Log(), text);
-    }
-  }
-  return false;
-}
-
 std::map<uint64_t, v1::ValidationRecord> RecordsFrom(const v1::JobStatus& status,
                                                      const std::string& source) {
   std::map<uint64_t, v1::ValidationRecord> records;

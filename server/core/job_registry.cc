@@ -12,7 +12,6 @@
 #include "absl/time/time.h"
 #include "common/bounded_text.h"
 #include "common/error_reason.h"
-#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/core/store/job_loader.h"

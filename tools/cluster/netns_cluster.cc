@@ -125,6 +125,7 @@ absl::StatusOr<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(int hosts) {
     c.names_.push_back(name);
     c.addresses_.push_back(address);
     c.root_links_.push_back(outside);
+    c.host_links_.push_back(inside);
     std::vector<std::vector<std::string>> host = {
         {"ip", "netns", "add", name},
         {"ip", "link", "add", outside, "type", "veth", "peer", "name", inside},
@@ -211,13 +212,18 @@ std::vector<std::string> NetnsCluster::MpirunArgs(const std::vector<int>& hosts)
           "--mca", "rtc_hwloc_vmhole", "none"};
 }
 
+std::vector<NetnsCluster::LinkEnd> NetnsCluster::Ends(int host) const {
+  return {{{}, root_links_[host]}, {InHost(host, {}), host_links_[host]}};
+}
+
 absl::Status NetnsCluster::SetLinkUp(int host, bool up) {
-  const char* state = up ? "up" : "down";
-  absl::StatusOr<std::string> out = Run({"ip", "link", "set", root_links_[host], state});
-  if (!out.ok()) return out.status();
-  out = Run({"ip", "netns", "exec", names_[host], "ip", "link", "set",
-             absl::StrCat("mlv", tag_.substr(2), "n", host), state});
-  return out.ok() ? absl::OkStatus() : out.status();
+  for (const LinkEnd& end : Ends(host)) {
+    std::vector<std::string> argv = end.prefix;
+    argv.insert(argv.end(), {"ip", "link", "set", end.device, up ? "up" : "down"});
+    absl::StatusOr<std::string> out = Run(argv);
+    if (!out.ok()) return out.status();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status NetnsCluster::KillHostProcesses(int host) {
@@ -231,22 +237,15 @@ absl::Status NetnsCluster::KillHostProcesses(int host) {
 }
 
 absl::Status NetnsCluster::SetRateMbit(int host, int mbit) {
-  const std::string inside = absl::StrCat("mlv", tag_.substr(2), "n", host);
-  const std::vector<std::vector<std::string>> ends = {
-      {"tc", "qdisc", "%s", "dev", root_links_[host], "root"},
-      {"ip", "netns", "exec", names_[host], "tc", "qdisc", "%s", "dev", inside, "root"}};
-  for (std::vector<std::string> end : ends) {
-    for (std::string& word : end) {
-      if (word == "%s") word = "del";
-    }
-    (void)Run(end);  // no qdisc yet is fine
+  for (const LinkEnd& end : Ends(host)) {
+    std::vector<std::string> argv = end.prefix;
+    argv.insert(argv.end(), {"tc", "qdisc", "del", "dev", end.device, "root"});
+    (void)Run(argv);  // no qdisc yet is fine
     if (mbit <= 0) continue;
-    for (std::string& word : end) {
-      if (word == "del") word = "add";
-    }
-    end.insert(end.end(), {"tbf", "rate", absl::StrCat(mbit, "mbit"), "burst",
-                           "32kbit", "latency", "50ms"});
-    absl::StatusOr<std::string> out = Run(end);
+    argv = end.prefix;
+    argv.insert(argv.end(), {"tc", "qdisc", "add", "dev", end.device, "root", "tbf", "rate",
+                             absl::StrCat(mbit, "mbit"), "burst", "32kbit", "latency", "50ms"});
+    absl::StatusOr<std::string> out = Run(argv);
     if (!out.ok()) return out.status();
   }
   return absl::OkStatus();

@@ -87,6 +87,16 @@ class NetnsCluster {
   std::vector<std::string> names_;
   std::vector<std::string> addresses_;
   std::vector<std::string> root_links_;  // each host's veth end on the bridge
+  std::vector<std::string> host_links_;  // its peer, inside the host
+
+  // One end of a host's link: the command prefix that reaches its namespace
+  // (empty for the root namespace) and its device.
+  struct LinkEnd {
+    std::vector<std::string> prefix;
+    std::string device;
+  };
+  // Host i's two ends: the bridge's side, then the host's.
+  std::vector<LinkEnd> Ends(int host) const;
 };
 
 }  // namespace mpilearn::tools
