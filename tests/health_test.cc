@@ -53,7 +53,8 @@ TEST(HealthTest, ServingWithoutTokenThenNotServingWhileDraining) {
       anonymous.ok() ? (*anonymous)->ListJobs().status() : anonymous.status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
 
-  // SIGTERM: NOT_SERVING during the 8 s drain (several times the 2 s deadline of a check, so a slow machine still sees it), then a clean stop.
+  // SIGTERM: NOT_SERVING during the 8 s drain (several times a check's 2 s
+  // deadline, so a slow machine still sees it), then a clean stop.
   ASSERT_EQ(kill((*master)->process().pid(), SIGTERM), 0);
   bool saw_not_serving = false;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
