@@ -206,10 +206,14 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartWorkers(
   // Open MPI names its session directory after mpirun's pid. Bazel's
   // sandbox gives each test its own pid namespace, so two tests' mpiruns can
   // share a pid: keep each test's session directory in its own TMPDIR.
-  // The same goes for its shared-memory segments in /dev/shm.
+  // The same goes for its shared-memory segments in /dev/shm. Each mpirun
+  // gets a directory of its own below it: two started at once by one test
+  // raced to create the same top-level session directory ("File exists").
   if (const char* test_tmp = std::getenv("TEST_TMPDIR")) {
-    setenv("TMPDIR", test_tmp, /*overwrite=*/1);
-    setenv("OMPI_MCA_btl_vader_backing_directory", test_tmp, /*overwrite=*/1);
+    std::string dir = std::string(test_tmp) + "/mpirun.XXXXXX";
+    if (mkdtemp(dir.data()) == nullptr) dir = test_tmp;
+    setenv("TMPDIR", dir.c_str(), /*overwrite=*/1);
+    setenv("OMPI_MCA_btl_vader_backing_directory", dir.c_str(), /*overwrite=*/1);
   }
   std::vector<std::string> argv = {"mpirun", "--allow-run-as-root",
                                    "--oversubscribe"};
