@@ -7,7 +7,9 @@
 #     deploy/README.md promises, and its PromQL parses (`promtool check
 #     rules`, with the dashboard's variables filled in);
 #   - mpilearn-master.service starts mpilearn-master with a metrics endpoint;
-#   - slurm_group.sbatch is valid bash and starts the group with mpirun.
+#   - slurm_group.sbatch is valid bash and starts the group with mpirun;
+#     slurm_train.sbatch is valid bash (both pass shellcheck where it is
+#     installed). tests/slurm_test runs both under a real Slurm.
 # promtool and python3 checks are skipped, saying so, where the tool is
 # missing.
 set -euo pipefail
@@ -18,6 +20,7 @@ PROM_CONFIG="$DEPLOY/prometheus/prometheus.yml"
 DASHBOARD="$DEPLOY/grafana/mpilearn-dashboard.json"
 UNIT="$DEPLOY/mpilearn-master.service"
 SBATCH="$DEPLOY/slurm_group.sbatch"
+TRAIN_SBATCH="$DEPLOY/slurm_train.sbatch"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 
 failures=0
@@ -28,7 +31,7 @@ fail() {
 skip() { echo "SKIP: $*"; }
 ok() { echo "ok: $*"; }
 
-for f in "$PROM_CONFIG" "$DASHBOARD" "$UNIT" "$SBATCH"; do
+for f in "$PROM_CONFIG" "$DASHBOARD" "$UNIT" "$SBATCH" "$TRAIN_SBATCH"; do
   [[ -f "$f" ]] || { echo "FAIL: missing $f" >&2; exit 1; }
 done
 
@@ -214,12 +217,23 @@ else
 fi
 grep -Eq '^\[Install\]$' "$UNIT" || fail "mpilearn-master.service: no [Install] section"
 
-# --- Slurm script -------------------------------------------------------------
-if out="$(bash -n "$SBATCH" 2>&1)"; then
-  ok "slurm_group.sbatch parses"
-else
-  fail "slurm_group.sbatch: bash -n:"$'\n'"$out"
-fi
+# --- Slurm scripts ------------------------------------------------------------
+SHELLCHECK="$(command -v shellcheck || true)"
+for script in "$SBATCH" "$TRAIN_SBATCH"; do
+  name="$(basename "$script")"
+  if out="$(bash -n "$script" 2>&1)"; then
+    ok "$name parses"
+  else
+    fail "$name: bash -n:"$'\n'"$out"
+  fi
+  if [[ -z "$SHELLCHECK" ]]; then
+    skip "shellcheck not found; $name not checked by it"
+  elif out="$("$SHELLCHECK" "$script" 2>&1)"; then
+    ok "shellcheck $name"
+  else
+    fail "shellcheck $name:"$'\n'"$out"
+  fi
+done
 grep -Eq '^mpirun ' "$SBATCH" || fail "slurm_group.sbatch: no mpirun line"
 grep -Eq -- '--progress' "$SBATCH" || fail "slurm_group.sbatch: no --progress"
 grep -Eq 'MPILEARN_TRACE_DIR' "$SBATCH" || fail "slurm_group.sbatch: no MPILEARN_TRACE_DIR"

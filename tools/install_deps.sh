@@ -28,6 +28,8 @@ PACKAGES=(
   python3-optuna             # MPI Opt's references: TPE/ASHA tests, bench_opt
   python3-yaml               # deploy/kubernetes/check_manifests.py
   iproute2                   # the cross-host tests' hosts: ip netns, veth, tc
+  slurm-wlm munge            # a real Slurm for tests/slurm_test (deploy/*.sbatch)
+  shellcheck                 # deploy_files_test lints the batch scripts
 )
 
 missing=()

@@ -62,6 +62,13 @@ absl::StatusOr<std::unique_ptr<MpiGroup>> MpiGroup::Init(int* argc,
                                                          char*** argv) {
   if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
       std::getenv("PMI_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
+    if (std::getenv("SLURM_STEP_ID") != nullptr) {
+      // A plain srun starts N copies that know nothing of each other.
+      return absl::FailedPreconditionError(
+          "mpilearn-worker was started by srun without an MPI plugin: start the "
+          "group with `srun --mpi=pmix mpilearn-worker ...` or with mpirun inside "
+          "the allocation (deploy/slurm_group.sbatch, deploy/slurm_train.sbatch)");
+    }
     return absl::FailedPreconditionError(
         "mpilearn-worker must be started by mpirun, e.g. "
         "`mpirun -np 2 mpilearn-worker --master HOST:PORT` (-np 1 works too)");
@@ -81,6 +88,17 @@ absl::StatusOr<std::unique_ptr<MpiGroup>> MpiGroup::Init(int* argc,
   group->comm_ = dup;
   MPI_Comm_rank(dup, &group->rank_);
   MPI_Comm_size(dup, &group->size_);
+  // Started by srun directly: the step's task count must be the world's,
+  // else srun's MPI plugin did not connect the tasks (each is a singleton).
+  if (const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+      tasks != nullptr && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
+      std::atoi(tasks) != group->size_) {
+    const std::string message = absl::StrCat(
+        "srun started ", tasks, " tasks but each sees an MPI world of ", group->size_,
+        ": srun's --mpi plugin does not match this Open MPI; use `srun --mpi=pmix` "
+        "(`srun --mpi=list` shows the plugins) or mpirun inside the allocation");
+    return absl::FailedPreconditionError(message);
+  }
   MPI_Comm local;
   MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, group->rank_, MPI_INFO_NULL,
                       &local);

@@ -17,11 +17,8 @@
 #include "glog/logging.h"
 
 namespace mpilearn::tools {
-namespace {
 
-// Runs `argv` (names and numbers only: nothing here needs shell quoting),
-// returning its output; an error with the output when it fails.
-absl::StatusOr<std::string> Run(const std::vector<std::string>& argv) {
+absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& argv) {
   const std::string command = absl::StrCat(absl::StrJoin(argv, " "), " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::InternalError("popen failed: " + command);
@@ -37,31 +34,33 @@ absl::StatusOr<std::string> Run(const std::vector<std::string>& argv) {
   return output;
 }
 
+namespace {
+
 bool PidRuns(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
 // Removes namespaces and links named "ml<pid>..." of pids that no longer
 // run: what a test killed before its destructor ran left behind.
 void RemoveStale() {
   const std::regex netns(R"(^ml(\d+)h\d+)");
-  if (absl::StatusOr<std::string> list = Run({"ip", "netns", "list"}); list.ok()) {
+  if (absl::StatusOr<std::string> list = RunCommand({"ip", "netns", "list"}); list.ok()) {
     for (absl::string_view line : absl::StrSplit(*list, '\n')) {
       std::smatch match;
       const std::string entry(line.substr(0, line.find(' ')));
       if (std::regex_search(entry, match, netns) &&
           !PidRuns(std::stoi(match[1].str()))) {
-        (void)Run({"ip", "netns", "del", entry});
+        (void)RunCommand({"ip", "netns", "del", entry});
       }
     }
   }
   const std::regex link(R"(^\d+: (ml[bv](\d+)\w*)[@:])");
-  if (absl::StatusOr<std::string> links = Run({"ip", "-o", "link", "show"});
+  if (absl::StatusOr<std::string> links = RunCommand({"ip", "-o", "link", "show"});
       links.ok()) {
     for (absl::string_view line : absl::StrSplit(*links, '\n')) {
       std::smatch match;
       const std::string text(line);
       if (std::regex_search(text, match, link) &&
           !PidRuns(std::stoi(match[2].str()))) {
-        (void)Run({"ip", "link", "del", match[1].str()});
+        (void)RunCommand({"ip", "link", "del", match[1].str()});
       }
     }
   }
@@ -69,7 +68,7 @@ void RemoveStale() {
 
 // A /24 of 10.231.X.0 that no address of this machine is in.
 absl::StatusOr<int> FreeSubnet() {
-  absl::StatusOr<std::string> addresses = Run({"ip", "-4", "-o", "addr", "show"});
+  absl::StatusOr<std::string> addresses = RunCommand({"ip", "-4", "-o", "addr", "show"});
   if (!addresses.ok()) return addresses.status();
   std::set<int> used;
   const std::regex in_range(R"(inet 10\.231\.(\d+)\.)");
@@ -94,7 +93,7 @@ absl::StatusOr<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(int hosts) {
   if (geteuid() != 0) {
     return absl::FailedPreconditionError("network namespaces need root");
   }
-  if (!Run({"ip", "netns", "list"}).ok()) {
+  if (!RunCommand({"ip", "netns", "list"}).ok()) {
     return absl::FailedPreconditionError("this machine refuses 'ip netns'");
   }
   RemoveStale();
@@ -109,7 +108,7 @@ absl::StatusOr<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(int hosts) {
   c.bridge_address_ = prefix + "1";
   // From here on the destructor removes whatever was made.
   auto run = [](const std::vector<std::string>& argv) -> absl::Status {
-    absl::StatusOr<std::string> out = Run(argv);
+    absl::StatusOr<std::string> out = RunCommand(argv);
     return out.ok() ? absl::OkStatus() : out.status();
   };
   std::vector<std::vector<std::string>> steps = {
@@ -175,13 +174,13 @@ NetnsCluster::~NetnsCluster() { TearDown(); }
 
 void NetnsCluster::TearDown() {
   for (const std::string& name : names_) {
-    if (absl::StatusOr<std::string> out = Run({"ip", "netns", "del", name}); !out.ok()) {
+    if (absl::StatusOr<std::string> out = RunCommand({"ip", "netns", "del", name}); !out.ok()) {
       LOG(WARNING) << out.status();
     }
   }
   // Deleting a namespace deletes its veth ends, and with them their peers.
-  for (const std::string& link : root_links_) (void)Run({"ip", "link", "del", link});
-  if (!bridge_.empty()) (void)Run({"ip", "link", "del", bridge_});
+  for (const std::string& link : root_links_) (void)RunCommand({"ip", "link", "del", link});
+  if (!bridge_.empty()) (void)RunCommand({"ip", "link", "del", bridge_});
   if (!agent_.empty()) std::filesystem::remove(agent_);
   if (!agent_log_.empty()) std::filesystem::remove(agent_log_);
   if (!host_tmp_.empty()) {
@@ -220,14 +219,14 @@ absl::Status NetnsCluster::SetLinkUp(int host, bool up) {
   for (const LinkEnd& end : Ends(host)) {
     std::vector<std::string> argv = end.prefix;
     argv.insert(argv.end(), {"ip", "link", "set", end.device, up ? "up" : "down"});
-    absl::StatusOr<std::string> out = Run(argv);
+    absl::StatusOr<std::string> out = RunCommand(argv);
     if (!out.ok()) return out.status();
   }
   return absl::OkStatus();
 }
 
 absl::Status NetnsCluster::KillHostProcesses(int host) {
-  absl::StatusOr<std::string> pids = Run({"ip", "netns", "pids", names_[host]});
+  absl::StatusOr<std::string> pids = RunCommand({"ip", "netns", "pids", names_[host]});
   if (!pids.ok()) return pids.status();
   for (absl::string_view line : absl::StrSplit(*pids, '\n', absl::SkipEmpty())) {
     int pid = 0;
@@ -240,12 +239,12 @@ absl::Status NetnsCluster::SetRateMbit(int host, int mbit) {
   for (const LinkEnd& end : Ends(host)) {
     std::vector<std::string> argv = end.prefix;
     argv.insert(argv.end(), {"tc", "qdisc", "del", "dev", end.device, "root"});
-    (void)Run(argv);  // no qdisc yet is fine
+    (void)RunCommand(argv);  // no qdisc yet is fine
     if (mbit <= 0) continue;
     argv = end.prefix;
     argv.insert(argv.end(), {"tc", "qdisc", "add", "dev", end.device, "root", "tbf", "rate",
                              absl::StrCat(mbit, "mbit"), "burst", "32kbit", "latency", "50ms"});
-    absl::StatusOr<std::string> out = Run(argv);
+    absl::StatusOr<std::string> out = RunCommand(argv);
     if (!out.ok()) return out.status();
   }
   return absl::OkStatus();

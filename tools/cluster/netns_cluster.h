@@ -30,6 +30,11 @@
 
 namespace mpilearn::tools {
 
+// Runs `argv` through the shell (names, paths and numbers only: nothing is
+// quoted), returning its output with stderr; an error naming the command,
+// its exit status and output when it fails.
+absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& argv);
+
 class NetnsCluster {
  public:
   // `hosts` namespaces (1 to 8). FailedPrecondition when this machine
