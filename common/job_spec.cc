@@ -463,7 +463,9 @@ absl::Status NormalizeExchange(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(check("update_dtype", exchange->update_dtype()));
   MPILEARN_RETURN_IF_ERROR(check("weights_dtype", exchange->weights_dtype()));
   if (!exchange->has_error_feedback()) exchange->set_error_feedback(true);
-  return absl::OkStatus();
+  if (!exchange->has_updates_in_flight()) exchange->set_updates_in_flight(1);
+  return CheckIntRange("exchange.updates_in_flight", exchange->updates_in_flight(), 1,
+                       kMaxUpdatesInFlight);
 }
 
 // Checks that `metric`, named by `field`, is a validation metric the job's
@@ -629,6 +631,13 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("data_unit_size",
                                          spec->data_unit_size(), 1,
                                          int64_t{1} << 40));
+  if (spec->exchange().updates_in_flight() > 1 && algorithm != v1::ALGORITHM_DOWNPOUR) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "exchange.updates_in_flight is ", spec->exchange().updates_in_flight(),
+        " but algorithm '", spec->algorithm(),
+        "' exchanges in step (only downpour keeps several updates in flight); "
+        "remove it or set it to 1"));
+  }
   // The algorithms' own sections are filled in and checked only for the
   // algorithm that uses them; the others are left as given.
   if (algorithm == v1::ALGORITHM_EASGD) {

@@ -19,6 +19,10 @@
 
 namespace mpilearn {
 
+// The most updates one rank may have on their way to the master at once
+// (ExchangeSpec.updates_in_flight).
+inline constexpr int kMaxUpdatesInFlight = 4;
+
 // Parses JSON in protobuf's JSON mapping (field names as in the .proto or
 // lowerCamelCase). Unknown fields are rejected. The result is normalized.
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json);

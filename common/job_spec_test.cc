@@ -40,6 +40,7 @@ TEST(JobSpecTest, MinimalSpecGetsDefaults) {
   EXPECT_EQ(spec->epochs(), 5);
   EXPECT_EQ(spec->batch_size(), 64);
   EXPECT_EQ(spec->sync_every(), 1);
+  EXPECT_EQ(spec->exchange().updates_in_flight(), 1);
   EXPECT_EQ(spec->seed(), 1u);
   EXPECT_EQ(spec->data().validation_count(), 5000);
 }
@@ -709,6 +710,13 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{R"({"epochs": 0, )" DATA "}", "epochs"},
         Rejection{R"({"batch_size": 0, )" DATA "}", "batch_size"},
         Rejection{R"({"sync_every": -1, )" DATA "}", "sync_every"},
+        Rejection{R"({"exchange": {"updates_in_flight": 0}, )" DATA "}",
+                  "exchange.updates_in_flight must be in [1, 4], got 0"},
+        Rejection{R"({"exchange": {"updates_in_flight": 5}, )" DATA "}",
+                  "exchange.updates_in_flight must be in [1, 4], got 5"},
+        Rejection{R"({"algorithm": "sync", "exchange": {"updates_in_flight": 2}, )" DATA "}",
+                  "exchange.updates_in_flight is 2 but algorithm 'sync' exchanges in "
+                  "step (only downpour keeps several updates in flight)"},
         Rejection{R"({"epochs": "many", )" DATA "}", "epochs"}));
 
 TEST(JobSpecTest, ReadMissingFileIsNotFound) {

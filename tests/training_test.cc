@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "common/client/master_client.h"
@@ -133,6 +134,39 @@ TEST(TrainingWireTest, Bf16OverUnixSocketTrainsWell) {
             static_cast<uint64_t>(2 * steps_per_rank * kEpochs));
   (*master)->process().Stop();
   std::remove(socket.c_str());
+}
+
+// Downpour with two updates in flight per rank, bf16 with error feedback:
+// each rank's pushes run concurrently (numbered and encoded under the
+// client's lock) and may reach the master out of order. Every push is
+// applied exactly once, and with one epoch more (its updates are staler)
+// the job trains as well as the runs above.
+TEST(TrainingWireTest, UpdatesInFlightApplyEveryPushOnceAndTrainWell) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  const std::string dir = NewTempDir("training_in_flight");
+  auto master = MasterProcess::Start(dir);
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto client = MasterClient::Connect((*master)->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  constexpr int kEpochsInFlight = kEpochs + 1;
+  v1::JobSpec spec = FashionMnistSubset("downpour", kTrainLimit, kEpochsInFlight);
+  spec.mutable_exchange()->set_updates_in_flight(2);
+  spec.mutable_exchange()->set_update_dtype(v1::DTYPE_BFLOAT16);
+  absl::StatusOr<JobRun> run = RunJobToEnd(**client, (*master)->address(), spec, 2, dir);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->exit_code, 0) << run->log;
+  const v1::JobStatus& status = run->status;
+  EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
+  EXPECT_EQ(status.spec().exchange().updates_in_flight(), 2);
+  ASSERT_TRUE(status.has_test_accuracy());
+  std::cout << "2 updates in flight: test_accuracy=" << status.test_accuracy() << "\n";
+  EXPECT_GE(status.test_accuracy(), kMinAccuracy);
+  const int64_t train = kTrainLimit - 2000;
+  EXPECT_EQ(status.updates_applied(),
+            static_cast<uint64_t>(2 * StepsPerRank(train) * kEpochsInFlight));
+  EXPECT_EQ(status.samples_trained(), static_cast<uint64_t>(train * kEpochsInFlight));
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, TrainingTest,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <future>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -51,26 +53,105 @@ void DivideBy(double samples, size_t count, std::vector<float>& flat) {
   for (size_t i = 0; i < count; ++i) flat[i] *= scale;
 }
 
-// downpour: every rank pushes its window's mean gradient on its own.
+// downpour: every rank pushes its window's mean gradient on its own. With
+// updates_in_flight N > 1 the push runs in a thread of its own and the rank
+// goes on computing on the weights it has; it waits only when N pushes are
+// out, for the oldest, whose reply weights it then takes. Each push has its
+// own gradient and reply buffers (a slot), used again once it is taken.
 class DownpourExchange final : public Exchange {
  public:
-  explicit DownpourExchange(ExchangeContext& context)
-      : Exchange(context), grad_(TotalSize(context.weights)) {
-    grad_views_ = ViewsLike(context.weights, grad_);
+  DownpourExchange(ExchangeContext& context, int in_flight)
+      : Exchange(context), depth_(std::max(1, in_flight)) {
+    const size_t size = TotalSize(context.weights);
+    slots_.resize(depth_);
+    for (Slot& slot : slots_) {
+      slot.grad.assign(size, 0.0f);
+      slot.grad_views = ViewsLike(context.weights, slot.grad);
+      if (depth_ > 1) {
+        slot.reply.assign(size, 0.0f);
+        slot.reply_views = ViewsLike(context.weights, slot.reply);
+      }
+    }
+  }
+
+  // Waits for the pushes still out (their threads use the slots).
+  ~DownpourExchange() override {
+    for (InFlight& push : in_flight_) push.outcome.wait();
   }
 
   absl::Status Window(double samples) override {
-    TakeGradients(grad_);
+    Slot& slot = slots_[next_slot_];
+    TakeGradients(slot.grad);
     if (samples <= 0) return absl::OkStatus();
-    DivideBy(samples, buffers_offset(), grad_);
-    PutBuffers(grad_);
-    return PushUpdate(context_, v1::UPDATE_KIND_GRADIENT, ConstViews(grad_views_),
-                      context_.weights, samples);
+    DivideBy(samples, buffers_offset(), slot.grad);
+    PutBuffers(slot.grad);
+    if (depth_ == 1) {
+      return PushUpdate(context_, v1::UPDATE_KIND_GRADIENT, ConstViews(slot.grad_views),
+                        context_.weights, samples);
+    }
+    const uint64_t base = context_.version;
+    in_flight_.push_back(
+        {std::async(std::launch::async,
+                    [this, &slot, base, samples] {
+                      return SendUpdate(context_, base, v1::UPDATE_KIND_GRADIENT,
+                                        ConstViews(slot.grad_views), slot.reply_views,
+                                        samples);
+                    }),
+         next_slot_});
+    next_slot_ = (next_slot_ + 1) % depth_;
+    // The slot used next must be free: at most depth_ - 1 pushes stay out.
+    while (in_flight_.size() >= static_cast<size_t>(depth_)) {
+      MPILEARN_RETURN_IF_ERROR(TakeOldest());
+    }
+    return absl::OkStatus();
+  }
+
+  bool has_pending() const override { return !in_flight_.empty(); }
+
+  absl::Status Drain() override {
+    absl::Status first = absl::OkStatus();
+    while (!in_flight_.empty()) {
+      absl::Status taken = TakeOldest();
+      if (first.ok()) first = taken;
+    }
+    return first;
   }
 
  private:
-  std::vector<float> grad_;  // the window's gradient, flat
-  std::vector<absl::Span<float>> grad_views_;  // per tensor, into grad_
+  struct Slot {
+    std::vector<float> grad;  // the window's gradient, flat
+    std::vector<absl::Span<float>> grad_views;  // per tensor, into grad
+    std::vector<float> reply;  // the weights the push brings back (depth > 1)
+    std::vector<absl::Span<float>> reply_views;
+  };
+  struct InFlight {
+    std::future<PushOutcome> outcome;
+    int slot;
+  };
+
+  // Waits for the oldest push and installs the weights it brought back.
+  absl::Status TakeOldest() {
+    InFlight push = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    const absl::Time start = absl::Now();
+    const PushOutcome outcome = push.outcome.get();
+    context_.times.master += SecondsSince(start);
+    MPILEARN_ASSIGN_OR_RETURN(const bool applied, TakeOutcome(context_, outcome));
+    if (applied) {
+      const Slot& slot = slots_[push.slot];
+      for (size_t t = 0; t < context_.weights.size(); ++t) {
+        std::copy(slot.reply_views[t].begin(), slot.reply_views[t].end(),
+                  context_.weights[t].begin());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const int depth_;
+  std::vector<Slot> slots_;
+  int next_slot_ = 0;
+  // Last: destroyed first, so no push thread outlives the slots it uses.
+  std::deque<InFlight> in_flight_;
 };
 
 // sync: the group's gradient mean over its samples, pushed by the leader;
@@ -320,6 +401,14 @@ absl::Status Exchange::EndWindow(double samples) {
   return status;
 }
 
+absl::Status Exchange::Flush() {
+  if (!has_pending()) return absl::OkStatus();
+  context_.FromModel();
+  const absl::Status status = Drain();
+  context_.ToModel();
+  return status;
+}
+
 absl::Status AgreeOnLeaderStatus(ExchangeContext& context,
                                  const absl::Status& status) {
   absl::Status agreed = BroadcastStatus(context.group, status, 0);
@@ -350,56 +439,69 @@ absl::Status AgreeOnAllRanks(ExchangeContext& context, const absl::Status& statu
   return AgreeOnLeaderStatus(context, first);
 }
 
-absl::Status PushUpdate(ExchangeContext& context, v1::UpdateKind kind,
-                        absl::Span<const absl::Span<const float>> payload,
-                        absl::Span<const absl::Span<float>> reply,
-                        double samples) {
+PushOutcome SendUpdate(const ExchangeContext& context, uint64_t base_version,
+                       v1::UpdateKind kind,
+                       absl::Span<const absl::Span<const float>> payload,
+                       absl::Span<const absl::Span<float>> reply, double samples) {
   const absl::Time start = absl::Now();
   TraceSpan span(context.trace, "push", "master");
   span.Arg("samples", static_cast<int64_t>(samples));
-  span.Arg("version", static_cast<int64_t>(context.version));
+  span.Arg("version", static_cast<int64_t>(base_version));
   v1::PushGradientRequest::Header header;
   header.set_job_id(context.job_id);
   header.set_group_id(context.group_id);
   header.set_rank(context.group.rank());
   *header.mutable_gradient() = context.layout;
-  header.mutable_gradient()->set_version(context.version);
+  header.mutable_gradient()->set_version(base_version);
   header.set_samples(static_cast<uint64_t>(samples));
   header.set_kind(kind);
-  absl::StatusOr<uint64_t> version =
-      context.master.PushGradient(header, payload, reply);
-  const bool stale = !version.ok() && IsStaleRejection(version.status());
-  const bool refused = !version.ok() && IsUpdateRejected(version.status());
-  if (stale || refused) {
+  PushOutcome outcome;
+  outcome.version = context.master.PushGradient(header, payload, reply);
+  outcome.stale = !outcome.version.ok() && IsStaleRejection(outcome.version.status());
+  const bool refused = !outcome.version.ok() && IsUpdateRejected(outcome.version.status());
+  if (outcome.stale || refused) {
     // Not applied (too stale, or it would have made the weights NaN/Inf):
     // continue from the newest weights. The master fails the job itself
     // after too many refusals in a row.
-    if (stale) {
-      ++context.stale_dropped;
+    if (outcome.stale) {
       span.Arg("stale", 1);
       VLOG(1) << "[rank " << context.group.rank() << "] "
-              << version.status().message();
+              << outcome.version.status().message();
     } else {
       span.Arg("refused", 1);
       LOG(WARNING) << "[rank " << context.group.rank() << "] "
-                   << version.status().message();
+                   << outcome.version.status().message();
     }
     TraceSpan pull(context.trace, "pull", "master");
-    version = context.master.PullWeights(context.job_id, context.group_id, reply);
+    outcome.version = context.master.PullWeights(context.job_id, context.group_id, reply);
   }
-  context.times.master += SecondsSince(start);
-  span.End();
-  if (!version.ok() && IsGroupUnknown(version.status())) {
+  outcome.seconds = SecondsSince(start);
+  return outcome;
+}
+
+absl::StatusOr<bool> TakeOutcome(ExchangeContext& context, const PushOutcome& outcome) {
+  if (outcome.stale) ++context.stale_dropped;
+  if (!outcome.version.ok() && IsGroupUnknown(outcome.version.status())) {
     // The master no longer knows this group (it restarted, or declared the
     // group lost). Drop the update; the leader's next data-unit request
     // fails the same way, and the whole group re-registers together.
     VLOG(1) << "[rank " << context.group.rank() << "] "
-            << version.status().message();
-    return absl::OkStatus();
+            << outcome.version.status().message();
+    return false;
   }
-  if (!version.ok()) return version.status();
-  context.version = *version;
-  return absl::OkStatus();
+  if (!outcome.version.ok()) return outcome.version.status();
+  context.version = *outcome.version;
+  return true;
+}
+
+absl::Status PushUpdate(ExchangeContext& context, v1::UpdateKind kind,
+                        absl::Span<const absl::Span<const float>> payload,
+                        absl::Span<const absl::Span<float>> reply,
+                        double samples) {
+  const PushOutcome outcome =
+      SendUpdate(context, context.version, kind, payload, reply, samples);
+  context.times.master += outcome.seconds;
+  return TakeOutcome(context, outcome).status();
 }
 
 void Exchange::TakeGradients(std::vector<float>& flat) {
@@ -442,7 +544,8 @@ absl::StatusOr<std::unique_ptr<Exchange>> MakeExchange(const v1::JobSpec& spec,
   const v1::Algorithm algorithm = AlgorithmOf(spec);
   switch (algorithm) {
     case v1::ALGORITHM_DOWNPOUR:
-      return std::make_unique<DownpourExchange>(context);
+      return std::make_unique<DownpourExchange>(
+          context, std::max(1, spec.exchange().updates_in_flight()));
     case v1::ALGORITHM_SYNC:
       return std::make_unique<SyncExchange>(context);
     case v1::ALGORITHM_EASGD:

@@ -17,7 +17,8 @@
 // The algorithms (v1::Algorithm):
 //   downpour: each rank pushes its window's mean gradient and continues
 //             from the weights the master returns, without waiting for the
-//             other ranks;
+//             other ranks (with exchange.updates_in_flight N > 1, up to N
+//             pushes are out while it computes on the weights it has);
 //   sync:     the ranks sum their gradients and sample counts (allreduce),
 //             the leader pushes the mean over the group's samples and
 //             broadcasts the returned weights, so all ranks stay identical;
@@ -148,6 +149,28 @@ absl::Status AgreeOnLeaderStatus(ExchangeContext& context,
 // (loading the model) that must end the same way on all. A collective.
 absl::Status AgreeOnAllRanks(ExchangeContext& context, const absl::Status& status);
 
+// What one push came to: the version of the weights written into its reply
+// (or the error), whether it was refused as stale (the reply then holds the
+// pulled newest weights), and its wall time.
+struct PushOutcome {
+  absl::StatusOr<uint64_t> version = 0;
+  bool stale = false;
+  double seconds = 0;
+};
+
+// The exchange with the master of PushUpdate, on `base_version`, changing
+// nothing in `context`: a thread other than the rank's may run it while
+// the rank goes on (downpour with updates in flight).
+PushOutcome SendUpdate(const ExchangeContext& context, uint64_t base_version,
+                       v1::UpdateKind kind,
+                       absl::Span<const absl::Span<const float>> payload,
+                       absl::Span<const absl::Span<float>> reply, double samples);
+
+// Books `outcome` into `context` (version, stale drops), on the rank's
+// thread: true when the reply holds weights to take, false when the master
+// no longer knows the group (the update is dropped), or the error.
+absl::StatusOr<bool> TakeOutcome(ExchangeContext& context, const PushOutcome& outcome);
+
 // Pushes `payload` (gradient, weights or delta, per `kind`) computed on
 // `samples` samples at context.version and writes the weights the master
 // returns into `reply`, updating context.version. A stale rejection pulls
@@ -184,6 +207,12 @@ class Exchange {
   // parameters' gradients are zero afterwards.
   absl::Status EndWindow(double samples);
 
+  // Waits for every update still on its way (downpour with
+  // updates_in_flight > 1) and takes the weights the last one brought back;
+  // the first error among them. The trainer calls it at the end of each
+  // data unit, so a unit's updates are in before the unit counts as done.
+  absl::Status Flush();
+
   // True when the rank's weights differ from the master's between exchanges
   // (easgd), so code that loads the master's weights for a while (epoch
   // validation) must put the rank's own back.
@@ -195,6 +224,11 @@ class Exchange {
   // The algorithm's window end, on host weights (`context_.weights` hold
   // the model's state on entry; what it writes there reaches the model).
   virtual absl::Status Window(double samples) = 0;
+
+  // Updates still on their way, and Flush's work on host weights (as
+  // Window's).
+  virtual bool has_pending() const { return false; }
+  virtual absl::Status Drain() { return absl::OkStatus(); }
 
   // Copies every parameter's gradient into `flat` (laid out as the weights;
   // zeros for a parameter without one) and zeroes the gradients. Buffers'

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
@@ -696,6 +697,82 @@ TEST(PushUpdateTest, OtherErrorsAreReturned) {
   const absl::Status pushed = (*exchange)->EndWindow(2);
   EXPECT_EQ(pushed.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReasonOf(pushed), v1::ERROR_REASON_INVALID_REQUEST);
+}
+
+// ---------------------------------------------------------------------------
+// downpour with updates in flight.
+
+v1::JobSpec InFlightSpec(int in_flight) {
+  v1::JobSpec spec = SpecFor("downpour");
+  spec.mutable_exchange()->set_updates_in_flight(in_flight);
+  return spec;
+}
+
+// With 2 in flight the rank does not wait for its push: the next window is
+// computed on the weights it has, pushed while the first is still out, and
+// then the first one's reply is taken; Flush takes the last. Checked against
+// SGD in doubles, with the master's gate holding and releasing the pushes.
+TEST(InFlightTest, PushesOverlapAndEveryReplyIsTakenInOrder) {
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  RankRig rig(group.rank(0), master, kStart);
+  auto exchange = MakeExchange(InFlightSpec(2), rig.context());
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  master.HoldPushes();
+
+  rig.Backward(0, 2);
+  ASSERT_TRUE((*exchange)->EndWindow(2).ok());  // returns with its push held
+  master.AwaitPushesWaiting(1);
+  ExpectNear(rig.Weights(), ToParams(kStart), "rank, first push out");
+
+  // The second window, also on the starting weights: its push goes out
+  // while the first is still held, then it waits for the first.
+  rig.Backward(2, 5);
+  absl::Status second;
+  std::thread window([&] { second = (*exchange)->EndWindow(3); });
+  master.AwaitPushesWaiting(2);  // both out at once
+  master.LetPushesThrough(1);
+  window.join();
+  ASSERT_TRUE(second.ok()) << second;
+  const Params start = ToParams(kStart);
+  const Params g1 = Gradient(start, 0, 2), g2 = Gradient(start, 2, 5);
+  Params after_first = start;
+  for (int k = 0; k < kParams; ++k) after_first[k] -= kMasterLearningRate * g1[k] / 2;
+  ExpectNear(rig.Weights(), after_first, "rank, first reply taken");
+  EXPECT_EQ(rig.context().version, 1u);
+  EXPECT_EQ(master.pushes_waiting(), 1);
+
+  master.LetPushesThrough(1);
+  ASSERT_TRUE((*exchange)->Flush().ok());
+  Params after_second = after_first;
+  for (int k = 0; k < kParams; ++k) after_second[k] -= kMasterLearningRate * g2[k] / 3;
+  ExpectNear(rig.Weights(), after_second, "rank, after Flush");
+  ExpectNear(Flat(master.weights()), after_second, "master");
+  EXPECT_EQ(rig.context().version, 2u);
+  const std::vector<FakeMaster::Push> pushes = master.pushes();
+  ASSERT_EQ(pushes.size(), 2u);
+  for (const FakeMaster::Push& push : pushes) {
+    EXPECT_EQ(push.header.gradient().version(), 0u);  // both on the start
+  }
+  EXPECT_TRUE((*exchange)->Flush().ok());  // nothing left: no-op
+}
+
+// A push that fails while the rank goes on is reported by the next wait
+// for it: here Flush.
+TEST(InFlightTest, AFailedPushInFlightIsReturnedByFlush) {
+  FakeGroup group(1);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  RankRig rig(group.rank(0), master, kStart);
+  auto exchange = MakeExchange(InFlightSpec(3), rig.context());
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  master.FailNextPush(InvalidRequestError("bad layout"));
+  rig.Backward(0, 2);
+  ASSERT_TRUE((*exchange)->EndWindow(2).ok());
+  const absl::Status flushed = (*exchange)->Flush();
+  EXPECT_EQ(flushed.code(), absl::StatusCode::kInvalidArgument) << flushed;
+  EXPECT_EQ(ReasonOf(flushed), v1::ERROR_REASON_INVALID_REQUEST);
 }
 
 }  // namespace

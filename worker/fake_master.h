@@ -14,7 +14,8 @@
 //   DELTA:    w += delta.
 // Every successful push bumps the version; the reply of a GRADIENT or DELTA
 // push is the new weights. A status set with FailNextPush is returned by the
-// next push instead (the weights unchanged). Heartbeat and LeaveWithin are
+// next push instead (the weights unchanged). HoldPushes keeps pushes at a
+// gate until the test lets them through (a rank's updates in flight). Heartbeat and LeaveWithin are
 // recorded (heartbeats(), leaves()); a heartbeat answers RUNNING (or the
 // status set with FailHeartbeats), a LeaveWithin QUEUED. Only the calls a training rank makes are implemented;
 // the others return UNIMPLEMENTED.
@@ -75,6 +76,30 @@ class FakeMaster final : public MasterConnection {
     absl::MutexLock lock(&mu_);
     fail_next_push_ = std::move(status);
   }
+  // Pushes wait at a gate from now on, and pass it one per
+  // LetPushesThrough, in the order they arrived; StopHolding opens it.
+  void HoldPushes() {
+    absl::MutexLock lock(&mu_);
+    hold_ = true;
+  }
+  void LetPushesThrough(int n) {
+    absl::MutexLock lock(&mu_);
+    allowed_ += n;
+  }
+  void StopHolding() {
+    absl::MutexLock lock(&mu_);
+    hold_ = false;
+  }
+  // Blocks until `n` pushes wait at the gate.
+  void AwaitPushesWaiting(int n) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return waiting_ >= n; };
+    mu_.Await(absl::Condition(&enough));
+  }
+  int pushes_waiting() const {
+    absl::MutexLock lock(&mu_);
+    return waiting_;
+  }
   int pulls() const {
     absl::MutexLock lock(&mu_);
     return pulls_;
@@ -122,6 +147,15 @@ class FakeMaster final : public MasterConnection {
       absl::Span<const absl::Span<const float>> gradient,
       absl::Span<const absl::Span<float>> weights) override {
     absl::MutexLock lock(&mu_);
+    const uint64_t ticket = arrived_++;
+    ++waiting_;
+    auto may_pass = [this, ticket]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return ticket == passed_ && (!hold_ || allowed_ > 0);
+    };
+    mu_.Await(absl::Condition(&may_pass));
+    --waiting_;
+    ++passed_;
+    if (hold_) --allowed_;
     Push push{header, {}};
     for (absl::Span<const float> tensor : gradient) {
       push.payload.emplace_back(tensor.begin(), tensor.end());
@@ -216,6 +250,12 @@ class FakeMaster final : public MasterConnection {
   std::vector<v1::HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::LeaveRequest> leaves_ ABSL_GUARDED_BY(mu_);
   absl::Status fail_heartbeats_ ABSL_GUARDED_BY(mu_);
+  // The push gate: arrival tickets, pushes through, waiting at it.
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  int allowed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t passed_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace mpilearn::worker

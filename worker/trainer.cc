@@ -341,6 +341,9 @@ absl::StatusOr<v1::CompletedUnit> Trainer::TrainUnit(const v1::DataUnit& unit,
       window_samples = 0.0;
     }
   }
+  // Updates still on their way (updates_in_flight > 1) land before the unit
+  // counts as done.
+  MPILEARN_RETURN_IF_ERROR(exchange_->Flush());
   // The unit's loss and samples, and (riding along, for the leader's
   // telemetry) every rank's cumulative figures.
   double totals[9] = {loss_sum, static_cast<double>(share),

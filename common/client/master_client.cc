@@ -145,6 +145,7 @@ MasterClient::MasterClient(std::string address, Options options,
                         grpc::internal::RpcMethod::SERVER_STREAMING, channel) {}
 
 void MasterClient::UseWireFormat(const v1::ExchangeSpec& exchange) {
+  absl::MutexLock lock(&push_mu_);
   wire_ = exchange;
   residual_.clear();
 }
@@ -217,6 +218,9 @@ absl::StatusOr<uint64_t> MasterClient::PushGradient(
     absl::Span<const absl::Span<const float>> gradient,
     absl::Span<const absl::Span<float>> weights) {
   v1::PushGradientRequest::Header header = header_in;
+  // Numbered and encoded under the lock (error feedback carries from one
+  // push to the next); sent outside it.
+  absl::ReleasableMutexLock lock(&push_mu_);
   const v1::DType dtype = WireDType(wire_.update_dtype());
   SetWireDType(header.mutable_gradient(), dtype);
   if (header.reply_dtype() == v1::DTYPE_UNSPECIFIED) {
@@ -257,6 +261,7 @@ absl::StatusOr<uint64_t> MasterClient::PushGradient(
         return absl::OkStatus();
       },
       residual));
+  lock.Release();
   return Retrying([&]() -> absl::StatusOr<uint64_t> {
     auto context = NewContext();
     std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>

@@ -8,10 +8,13 @@
 // Every call but the snapshot stream has a deadline (Options::rpc_timeout)
 // and returns the master's status unchanged (code and message), so callers
 // can show it to users.
-// Threading: thread-compatible; give each thread its own client. Exception:
+// Threading: thread-compatible; give each thread its own client. Exceptions:
 // Heartbeat(request, timeout) and LeaveWithin use only the thread-safe
 // channel and stub (not the push sequence or the wire format), so one other
-// thread may call them while a thread uses the client.
+// thread may call them while a thread uses the client; PushGradient may run
+// in several threads at once (a rank with several updates in flight): the
+// sequence numbers and error feedback are taken under a lock, in the order
+// the calls take it.
 #ifndef MPILEARN_COMMON_CLIENT_MASTER_CLIENT_H_
 #define MPILEARN_COMMON_CLIENT_MASTER_CLIENT_H_
 
@@ -21,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -280,9 +285,10 @@ class MasterClient final : public MasterConnection {
   // UseWireFormat's settings, and the rounding error carried into the next
   // reduced-precision push (error feedback), laid out as the gradient.
   v1::ExchangeSpec wire_;
-  std::vector<std::vector<float>> residual_;
+  absl::Mutex push_mu_;
+  std::vector<std::vector<float>> residual_ ABSL_GUARDED_BY(push_mu_);
   // The last push's sequence number.
-  uint64_t push_sequence_ = 0;
+  uint64_t push_sequence_ ABSL_GUARDED_BY(push_mu_) = 0;
 };
 
 }  // namespace mpilearn

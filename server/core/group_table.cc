@@ -8,6 +8,25 @@
 
 namespace mpilearn::server {
 
+bool AppliedSequences::Contains(uint64_t sequence) const {
+  if (sequence == 0 || sequence > highest_) return false;
+  const uint64_t below = highest_ - sequence;
+  return below >= 64 || ((bits_ >> below) & 1) != 0;
+}
+
+void AppliedSequences::Add(uint64_t sequence) {
+  if (sequence == 0) return;
+  if (sequence > highest_) {
+    const uint64_t shift = sequence - highest_;
+    bits_ = shift >= 64 ? 0 : bits_ << shift;
+    bits_ |= 1;
+    highest_ = sequence;
+  } else if (highest_ - sequence < 64) {
+    bits_ |= uint64_t{1} << (highest_ - sequence);
+  }
+}
+
+
 std::vector<int64_t> GroupTable::Group::ReleaseUnits() {
   std::vector<int64_t> units;
   for (int64_t* unit : {&held_unit, &reserved_unit}) {

@@ -40,6 +40,23 @@
 
 namespace mpilearn::server {
 
+// The push sequence numbers (PushGradientRequest.Header.sequence) of one
+// rank that the master applied: the highest, and which of the 63 below it.
+// A rank with several updates in flight (ExchangeSpec.updates_in_flight)
+// may land them out of order, and each is applied once; a retry of any of
+// them (after a lost reply) is recognised. A sequence more than 63 below
+// the highest counts as applied (ranks keep at most kMaxUpdatesInFlight
+// out). Sequence 0 is never tracked.
+class AppliedSequences {
+ public:
+  bool Contains(uint64_t sequence) const;
+  void Add(uint64_t sequence);
+
+ private:
+  uint64_t highest_ = 0;
+  uint64_t bits_ = 0;  // bit i: highest_ - i was applied
+};
+
 // How long a group may stay silent (GroupTable::Liveness).
 struct GroupLiveness {
   // The period the group promised to call Heartbeat at; zero: none.
@@ -87,10 +104,10 @@ class GroupTable {
     uint64_t units_completed = 0;
     uint64_t samples_trained = 0;
     uint64_t updates_applied = 0;
-    // Per rank, the sequence number of its last applied update
-    // (PushGradientRequest.Header.sequence): a push numbered at or below
-    // it is a retry or a late duplicate and is not applied again.
-    std::map<int, uint64_t> last_sequence;
+    // Per rank, the sequence numbers of its applied updates
+    // (PushGradientRequest.Header.sequence): a push with one of them is a
+    // retry or a late duplicate and is not applied again.
+    std::map<int, AppliedSequences> applied_sequences;
     // As the group last reported it (NextDataUnit, Heartbeat).
     std::optional<v1::GroupTelemetry> telemetry;
 

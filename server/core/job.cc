@@ -135,7 +135,7 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
         absl::StrCat("job ", id_, " is ", v1::JobState_Name(state_),
                      " and takes no more updates"));
   }
-  if (frozen || AlreadyApplied(update, group->last_sequence)) {
+  if (frozen || AlreadyApplied(update, group->applied_sequences)) {
     group->last_seen = now;
     if (applied != nullptr) *applied = UnappliedLocked();
     return std::shared_ptr<const WeightsSnapshot>(weights_);
@@ -194,7 +194,7 @@ Job::ApplyAdmittedLocked(const GradientUpdate& update,
   weights_->header.set_version(version + 1);
   stats_.Applied(admission.staleness);
   ++group.updates_applied;
-  if (update.sequence != 0) group.last_sequence[update.rank] = update.sequence;
+  group.applied_sequences[update.rank].Add(update.sequence);
   checkpoints_.Changed();
   if (applied != nullptr) {
     *applied = UnappliedLocked();

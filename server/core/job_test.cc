@@ -330,8 +330,9 @@ TEST(JobSnapshotTest, ReusedSnapshotsNeverChangeUnderTheirHolders) {
 }
 
 // A push is applied once per (group, rank, sequence): a retry of the same
-// number, or an older number arriving late, gets the current weights back
-// and changes nothing; another rank's numbers are its own.
+// number gets the current weights back and changes nothing; an older number
+// arriving late (a rank's pushes in flight overtake each other) is applied
+// once; another rank's numbers are its own.
 TEST(JobSequenceTest, RetriedOrReorderedPushIsAppliedOnce) {
   auto job = JobWithWeights(PlainSgd(), {1, 2});
   auto push = [&](int rank, uint64_t sequence, std::vector<float> gradient) {
@@ -349,11 +350,13 @@ TEST(JobSequenceTest, RetriedOrReorderedPushIsAppliedOnce) {
   EXPECT_FALSE(push(0, 1, {2, 2}));  // the retry
   EXPECT_EQ(CurrentWeights(*job), (std::vector<float>{0, 1}));
   EXPECT_TRUE(push(0, 3, {2, 0}));   // w = {-1, 1}
-  EXPECT_FALSE(push(0, 2, {8, 8}));  // late: 3 was applied already
-  EXPECT_TRUE(push(1, 1, {0, 2}));   // rank 1 counts on its own: w = {-1, 0}
+  EXPECT_TRUE(push(0, 2, {8, 8}));   // late, not applied yet: w = {-5, -3}
+  EXPECT_FALSE(push(0, 2, {8, 8}));  // its retry
+  EXPECT_FALSE(push(0, 3, {2, 0}));  // and 3's
+  EXPECT_TRUE(push(1, 1, {0, 2}));   // rank 1 counts on its own: w = {-5, -4}
   EXPECT_TRUE(push(0, 0, {2, 2}));   // 0: not tracked, always applied
-  EXPECT_EQ(CurrentWeights(*job), (std::vector<float>{-2, -1}));
-  EXPECT_EQ(job->Weights().value()->header.version(), 4u);
+  EXPECT_EQ(CurrentWeights(*job), (std::vector<float>{-6, -5}));
+  EXPECT_EQ(job->Weights().value()->header.version(), 5u);
 }
 
 // A buffer set of another layout is not handed out for an update.

@@ -29,8 +29,8 @@ struct GradientUpdate {
   // What `values` holds; must match the job's algorithm (see Job).
   v1::UpdateKind kind = v1::UPDATE_KIND_GRADIENT;
   uint64_t base_version = 0;  // weight version the update was computed on
-  // Per (group, rank), increasing; 0: not tracked. A number at or below the
-  // last applied one is not applied again (a retried push).
+  // Per (group, rank), increasing; 0: not tracked. A number applied already
+  // is not applied again (a retried push; AppliedSequences).
   uint64_t sequence = 0;
   // Informational: samples are counted from completed data units
   // (NextDataUnit), not from pushes.

@@ -129,10 +129,9 @@ bool IsStaleRefusal(const absl::Status& status) {
 }
 
 bool AlreadyApplied(const GradientUpdate& update,
-                    const std::map<int, uint64_t>& last_sequence) {
-  if (update.sequence == 0) return false;
-  const auto last = last_sequence.find(update.rank);
-  return last != last_sequence.end() && update.sequence <= last->second;
+                    const std::map<int, AppliedSequences>& applied) {
+  const auto rank = applied.find(update.rank);
+  return rank != applied.end() && rank->second.Contains(update.sequence);
 }
 
 absl::StatusOr<Admission> AdmitUpdate(const GradientUpdate& update,

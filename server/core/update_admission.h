@@ -4,7 +4,7 @@
 //   // Before the job's lock: the one costly pass over the values.
 //   const UpdateScan scan = ScanUpdate(update.values, ClipsGradients(config));
 //   // Under it, after the job's own checks (its state, the group's):
-//   if (AlreadyApplied(update, group.last_sequence)) ...  // a retried push
+//   if (AlreadyApplied(update, group.applied_sequences)) ...  // a retried push
 //   MPILEARN_ASSIGN_OR_RETURN(const Admission admission,
 //                             AdmitUpdate(update, scan, config, id, weights));
 //   ... rule->ApplyGuarded(..., update.values, admission.scale,
@@ -34,6 +34,7 @@
 #include "common/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/update/finite_bound.h"
+#include "server/core/group_table.h"
 #include "server/core/job_values.h"
 
 namespace mpilearn::server {
@@ -93,12 +94,10 @@ absl::StatusOr<uint64_t> StalenessOf(const JobConfig& config,
 // job counts those (JobStatus.stale_rejected).
 bool IsStaleRefusal(const absl::Status& status);
 
-// Whether the group applied this push of `update.rank` already (a retry
-// after a lost reply) or a newer one overtook it: its sequence is at or
-// below the last applied one in `last_sequence` (rank -> sequence).
-// Sequence 0 is never tracked.
+// Whether the group applied this push of `update.rank` already:
+// `applied` (rank -> its applied sequences) contains its sequence.
 bool AlreadyApplied(const GradientUpdate& update,
-                    const std::map<int, uint64_t>& last_sequence);
+                    const std::map<int, AppliedSequences>& applied);
 
 // An admitted update: how to apply it.
 struct Admission {

@@ -167,20 +167,50 @@ TEST(UpdateAdmissionTest, AdmitChecksThenStalenessThenScale) {
 }
 
 TEST(UpdateAdmissionTest, AlreadyAppliedFollowsTheRanksSequence) {
-  const std::map<int, uint64_t> last = {{0, 5}, {1, 2}};
+  std::map<int, AppliedSequences> applied;
+  for (const uint64_t sequence : {1u, 2u, 3u, 4u, 5u}) applied[0].Add(sequence);
+  applied[1].Add(2);
   GradientUpdate update;
   update.rank = 0;
   for (const uint64_t seen : {1u, 4u, 5u}) {
     update.sequence = seen;
-    EXPECT_TRUE(AlreadyApplied(update, last)) << seen;
+    EXPECT_TRUE(AlreadyApplied(update, applied)) << seen;
   }
   update.sequence = 6;
-  EXPECT_FALSE(AlreadyApplied(update, last));
+  EXPECT_FALSE(AlreadyApplied(update, applied));
   update.sequence = 0;  // untracked
-  EXPECT_FALSE(AlreadyApplied(update, last));
+  EXPECT_FALSE(AlreadyApplied(update, applied));
   update.rank = 2;  // no push of its own yet
   update.sequence = 1;
-  EXPECT_FALSE(AlreadyApplied(update, last));
+  EXPECT_FALSE(AlreadyApplied(update, applied));
+  update.rank = 1;  // only 2 applied: 1 is still to come
+  EXPECT_FALSE(AlreadyApplied(update, applied));
+}
+
+// Several updates in flight land out of order: each is applied once, and
+// one overtaken by a newer push is still applied when it arrives.
+TEST(UpdateAdmissionTest, AppliedSequencesTakeUpdatesOutOfOrder) {
+  AppliedSequences applied;
+  applied.Add(1);
+  applied.Add(3);  // 2 is still on its way
+  EXPECT_TRUE(applied.Contains(1));
+  EXPECT_FALSE(applied.Contains(2));
+  EXPECT_TRUE(applied.Contains(3));
+  applied.Add(2);
+  EXPECT_TRUE(applied.Contains(2));
+  EXPECT_FALSE(applied.Contains(4));
+  // A jump of the window: what fell out of it counts as applied, what
+  // stays in it is remembered exactly.
+  applied.Add(100);
+  EXPECT_TRUE(applied.Contains(3));  // 97 below: beyond the window
+  EXPECT_FALSE(applied.Contains(99));
+  EXPECT_FALSE(applied.Contains(37));  // 63 below: inside, never added
+  applied.Add(37);
+  EXPECT_TRUE(applied.Contains(37));
+  applied.Add(200);
+  EXPECT_TRUE(applied.Contains(100));  // out of the window now
+  EXPECT_FALSE(applied.Contains(199));
+  EXPECT_FALSE(applied.Contains(0));  // untracked
 }
 
 }  // namespace

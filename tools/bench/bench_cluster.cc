@@ -7,7 +7,7 @@
 //
 //   bazel build -c opt //tools:bench_cluster
 //   bazel-bin/tools/bench/bench_cluster [--groups 1,2,4] [--link_mbit 100,0]
-//       [--dtypes float32,bfloat16] [--train 16000] [--json]
+//       [--dtypes float32,bfloat16] [--in_flight 1,2] [--train 16000] [--json]
 //
 // Rates are taken in the steady part of each run (between 20 % and 90 % of
 // the updates the job ends with), from the job's update counter and the
@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, groups, "1,2,4", "Group counts to run (one rank each).");
 ABSL_FLAG(std::string, link_mbit, "100,0",
           "Rates of the master's link in Mbit/s; 0 leaves it unlimited.");
 ABSL_FLAG(std::string, dtypes, "float32,bfloat16", "Wire dtypes: float32, bfloat16.");
+ABSL_FLAG(std::string, in_flight, "1,2",
+          "Values of the job's exchange.updates_in_flight (1 to 4): 1 pushes and waits "
+          "for the weights (the baseline), 2 keeps a second push out meanwhile.");
 ABSL_FLAG(int64_t, train, 16000, "Training samples of the job (one epoch).");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of the table.");
 ABSL_FLAG(std::string, master_bin, "", "mpilearn-master (default: the runfiles').");
@@ -60,6 +63,7 @@ struct Config {
   int groups = 1;
   int link_mbit = 0;
   std::string dtype;
+  int in_flight = 1;
 };
 
 struct Result {
@@ -138,6 +142,7 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
   spec.set_batch_size(64);
   spec.mutable_exchange()->set_update_dtype(DTypeOf(config.dtype));
   spec.mutable_exchange()->set_weights_dtype(DTypeOf(config.dtype));
+  spec.mutable_exchange()->set_updates_in_flight(config.in_flight);
   MPILEARN_ASSIGN_OR_RETURN(const std::string job_id, client->SubmitJob(spec));
 
   std::vector<pid_t> groups;
@@ -212,7 +217,7 @@ int Main(int argc, char** argv) {
       "bench_cluster: one-rank groups on their own hosts against a master whose "
       "link is rate-limited; updates/s against the link's bound B / M.\n"
       "  bench_cluster [--groups 1,2,4] [--link_mbit 100,0] "
-      "[--dtypes float32,bfloat16] [--train N] [--json]");
+      "[--dtypes float32,bfloat16] [--in_flight 1,2] [--train N] [--json]");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     std::fprintf(stderr, "bench_cluster: unexpected argument '%s' (see --help)\n", args[1]);
@@ -220,9 +225,11 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<std::vector<int>> group_counts = IntList("groups", absl::GetFlag(FLAGS_groups));
   absl::StatusOr<std::vector<int>> rates = IntList("link_mbit", absl::GetFlag(FLAGS_link_mbit));
+  absl::StatusOr<std::vector<int>> in_flight = IntList("in_flight", absl::GetFlag(FLAGS_in_flight));
   const std::vector<std::string> dtypes =
       absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',', absl::SkipEmpty());
-  for (const absl::Status& status : {group_counts.status(), rates.status()}) {
+  for (const absl::Status& status :
+       {group_counts.status(), rates.status(), in_flight.status()}) {
     if (!status.ok()) {
       std::fprintf(stderr, "bench_cluster: %s\n", std::string(status.message()).c_str());
       return 2;
@@ -232,6 +239,12 @@ int Main(int argc, char** argv) {
     if (dtype != "float32" && dtype != "bfloat16") {
       std::fprintf(stderr, "bench_cluster: --dtypes takes float32 and bfloat16, got '%s'\n",
                    dtype.c_str());
+      return 2;
+    }
+  }
+  for (const int n : *in_flight) {
+    if (n < 1 || n > 4) {
+      std::fprintf(stderr, "bench_cluster: --in_flight values must be 1 to 4, got %d\n", n);
       return 2;
     }
   }
@@ -277,19 +290,22 @@ int Main(int argc, char** argv) {
     }
     for (const std::string& dtype : dtypes) {
       for (const int groups : *group_counts) {
-        const Config config{groups, rate, dtype};
-        if (!json) {
-          std::fprintf(stderr, "  measuring %d group(s), link %s, %s\n", groups,
-                       rate > 0 ? absl::StrCat(rate, " Mbit/s").c_str() : "unlimited",
-                       dtype.c_str());
+        for (const int flight : *in_flight) {
+          const Config config{groups, rate, dtype, flight};
+          if (!json) {
+            std::fprintf(stderr, "  measuring %d group(s), link %s, %s, %d in flight\n", groups,
+                         rate > 0 ? absl::StrCat(rate, " Mbit/s").c_str() : "unlimited",
+                         dtype.c_str(), flight);
+          }
+          absl::StatusOr<Result> result =
+              RunOne(**cluster, config, master_bin, worker_bin, absl::GetFlag(FLAGS_train));
+          if (!result.ok()) {
+            std::fprintf(stderr, "bench_cluster: %s\n",
+                         std::string(result.status().message()).c_str());
+            return 1;
+          }
+          results.push_back(*result);
         }
-        absl::StatusOr<Result> result =
-            RunOne(**cluster, config, master_bin, worker_bin, absl::GetFlag(FLAGS_train));
-        if (!result.ok()) {
-          std::fprintf(stderr, "bench_cluster: %s\n", std::string(result.status().message()).c_str());
-          return 1;
-        }
-        results.push_back(*result);
       }
     }
   }
@@ -298,10 +314,12 @@ int Main(int argc, char** argv) {
     for (const Result& r : results) {
       rows.push_back(absl::StrFormat(
           "{\"groups\": %d, \"link_mbit\": %d, \"wire_dtype\": \"%s\", "
+          "\"updates_in_flight\": %d, "
           "\"samples_per_s\": %.1f, \"master_tx_bytes_per_s\": %.0f, "
           "\"updates_per_s\": %.2f, \"bound_updates_per_s\": %s, "
           "\"of_bound\": %s, \"parameters\": %d, \"test_accuracy\": %.4f}",
-          r.config.groups, r.config.link_mbit, r.config.dtype, r.samples_per_s,
+          r.config.groups, r.config.link_mbit, r.config.dtype, r.config.in_flight,
+          r.samples_per_s,
           r.master_tx_bytes_per_s, r.updates_per_s,
           r.bound_updates_per_s > 0 ? absl::StrFormat("%.2f", r.bound_updates_per_s) : "null",
           r.bound_updates_per_s > 0
@@ -314,13 +332,14 @@ int Main(int argc, char** argv) {
                 static_cast<int>(absl::GetFlag(FLAGS_train)), absl::StrJoin(rows, ",\n  ").c_str());
     return 0;
   }
-  std::printf("%-7s %-10s %-9s %10s %10s %12s %10s %8s %6s\n", "groups", "link", "dtype",
-              "samples/s", "updates/s", "master MB/s", "bound u/s", "of bound", "test");
+  std::printf("%-7s %-10s %-9s %-9s %10s %10s %12s %10s %8s %6s\n", "groups", "link", "dtype",
+              "in flight", "samples/s", "updates/s", "master MB/s", "bound u/s", "of bound",
+              "test");
   for (const Result& r : results) {
-    std::printf("%-7d %-10s %-9s %10.0f %10.2f %12.2f %10s %8s %6.3f\n", r.config.groups,
+    std::printf("%-7d %-10s %-9s %-9d %10.0f %10.2f %12.2f %10s %8s %6.3f\n", r.config.groups,
                 r.config.link_mbit > 0 ? absl::StrCat(r.config.link_mbit, "mbit").c_str()
                                        : "unlimited",
-                r.config.dtype.c_str(), r.samples_per_s, r.updates_per_s,
+                r.config.dtype.c_str(), r.config.in_flight, r.samples_per_s, r.updates_per_s,
                 r.master_tx_bytes_per_s / 1e6,
                 r.bound_updates_per_s > 0 ? absl::StrFormat("%.2f", r.bound_updates_per_s).c_str()
                                           : "-",
