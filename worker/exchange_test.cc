@@ -18,6 +18,8 @@
 
 #include "absl/status/status.h"
 #include "common/error_reason.h"
+#include "common/shard/placement.h"
+#include "common/shard/sharded_connection.h"
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/fake_collectives.h"
@@ -229,13 +231,59 @@ Outcome Reference(const std::string& algorithm) {
   return {c, x};
 }
 
+// `shards` fake masters each holding its slice of `whole` (per tensor) as
+// `placement` places it, behind a ShardedConnection.
+struct ShardRig {
+  ShardRig(const std::vector<std::vector<float>>& whole, int shards)
+      : lead(MasterRules()),
+        placement(*shard::PlaceTensors({kOutputs * kInputs, kOutputs}, shards,
+                                       /*split_elements=*/3)) {
+    std::vector<MasterConnection*> connections;
+    for (int s = 0; s < shards; ++s) {
+      masters.push_back(std::make_unique<FakeMaster>(MasterRules()));
+      std::vector<std::vector<float>> slice;
+      for (const shard::TensorRange& r : placement.shards[s]) {
+        slice.emplace_back(whole[r.tensor].begin() + r.begin, whole[r.tensor].begin() + r.end);
+      }
+      masters.back()->SetWeights(slice);
+      connections.push_back(masters.back().get());
+    }
+    connection = std::make_unique<shard::ShardedConnection>(lead, connections, placement);
+  }
+  // The shards' slices put together.
+  std::vector<std::vector<float>> Whole() const {
+    std::vector<std::vector<float>> whole = {std::vector<float>(kOutputs * kInputs),
+                                             std::vector<float>(kOutputs)};
+    for (size_t s = 0; s < masters.size(); ++s) {
+      const std::vector<std::vector<float>> slice = masters[s]->weights();
+      for (size_t i = 0; i < slice.size(); ++i) {
+        const shard::TensorRange& r = placement.shards[s][i];
+        std::copy(slice[i].begin(), slice[i].end(), whole[r.tensor].begin() + r.begin);
+      }
+    }
+    return whole;
+  }
+
+  FakeMaster lead;  // takes no weight calls
+  shard::Placement placement;
+  std::vector<std::unique_ptr<FakeMaster>> masters;
+  std::unique_ptr<shard::ShardedConnection> connection;
+};
+
 // Runs kWindows through `algorithm`'s exchange and checks the master's and
-// the rank's weights against Reference.
-void CheckAccumulation(const std::string& algorithm, bool mirror) {
+// the rank's weights against Reference. With `shards` > 1 the master is
+// that many fake shards behind a ShardedConnection, each tensor split into
+// ranges of at most 3 elements: every rule applied slice by slice must
+// give the whole model's result.
+void CheckAccumulation(const std::string& algorithm, bool mirror, int shards = 1) {
   FakeGroup group(1);
-  FakeMaster master(MasterRules());
-  master.SetWeights(AsTensors(kStart));
-  RankRig rig(group.rank(0), master, kStart, mirror);
+  FakeMaster single(MasterRules());
+  single.SetWeights(AsTensors(kStart));
+  ShardRig sharded(AsTensors(kStart), shards);
+  MasterConnection& connection =
+      shards > 1 ? static_cast<MasterConnection&>(*sharded.connection) : single;
+  FakeMaster& master = shards > 1 ? *sharded.masters[0] : single;
+  RankRig rig(group.rank(0), connection, kStart, mirror);
   EXPECT_EQ(rig.context().mirrored, mirror);
   absl::StatusOr<std::unique_ptr<Exchange>> exchange =
       MakeExchange(SpecFor(algorithm), rig.context());
@@ -250,8 +298,9 @@ void CheckAccumulation(const std::string& algorithm, bool mirror) {
   }
 
   const Outcome expected = Reference(algorithm);
-  ExpectNear(Flat(master.weights()), expected.master, "master");
+  ExpectNear(Flat(shards > 1 ? sharded.Whole() : single.weights()), expected.master, "master");
   ExpectNear(rig.Weights(), expected.rank, "rank");
+  // Every shard saw every window, on its own base version.
   const std::vector<FakeMaster::Push> pushes = master.pushes();
   ASSERT_EQ(pushes.size(), kWindows.size());
   for (size_t w = 0; w < kWindows.size(); ++w) {
@@ -259,7 +308,8 @@ void CheckAccumulation(const std::string& algorithm, bool mirror) {
               static_cast<uint64_t>(kWindows[w].samples()));
     EXPECT_EQ(pushes[w].header.gradient().version(), w);  // the reply's
   }
-  EXPECT_EQ(rig.context().version, kWindows.size());
+  // The version a sharded connection reports sums the shards'.
+  EXPECT_EQ(rig.context().version, kWindows.size() * shards);
   EXPECT_EQ((*exchange)->keeps_local_weights(), algorithm == "easgd");
 }
 
@@ -273,6 +323,11 @@ TEST_P(AccumulationTest, WindowGradientsAddUpAndDivideOnce) {
 // and the model's tensors receive what it wrote.
 TEST_P(AccumulationTest, SameThroughHostCopiesOfTheState) {
   CheckAccumulation(GetParam(), /*mirror=*/true);
+}
+
+// The same through three parameter shards.
+TEST_P(AccumulationTest, SameThroughThreeShards) {
+  CheckAccumulation(GetParam(), /*mirror=*/false, /*shards=*/3);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, AccumulationTest,

@@ -1,0 +1,120 @@
+// The group's side of a sharded parameter service: a MasterConnection whose
+// weight calls (InitWeights, PushGradient, PullWeights) go to K shards at
+// once, each with its slice of every tensor set (a Placement), and whose
+// other calls (registration, data units, epochs, leaving) go to the lead.
+// The trainer and its exchanges work on it unchanged: every algorithm's rule
+// is elementwise, so applying it slice by slice on the shards is applying
+// it to the whole model.
+//
+//   ShardedConnection connection(lead, {&shard0, &shard1}, placement);
+//   connection.PushGradient(header, gradient, weights);  // both in parallel
+//
+// Versions. Each shard numbers its own weights. A reply's version, as the
+// callers see it, is the sum of the shards' versions in that reply; the
+// connection remembers which shard versions make up each version it handed
+// out (the last kRememberedVersions), so a push computed on a version is
+// sent to every shard with that shard's own base version, and each shard
+// judges staleness on its slice. A version it no longer remembers is sent
+// with each shard's newest version seen.
+//
+// Slices. A shard's tensor set lists the ranges it holds, in the
+// placement's order, as tensors named "NAME[BEGIN:END]" of shape {END -
+// BEGIN}, with the tensor's dtype and buffer flag.
+//
+// Threading: thread-safe as far as the connections it holds are; concurrent
+// PushGradient calls (updates in flight) share only the version table,
+// under a lock.
+#ifndef MPILEARN_COMMON_SHARD_SHARDED_CONNECTION_H_
+#define MPILEARN_COMMON_SHARD_SHARDED_CONNECTION_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/client/master_connection.h"
+#include "common/shard/placement.h"
+#include "proto/mpilearn.pb.h"
+
+namespace mpilearn::shard {
+
+// The layout `whole` as shard `shard` of `placement` holds it (see the
+// file comment), version and the rest copied.
+v1::TensorSetHeader SliceHeader(const v1::TensorSetHeader& whole, const Placement& placement,
+                                int shard);
+
+class ShardedConnection final : public MasterConnection {
+ public:
+  static constexpr size_t kRememberedVersions = 64;
+
+  // Not owned; all must outlive this. `shards` has one connection per shard
+  // of `placement`.
+  ShardedConnection(MasterConnection& lead, std::vector<MasterConnection*> shards,
+                    Placement placement);
+
+  const Placement& placement() const { return placement_; }
+
+  absl::StatusOr<bool> InitWeights(const std::string& job_id, const std::string& group_id,
+                                   const v1::TensorSetHeader& header,
+                                   absl::Span<const absl::Span<const float>> values) override;
+  absl::StatusOr<uint64_t> PushGradient(const v1::PushGradientRequest::Header& header,
+                                        absl::Span<const absl::Span<const float>> gradient,
+                                        absl::Span<const absl::Span<float>> weights) override;
+  absl::StatusOr<uint64_t> PullWeights(const std::string& job_id, const std::string& group_id,
+                                       absl::Span<const absl::Span<float>> weights) override;
+  void UseWireFormat(const v1::ExchangeSpec& exchange) override;
+
+  // The lead's.
+  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec) override {
+    return lead_.SubmitJob(spec);
+  }
+  absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
+      const v1::RegisterGroupRequest& request) override {
+    return lead_.RegisterGroup(request);
+  }
+  absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
+      const v1::NextDataUnitRequest& request) override {
+    return lead_.NextDataUnit(request);
+  }
+  absl::StatusOr<v1::JobState> ReportEpoch(const v1::ReportEpochRequest& request) override {
+    return lead_.ReportEpoch(request);
+  }
+  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override {
+    return lead_.Leave(request);
+  }
+  absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override {
+    return lead_.GetJobStatus(job_id);
+  }
+  absl::StatusOr<v1::JobState> Heartbeat(const v1::HeartbeatRequest& request,
+                                         absl::Duration timeout) override {
+    return lead_.Heartbeat(request, timeout);
+  }
+  absl::StatusOr<v1::JobState> LeaveWithin(const v1::LeaveRequest& request,
+                                           absl::Duration timeout) override {
+    return lead_.LeaveWithin(request, timeout);
+  }
+
+ private:
+  // `call(s)` for every shard s at once (the last in this thread); the
+  // first shard's error, else OK.
+  template <typename Call>
+  absl::Status OnEveryShard(const Call& call);
+  // Remembers the shard versions of a reply; returns their sum.
+  uint64_t Remember(const std::vector<uint64_t>& versions) ABSL_LOCKS_EXCLUDED(mu_);
+  // The shard versions behind `version` (see the file comment).
+  std::vector<uint64_t> BaseVersions(uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+
+  MasterConnection& lead_;
+  const std::vector<MasterConnection*> shards_;
+  const Placement placement_;
+
+  absl::Mutex mu_;
+  std::map<uint64_t, std::vector<uint64_t>> versions_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> newest_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mpilearn::shard
+
+#endif  // MPILEARN_COMMON_SHARD_SHARDED_CONNECTION_H_
