@@ -631,12 +631,13 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("data_unit_size",
                                          spec->data_unit_size(), 1,
                                          int64_t{1} << 40));
-  if (spec->exchange().updates_in_flight() > 1 && algorithm != v1::ALGORITHM_DOWNPOUR) {
+  if (spec->exchange().updates_in_flight() > 1 && algorithm != v1::ALGORITHM_DOWNPOUR &&
+      algorithm != v1::ALGORITHM_SYNC) {
     return absl::InvalidArgumentError(absl::StrCat(
         "exchange.updates_in_flight is ", spec->exchange().updates_in_flight(),
         " but algorithm '", spec->algorithm(),
-        "' exchanges in step (only downpour keeps several updates in flight); "
-        "remove it or set it to 1"));
+        "' exchanges the rank's own weights (only downpour and sync keep several "
+        "updates in flight); remove it or set it to 1"));
   }
   // The algorithms' own sections are filled in and checked only for the
   // algorithm that uses them; the others are left as given.

@@ -714,9 +714,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "exchange.updates_in_flight must be in [1, 4], got 0"},
         Rejection{R"({"exchange": {"updates_in_flight": 5}, )" DATA "}",
                   "exchange.updates_in_flight must be in [1, 4], got 5"},
-        Rejection{R"({"algorithm": "sync", "exchange": {"updates_in_flight": 2}, )" DATA "}",
-                  "exchange.updates_in_flight is 2 but algorithm 'sync' exchanges in "
-                  "step (only downpour keeps several updates in flight)"},
+        Rejection{R"({"algorithm": "easgd", "exchange": {"updates_in_flight": 2}, )" DATA "}",
+                  "exchange.updates_in_flight is 2 but algorithm 'easgd' exchanges the "
+                  "rank's own weights (only downpour and sync keep several updates in "
+                  "flight)"},
         Rejection{R"({"epochs": "many", )" DATA "}", "epochs"}));
 
 TEST(JobSpecTest, ReadMissingFileIsNotFound) {

@@ -136,22 +136,25 @@ TEST(TrainingWireTest, Bf16OverUnixSocketTrainsWell) {
   std::remove(socket.c_str());
 }
 
-// Downpour with two updates in flight per rank, bf16 with error feedback:
-// each rank's pushes run concurrently (numbered and encoded under the
+// Two updates in flight, bf16 with error feedback: a downpour rank's (a
+// sync leader's) pushes run concurrently (numbered and encoded under the
 // client's lock) and may reach the master out of order. Every push is
 // applied exactly once, and with one epoch more (its updates are staler)
 // the job trains as well as the runs above.
-TEST(TrainingWireTest, UpdatesInFlightApplyEveryPushOnceAndTrainWell) {
+class InFlightTrainingTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InFlightTrainingTest, EveryPushAppliedOnceAndTrainsWell) {
   if (!HaveFashionMnist()) {
     GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   }
-  const std::string dir = NewTempDir("training_in_flight");
+  const std::string algorithm = GetParam();
+  const std::string dir = NewTempDir("training_in_flight_" + algorithm);
   auto master = MasterProcess::Start(dir);
   ASSERT_TRUE(master.ok()) << master.status();
   auto client = MasterClient::Connect((*master)->address());
   ASSERT_TRUE(client.ok()) << client.status();
   constexpr int kEpochsInFlight = kEpochs + 1;
-  v1::JobSpec spec = FashionMnistSubset("downpour", kTrainLimit, kEpochsInFlight);
+  v1::JobSpec spec = FashionMnistSubset(algorithm, kTrainLimit, kEpochsInFlight);
   spec.mutable_exchange()->set_updates_in_flight(2);
   spec.mutable_exchange()->set_update_dtype(v1::DTYPE_BFLOAT16);
   absl::StatusOr<JobRun> run = RunJobToEnd(**client, (*master)->address(), spec, 2, dir);
@@ -161,13 +164,20 @@ TEST(TrainingWireTest, UpdatesInFlightApplyEveryPushOnceAndTrainWell) {
   EXPECT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
   EXPECT_EQ(status.spec().exchange().updates_in_flight(), 2);
   ASSERT_TRUE(status.has_test_accuracy());
-  std::cout << "2 updates in flight: test_accuracy=" << status.test_accuracy() << "\n";
+  std::cout << algorithm << ", 2 updates in flight: test_accuracy=" << status.test_accuracy()
+            << "\n";
   EXPECT_GE(status.test_accuracy(), kMinAccuracy);
   const int64_t train = kTrainLimit - 2000;
+  // Downpour: each rank pushes each batch; sync: the leader, once a step.
+  const int pushers = algorithm == "downpour" ? 2 : 1;
   EXPECT_EQ(status.updates_applied(),
-            static_cast<uint64_t>(2 * StepsPerRank(train) * kEpochsInFlight));
+            static_cast<uint64_t>(pushers * StepsPerRank(train) * kEpochsInFlight));
   EXPECT_EQ(status.samples_trained(), static_cast<uint64_t>(train * kEpochsInFlight));
 }
+
+INSTANTIATE_TEST_SUITE_P(DownpourAndSync, InFlightTrainingTest,
+                         ::testing::Values("downpour", "sync"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, TrainingTest,
                          ::testing::Values("downpour", "sync"),

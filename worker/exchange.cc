@@ -53,89 +53,83 @@ void DivideBy(double samples, size_t count, std::vector<float>& flat) {
   for (size_t i = 0; i < count; ++i) flat[i] *= scale;
 }
 
-// downpour: every rank pushes its window's mean gradient on its own. With
-// updates_in_flight N > 1 the push runs in a thread of its own and the rank
-// goes on computing on the weights it has; it waits only when N pushes are
-// out, for the oldest, whose reply weights it then takes. Each push has its
-// own gradient and reply buffers (a slot), used again once it is taken.
-class DownpourExchange final : public Exchange {
+// A rank's updates on their way to the master (exchange.updates_in_flight
+// > 1), oldest first. Each has a slot: the gradient it carries and the
+// weights it brings back, used again once the push is taken. A push runs in
+// a thread of its own (SendUpdate); Take waits for the oldest and installs
+// its weights. With sync, only the leader sends: the other ranks Count the
+// same pushes, so every rank knows when the group takes one.
+class PushPipeline {
  public:
-  DownpourExchange(ExchangeContext& context, int in_flight)
-      : Exchange(context), depth_(std::max(1, in_flight)) {
-    const size_t size = TotalSize(context.weights);
-    slots_.resize(depth_);
-    for (Slot& slot : slots_) {
-      slot.grad.assign(size, 0.0f);
-      slot.grad_views = ViewsLike(context.weights, slot.grad);
-      if (depth_ > 1) {
-        slot.reply.assign(size, 0.0f);
-        slot.reply_views = ViewsLike(context.weights, slot.reply);
-      }
-    }
-  }
-
-  // Waits for the pushes still out (their threads use the slots).
-  ~DownpourExchange() override {
-    for (InFlight& push : in_flight_) push.outcome.wait();
-  }
-
-  absl::Status Window(double samples) override {
-    Slot& slot = slots_[next_slot_];
-    TakeGradients(slot.grad);
-    if (samples <= 0) return absl::OkStatus();
-    DivideBy(samples, buffers_offset(), slot.grad);
-    PutBuffers(slot.grad);
-    if (depth_ == 1) {
-      return PushUpdate(context_, v1::UPDATE_KIND_GRADIENT, ConstViews(slot.grad_views),
-                        context_.weights, samples);
-    }
-    const uint64_t base = context_.version;
-    in_flight_.push_back(
-        {std::async(std::launch::async,
-                    [this, &slot, base, samples] {
-                      return SendUpdate(context_, base, v1::UPDATE_KIND_GRADIENT,
-                                        ConstViews(slot.grad_views), slot.reply_views,
-                                        samples);
-                    }),
-         next_slot_});
-    next_slot_ = (next_slot_ + 1) % depth_;
-    // The slot used next must be free: at most depth_ - 1 pushes stay out.
-    while (in_flight_.size() >= static_cast<size_t>(depth_)) {
-      MPILEARN_RETURN_IF_ERROR(TakeOldest());
-    }
-    return absl::OkStatus();
-  }
-
-  bool has_pending() const override { return !in_flight_.empty(); }
-
-  absl::Status Drain() override {
-    absl::Status first = absl::OkStatus();
-    while (!in_flight_.empty()) {
-      absl::Status taken = TakeOldest();
-      if (first.ok()) first = taken;
-    }
-    return first;
-  }
-
- private:
   struct Slot {
     std::vector<float> grad;  // the window's gradient, flat
     std::vector<absl::Span<float>> grad_views;  // per tensor, into grad
     std::vector<float> reply;  // the weights the push brings back (depth > 1)
     std::vector<absl::Span<float>> reply_views;
   };
-  struct InFlight {
-    std::future<PushOutcome> outcome;
-    int slot;
-  };
 
-  // Waits for the oldest push and installs the weights it brought back.
-  absl::Status TakeOldest() {
-    InFlight push = std::move(in_flight_.front());
-    in_flight_.pop_front();
+  PushPipeline(ExchangeContext& context, int depth)
+      : context_(context), depth_(std::max(1, depth)) {
+    const size_t size = TotalSize(context.weights);
+    slots_.resize(depth_);
+    for (Slot& slot : slots_) {
+      slot.grad.assign(size, 0.0f);
+      slot.grad_views = ViewsLike(context.weights, slot.grad);
+      if (depth_ > 1) {  // one in flight: the reply goes straight to the weights
+        slot.reply.assign(size, 0.0f);
+        slot.reply_views = ViewsLike(context.weights, slot.reply);
+      }
+    }
+  }
+  // Waits for the pushes still out (their threads use the slots).
+  ~PushPipeline() {
+    for (Pending& push : pending_) {
+      if (push.outcome.valid()) push.outcome.wait();
+    }
+  }
+
+  int depth() const { return depth_; }
+  size_t pending() const { return pending_.size(); }
+  bool full() const { return pending_.size() >= static_cast<size_t>(depth_); }
+  // The slot the next window fills (free: at most depth - 1 are out).
+  Slot& next() { return slots_[next_]; }
+
+  // Sends next()'s gradient, computed on the weights the rank has.
+  void Send(double samples) {
+    Slot& slot = slots_[next_];
+    const uint64_t base = context_.version;
+    pending_.push_back(
+        {std::async(std::launch::async,
+                    [this, &slot, base, samples] {
+                      return SendUpdate(context_, base, v1::UPDATE_KIND_GRADIENT,
+                                        ConstViews(slot.grad_views), slot.reply_views,
+                                        samples);
+                    }),
+         next_});
+    next_ = (next_ + 1) % depth_;
+  }
+  // A push another rank sent (sync's leader).
+  void Count() {
+    pending_.push_back({std::future<PushOutcome>(), next_});
+    next_ = (next_ + 1) % depth_;
+  }
+
+  // Waits for the oldest push and installs the weights it brought back,
+  // unless the rank has newer ones: pushes sent together may be applied in
+  // either order, and the weights never go back to an older version. A
+  // counted push installs nothing.
+  absl::Status Take() {
+    Pending push = std::move(pending_.front());
+    pending_.pop_front();
+    if (!push.outcome.valid()) return absl::OkStatus();
     const absl::Time start = absl::Now();
-    const PushOutcome outcome = push.outcome.get();
+    PushOutcome outcome = push.outcome.get();
     context_.times.master += SecondsSince(start);
+    const uint64_t had = context_.version;
+    if (outcome.version.ok() && *outcome.version <= had && had > 0) {
+      if (outcome.stale) ++context_.stale_dropped;
+      return absl::OkStatus();  // an older reply than the weights here
+    }
     MPILEARN_ASSIGN_OR_RETURN(const bool applied, TakeOutcome(context_, outcome));
     if (applied) {
       const Slot& slot = slots_[push.slot];
@@ -147,58 +141,131 @@ class DownpourExchange final : public Exchange {
     return absl::OkStatus();
   }
 
+ private:
+  struct Pending {
+    std::future<PushOutcome> outcome;  // not valid: counted, not sent here
+    int slot;
+  };
+
+  ExchangeContext& context_;
   const int depth_;
   std::vector<Slot> slots_;
-  int next_slot_ = 0;
+  int next_ = 0;
   // Last: destroyed first, so no push thread outlives the slots it uses.
-  std::deque<InFlight> in_flight_;
+  std::deque<Pending> pending_;
+};
+
+// downpour: every rank pushes its window's mean gradient on its own. With
+// updates_in_flight N > 1 the rank goes on computing on the weights it has
+// and waits only when N pushes are out, for the oldest, whose weights it
+// then takes.
+class DownpourExchange final : public Exchange {
+ public:
+  DownpourExchange(ExchangeContext& context, int in_flight)
+      : Exchange(context), pushes_(context, in_flight) {}
+
+  absl::Status Window(double samples) override {
+    PushPipeline::Slot& slot = pushes_.next();
+    TakeGradients(slot.grad);
+    if (samples <= 0) return absl::OkStatus();
+    DivideBy(samples, buffers_offset(), slot.grad);
+    PutBuffers(slot.grad);
+    if (pushes_.depth() == 1) {
+      return PushUpdate(context_, v1::UPDATE_KIND_GRADIENT, ConstViews(slot.grad_views),
+                        context_.weights, samples);
+    }
+    pushes_.Send(samples);
+    while (pushes_.full()) MPILEARN_RETURN_IF_ERROR(pushes_.Take());
+    return absl::OkStatus();
+  }
+
+  bool has_pending() const override { return pushes_.pending() > 0; }
+
+  absl::Status Drain() override {
+    absl::Status first = absl::OkStatus();
+    while (pushes_.pending() > 0) {
+      absl::Status taken = pushes_.Take();
+      if (first.ok()) first = taken;
+    }
+    return first;
+  }
+
+ private:
+  PushPipeline pushes_;
 };
 
 // sync: the group's gradient mean over its samples, pushed by the leader;
-// every rank takes the leader's answer.
+// every rank takes the leader's answer. With updates_in_flight N > 1 the
+// leader's push runs while the group computes its next window on the
+// weights it has (every rank the same ones); when N pushes are out the
+// group takes the oldest: the leader waits for it, and every rank agrees on
+// its outcome and receives its weights.
 class SyncExchange final : public Exchange {
  public:
-  explicit SyncExchange(ExchangeContext& context)
-      : Exchange(context), grad_(TotalSize(context.weights)) {
-    grad_views_ = ViewsLike(context.weights, grad_);
-  }
+  SyncExchange(ExchangeContext& context, int in_flight)
+      : Exchange(context), pushes_(context, in_flight) {}
 
   absl::Status Window(double samples) override {
-    TakeGradients(grad_);
-    PutBuffers(grad_);
+    PushPipeline::Slot& slot = pushes_.next();
+    std::vector<float>& grad = slot.grad;
+    TakeGradients(grad);
+    PutBuffers(grad);
     // Sum of gradient sums and of sample counts over the group, then the
     // mean (of the buffers: over the ranks); the leader pushes it and
     // everyone takes the returned weights.
     Collectives& group = context_.group;
-    absl::Time start = absl::Now();
+    const absl::Time start = absl::Now();
     {
       TraceSpan span(context_.trace, "allreduce", "mpi");
-      group.AllreduceSum(absl::MakeSpan(grad_));
+      group.AllreduceSum(absl::MakeSpan(grad));
       std::vector<double> count = {samples};
       group.AllreduceSum(absl::MakeSpan(count));
       samples = count[0];
     }
     context_.times.mpi += SecondsSince(start);
     if (samples <= 0) return absl::OkStatus();
-    DivideBy(samples, buffers_offset(), grad_);
+    DivideBy(samples, buffers_offset(), grad);
     const float ranks = static_cast<float>(group.size());
-    for (size_t i = buffers_offset(); i < grad_.size(); ++i) grad_[i] /= ranks;
-    absl::Status pushed = absl::OkStatus();
-    if (group.rank() == 0) {
-      pushed = PushUpdate(context_, v1::UPDATE_KIND_GRADIENT,
-                          ConstViews(grad_views_), context_.weights, samples);
+    for (size_t i = buffers_offset(); i < grad.size(); ++i) grad[i] /= ranks;
+    if (pushes_.depth() == 1) {
+      absl::Status pushed = absl::OkStatus();
+      if (group.rank() == 0) {
+        pushed = PushUpdate(context_, v1::UPDATE_KIND_GRADIENT, ConstViews(slot.grad_views),
+                            context_.weights, samples);
+      }
+      return Share(pushed);
     }
-    start = absl::Now();
-    TraceSpan span(context_.trace, "broadcast", "mpi");
-    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(context_, pushed));
-    for (absl::Span<float> view : context_.weights) group.Broadcast(view, 0);
-    context_.times.mpi += SecondsSince(start);
+    if (group.rank() == 0) {
+      pushes_.Send(samples);
+    } else {
+      pushes_.Count();
+    }
+    while (pushes_.full()) MPILEARN_RETURN_IF_ERROR(TakeOne());
+    return absl::OkStatus();
+  }
+
+  bool has_pending() const override { return pushes_.pending() > 0; }
+
+  absl::Status Drain() override {
+    while (pushes_.pending() > 0) MPILEARN_RETURN_IF_ERROR(TakeOne());
     return absl::OkStatus();
   }
 
  private:
-  std::vector<float> grad_;  // the window's gradient, flat
-  std::vector<absl::Span<float>> grad_views_;  // per tensor, into grad_
+  // The group takes its oldest push (a collective).
+  absl::Status TakeOne() { return Share(pushes_.Take()); }
+
+  // The leader's `status`, then its weights, to every rank (a collective).
+  absl::Status Share(const absl::Status& status) {
+    const absl::Time start = absl::Now();
+    TraceSpan span(context_.trace, "broadcast", "mpi");
+    MPILEARN_RETURN_IF_ERROR(AgreeOnLeaderStatus(context_, status));
+    for (absl::Span<float> view : context_.weights) context_.group.Broadcast(view, 0);
+    context_.times.mpi += SecondsSince(start);
+    return absl::OkStatus();
+  }
+
+  PushPipeline pushes_;
 };
 
 // easgd: local SGD steps per batch; the elastic exchange per window.
@@ -547,7 +614,8 @@ absl::StatusOr<std::unique_ptr<Exchange>> MakeExchange(const v1::JobSpec& spec,
       return std::make_unique<DownpourExchange>(
           context, std::max(1, spec.exchange().updates_in_flight()));
     case v1::ALGORITHM_SYNC:
-      return std::make_unique<SyncExchange>(context);
+      return std::make_unique<SyncExchange>(
+          context, std::max(1, spec.exchange().updates_in_flight()));
     case v1::ALGORITHM_EASGD:
       return std::make_unique<ElasticExchange>(context, spec.easgd());
     case v1::ALGORITHM_GEM:

@@ -21,7 +21,9 @@
 //             pushes are out while it computes on the weights it has);
 //   sync:     the ranks sum their gradients and sample counts (allreduce),
 //             the leader pushes the mean over the group's samples and
-//             broadcasts the returned weights, so all ranks stay identical;
+//             broadcasts the returned weights, so all ranks stay identical
+//             (with updates_in_flight N > 1 the group computes on while up
+//             to N of the leader's pushes are out);
 //   easgd:    each rank takes local SGD steps batch by batch; at the window's
 //             end it exchanges its weights x with the master's centre c: the
 //             master moves c toward x and returns c as it was, and x moves

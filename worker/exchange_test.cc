@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -812,6 +813,82 @@ TEST(InFlightTest, PushesOverlapAndEveryReplyIsTakenInOrder) {
   }
   EXPECT_TRUE((*exchange)->Flush().ok());  // nothing left: no-op
 }
+
+// Three windows with 2 in flight: window k is computed on the weights of
+// push k - 2 (the start for the first two), and after Flush the ranks hold
+// the master's weights. Checked against that recursion in doubles; for
+// sync, two ranks share each window's samples and end identical.
+class InFlightReferenceTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(InFlightReferenceTest, WindowsUseTheWeightsOfTwoPushesBefore) {
+  const std::string algorithm = GetParam();
+  const int ranks = algorithm == "sync" ? 2 : 1;
+  constexpr int kWindowsRun = 3;
+  // Rank r of window k trains samples [10k + 3r, 10k + 3r + 3) (sync) or
+  // the window's whole [10k, 10k + 5) (downpour, one rank).
+  auto share = [&](int k, int r) -> std::pair<int, int> {
+    if (ranks == 1) return {10 * k, 10 * k + 5};
+    return {10 * k + 3 * r, 10 * k + 3 * r + 3};
+  };
+  FakeGroup group(ranks);
+  FakeMaster master(MasterRules());
+  master.SetWeights(AsTensors(kStart));
+  std::vector<std::vector<float>> after(ranks);
+  std::vector<absl::Status> outcome(ranks);
+  group.Run([&](Collectives& rank) {
+    RankRig rig(rank, master, kStart);
+    auto exchange = MakeExchange(InFlightSpec(2), rig.context());
+    if (algorithm == "sync") {
+      v1::JobSpec spec = InFlightSpec(2);
+      spec.set_algorithm("sync");
+      exchange = MakeExchange(spec, rig.context());
+    }
+    if (!exchange.ok()) {
+      outcome[rank.rank()] = exchange.status();
+      return;
+    }
+    for (int k = 0; k < kWindowsRun && outcome[rank.rank()].ok(); ++k) {
+      const auto [begin, end] = share(k, rank.rank());
+      rig.Backward(begin, end);
+      outcome[rank.rank()] = (*exchange)->EndWindow(end - begin);
+      // Pushes sent together may reach the master in either order; here
+      // each arrives before the next is sent, so the reference is exact.
+      while (rank.rank() == 0 && master.pushes().size() < static_cast<size_t>(k + 1)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    if (outcome[rank.rank()].ok()) outcome[rank.rank()] = (*exchange)->Flush();
+    after[rank.rank()] = rig.Weights();
+  });
+  for (const absl::Status& status : outcome) ASSERT_TRUE(status.ok()) << status;
+
+  // c[k]: the master after push k (c[0] the start); window k (from 1) is
+  // computed on c[max(k - 2, 0)].
+  std::vector<Params> c = {ToParams(kStart)};
+  for (int k = 1; k <= kWindowsRun; ++k) {
+    const Params& at = c[std::max(k - 2, 0)];
+    int begin = share(k - 1, 0).first, end = share(k - 1, ranks - 1).second;
+    const Params g = Gradient(at, begin, end);
+    Params next = c.back();
+    for (int p = 0; p < kParams; ++p) next[p] -= kMasterLearningRate * g[p] / (end - begin);
+    c.push_back(next);
+  }
+  ExpectNear(Flat(master.weights()), c.back(), "master");
+  for (int r = 0; r < ranks; ++r) ExpectNear(after[r], c.back(), "rank " + std::to_string(r));
+  const std::vector<FakeMaster::Push> pushes = master.pushes();
+  ASSERT_EQ(pushes.size(), static_cast<size_t>(kWindowsRun));
+  const std::vector<uint64_t> bases = {0, 0, 1};
+  for (int k = 0; k < kWindowsRun; ++k) {
+    EXPECT_EQ(pushes[k].header.rank(), 0);
+    EXPECT_EQ(pushes[k].header.gradient().version(), bases[k]) << "push " << k + 1;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DownpourAndSync, InFlightReferenceTest,
+                         testing::Values("downpour", "sync"),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 // A push that fails while the rank goes on is reported by the next wait
 // for it: here Flush.

@@ -1,13 +1,16 @@
-// Throughput across hosts when the master's link is the limit: G one-rank
-// downpour groups, each on its own host, train one job against a master on
-// another host whose link is rate-limited (tbf), per wire dtype. Reports
+// Throughput across hosts when the links are the limit: G groups of R ranks
+// (downpour or sync; one rank each by default), each rank on its own host,
+// train one job against a master on another host whose link (or every
+// host's, --all_links) is rate-limited (tbf), per wire dtype and number of
+// updates in flight. Reports
 // samples/s, updates/s and the master's sent bytes/s against the bound the
 // link sets: a master that answers every update with the model's weights
 // sends M wire bytes per update, so updates/s <= B / M for link bandwidth B.
 //
 //   bazel build -c opt //tools:bench_cluster
 //   bazel-bin/tools/bench/bench_cluster [--groups 1,2,4] [--link_mbit 100,0]
-//       [--dtypes float32,bfloat16] [--in_flight 1,2] [--train 16000] [--json]
+//       [--dtypes float32,bfloat16] [--in_flight 1,2] [--algorithm downpour|sync]
+//       [--ranks R] [--all_links] [--train 16000] [--json]
 //
 // Rates are taken in the steady part of each run (between 20 % and 90 % of
 // the updates the job ends with), from the job's update counter and the
@@ -42,7 +45,7 @@
 #include "tools/cluster/netns_cluster.h"
 #include "tools/soak/child_process.h"
 
-ABSL_FLAG(std::string, groups, "1,2,4", "Group counts to run (one rank each).");
+ABSL_FLAG(std::string, groups, "1,2,4", "Group counts to run (--ranks ranks each).");
 ABSL_FLAG(std::string, link_mbit, "100,0",
           "Rates of the master's link in Mbit/s; 0 leaves it unlimited.");
 ABSL_FLAG(std::string, dtypes, "float32,bfloat16", "Wire dtypes: float32, bfloat16.");
@@ -50,6 +53,10 @@ ABSL_FLAG(std::string, in_flight, "1,2",
           "Values of the job's exchange.updates_in_flight (1 to 4): 1 pushes and waits "
           "for the weights (the baseline), 2 keeps a second push out meanwhile.");
 ABSL_FLAG(int64_t, train, 16000, "Training samples of the job (one epoch).");
+ABSL_FLAG(std::string, algorithm, "downpour", "downpour or sync.");
+ABSL_FLAG(int, ranks, 1, "Ranks per group, each on a host of its own (groups x ranks <= 7).");
+ABSL_FLAG(bool, all_links, false,
+          "Limit every host's link to --link_mbit, not only the master's.");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of the table.");
 ABSL_FLAG(std::string, master_bin, "", "mpilearn-master (default: the runfiles').");
 ABSL_FLAG(std::string, worker_bin, "", "mpilearn-worker (default: the runfiles').");
@@ -137,7 +144,7 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
   data->set_train_limit(train + 2000);
   data->set_validation_count(2000);
   data->set_test_limit(2000);
-  spec.set_algorithm("downpour");
+  spec.set_algorithm(absl::GetFlag(FLAGS_algorithm));
   spec.set_epochs(1);
   spec.set_batch_size(64);
   spec.mutable_exchange()->set_update_dtype(DTypeOf(config.dtype));
@@ -146,10 +153,13 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
   MPILEARN_ASSIGN_OR_RETURN(const std::string job_id, client->SubmitJob(spec));
 
   std::vector<pid_t> groups;
+  const int ranks = absl::GetFlag(FLAGS_ranks);
   for (int g = 1; g <= config.groups; ++g) {
     std::vector<std::string> argv = {"mpirun", "--allow-run-as-root"};
-    for (const std::string& arg : cluster.MpirunArgs({g})) argv.push_back(arg);
-    argv.insert(argv.end(), {"-np", "1", worker_bin, "--master=" + address,
+    std::vector<int> hosts;  // the group's ranks on hosts of their own
+    for (int r = 0; r < ranks; ++r) hosts.push_back(1 + (g - 1) * ranks + r);
+    for (const std::string& arg : cluster.MpirunArgs(hosts)) argv.push_back(arg);
+    argv.insert(argv.end(), {"-np", std::to_string(ranks), worker_bin, "--master=" + address,
                              "--job_id=" + job_id, "--threads=1", "--progress=off"});
     MPILEARN_ASSIGN_OR_RETURN(
         pid_t pid, SpawnWithLog("/usr/bin/mpirun", argv,
@@ -214,10 +224,11 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "bench_cluster: one-rank groups on their own hosts against a master whose "
+      "bench_cluster: groups whose ranks have hosts of their own against a master whose "
       "link is rate-limited; updates/s against the link's bound B / M.\n"
       "  bench_cluster [--groups 1,2,4] [--link_mbit 100,0] "
-      "[--dtypes float32,bfloat16] [--in_flight 1,2] [--train N] [--json]");
+      "[--dtypes float32,bfloat16] [--in_flight 1,2] [--algorithm downpour|sync] "
+      "[--ranks R] [--all_links] [--train N] [--json]");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     std::fprintf(stderr, "bench_cluster: unexpected argument '%s' (see --help)\n", args[1]);
@@ -249,8 +260,16 @@ int Main(int argc, char** argv) {
     }
   }
   const int most = *std::max_element(group_counts->begin(), group_counts->end());
-  if (most < 1 || most > 7) {
-    std::fprintf(stderr, "bench_cluster: --groups must be 1 to 7 (one host each)\n");
+  const int ranks = absl::GetFlag(FLAGS_ranks);
+  if (ranks < 1 || most < 1 || most * ranks > 7) {
+    std::fprintf(stderr,
+                 "bench_cluster: --groups x --ranks must be 1 to 7 (one host per rank)\n");
+    return 2;
+  }
+  const std::string algorithm = absl::GetFlag(FLAGS_algorithm);
+  if (algorithm != "downpour" && algorithm != "sync") {
+    std::fprintf(stderr, "bench_cluster: --algorithm takes downpour or sync, got '%s'\n",
+                 algorithm.c_str());
     return 2;
   }
   std::string master_bin = absl::GetFlag(FLAGS_master_bin);
@@ -275,7 +294,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "bench_cluster: needs Debian's dataset-fashion-mnist in %s\n", kData);
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster = NetnsCluster::Create(1 + most);
+  absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster = NetnsCluster::Create(1 + most * ranks);
   if (!cluster.ok()) {
     std::fprintf(stderr, "bench_cluster: %s\n", std::string(cluster.status().message()).c_str());
     return 2;
@@ -283,10 +302,13 @@ int Main(int argc, char** argv) {
   const bool json = absl::GetFlag(FLAGS_json);
   std::vector<Result> results;
   for (const int rate : *rates) {
-    const absl::Status limited = (*cluster)->SetRateMbit(0, rate);
-    if (!limited.ok()) {
-      std::fprintf(stderr, "bench_cluster: %s\n", std::string(limited.message()).c_str());
-      return 1;
+    const int limited_hosts = absl::GetFlag(FLAGS_all_links) ? (*cluster)->hosts() : 1;
+    for (int host = 0; host < limited_hosts; ++host) {
+      const absl::Status limited = (*cluster)->SetRateMbit(host, rate);
+      if (!limited.ok()) {
+        std::fprintf(stderr, "bench_cluster: %s\n", std::string(limited.message()).c_str());
+        return 1;
+      }
     }
     for (const std::string& dtype : dtypes) {
       for (const int groups : *group_counts) {
@@ -327,8 +349,9 @@ int Main(int argc, char** argv) {
               : "null",
           r.parameters, r.test_accuracy));
     }
-    std::printf("{\"model\": \"mlp\", \"algorithm\": \"downpour\", \"train\": %d, "
-                "\"results\": [\n  %s\n]}\n",
+    std::printf("{\"model\": \"mlp\", \"algorithm\": \"%s\", \"ranks_per_group\": %d, "
+                "\"all_links\": %s, \"train\": %d, \"results\": [\n  %s\n]}\n",
+                algorithm.c_str(), ranks, absl::GetFlag(FLAGS_all_links) ? "true" : "false",
                 static_cast<int>(absl::GetFlag(FLAGS_train)), absl::StrJoin(rows, ",\n  ").c_str());
     return 0;
   }
