@@ -95,12 +95,14 @@ class BadInputTest : public ::testing::Test {
   }
 
   absl::StatusOr<uint64_t> Push(const v1::TensorSetHeader& layout,
-                                const std::vector<std::vector<float>>& grads) {
+                                const std::vector<std::vector<float>>& grads,
+                                double update_norm = 0.0) {
     v1::PushGradientRequest::Header header;
     header.set_job_id(job_id_);
     header.set_group_id(group_id_);
     *header.mutable_gradient() = layout;
     header.set_samples(1);
+    header.set_update_norm(update_norm);
     std::vector<absl::Span<const float>> views(grads.begin(), grads.end());
     return client_->PushGradient(
         header, views, {absl::MakeSpan(weights_[0]), absl::MakeSpan(weights_[1])});
@@ -520,6 +522,12 @@ TEST_F(BadInputTest, GradientOfWrongLengthIsRejectedAndWeightsKept) {
   ExpectError(Push(Header(0), {std::vector<float>(11), std::vector<float>(3)})
                   .status(),
               absl::StatusCode::kInvalidArgument, "incomplete");
+  // A whole-update norm (a shard's slice) that is no norm.
+  for (const double norm : {-1.0, std::nan(""), HUGE_VAL}) {
+    ExpectError(Push(Header(0), {std::vector<float>(12), std::vector<float>(3)}, norm)
+                    .status(),
+                absl::StatusCode::kInvalidArgument, "update_norm must be a finite number");
+  }
   auto status = client_->GetJobStatus(job_id_).value();
   EXPECT_EQ(status.updates_applied(), 0u);
   EXPECT_EQ(status.version(), 0u);

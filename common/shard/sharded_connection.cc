@@ -1,6 +1,7 @@
 #include "common/shard/sharded_connection.h"
 
 #include <algorithm>
+#include <cmath>
 #include <future>
 #include <numeric>
 #include <utility>
@@ -122,11 +123,23 @@ absl::StatusOr<uint64_t> ShardedConnection::PushGradient(
       SliceViews(placement_, AsVector(weights));
   if (!reply.ok()) return reply.status();
   const std::vector<uint64_t> base = BaseVersions(header.gradient().version());
+  // Each shard clips its slice by the whole update's norm (trainable
+  // tensors only, as the master counts it).
+  double squares = 0.0;
+  for (size_t t = 0; t < gradient.size(); ++t) {
+    if (static_cast<int>(t) < header.gradient().tensors_size() &&
+        header.gradient().tensors(static_cast<int>(t)).buffer()) {
+      continue;
+    }
+    for (const float g : gradient[t]) squares += static_cast<double>(g) * g;
+  }
+  const double norm = std::sqrt(squares);
   std::vector<uint64_t> versions(shards_.size(), 0);
   const absl::Status status = OnEveryShard([&](int s) -> absl::Status {
     v1::PushGradientRequest::Header piece = header;
     *piece.mutable_gradient() = SliceHeader(header.gradient(), placement_, s);
     piece.mutable_gradient()->set_version(base[s]);
+    piece.set_update_norm(norm);
     absl::StatusOr<uint64_t> version = shards_[s]->PushGradient(piece, (*payload)[s], (*reply)[s]);
     if (!version.ok()) return version.status();
     versions[s] = *version;

@@ -19,7 +19,9 @@
 //
 // Slices. A shard's tensor set lists the ranges it holds, in the
 // placement's order, as tensors named "NAME[BEGIN:END]" of shape {END -
-// BEGIN}, with the tensor's dtype and buffer flag.
+// BEGIN}, with the tensor's dtype and buffer flag. Every slice of a push
+// carries the whole update's norm (Header.update_norm), so a shard clips
+// (optimizer.clip_grad_norm) as one master clipping the whole would.
 //
 // Threading: thread-safe as far as the connections it holds are; concurrent
 // PushGradient calls (updates in flight) share only the version table,

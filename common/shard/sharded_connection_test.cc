@@ -5,6 +5,7 @@
 #include "common/shard/sharded_connection.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,13 @@ TEST(ShardedConnectionTest, EachShardGetsItsOwnBaseVersion) {
   EXPECT_EQ(on1[1].gradient().version(), 5u);
   EXPECT_EQ(on0[2].gradient().version(), 4u);
   EXPECT_EQ(on1[2].gradient().version(), 9u);
+  // Every slice carries the whole update's norm over its trainable tensors:
+  // six 0.5s of fc.weight (the buffer's two do not count).
+  for (const auto& pushes : {on0, on1}) {
+    for (const v1::PushGradientRequest::Header& push : pushes) {
+      EXPECT_DOUBLE_EQ(push.update_norm(), std::sqrt(6 * 0.25));
+    }
+  }
 }
 
 TEST(ShardedConnectionTest, AShardsErrorNamesItAndKeepsItsReason) {

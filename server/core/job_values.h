@@ -36,6 +36,9 @@ struct GradientUpdate {
   // (NextDataUnit), not from pushes.
   uint64_t samples = 0;
   double train_loss = 0.0;
+  // The whole update's norm when `values` are a slice of it
+  // (PushGradientRequest.Header.update_norm); 0: none given.
+  double update_norm = 0.0;
   std::vector<std::vector<float>> values;  // laid out as the job's weights
 };
 

@@ -4,6 +4,7 @@
 #include "server/core/master_core.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <variant>
@@ -282,6 +283,12 @@ absl::StatusOr<PendingTensors> MasterCore::BeginPush(
   }
   MPILEARN_RETURN_IF_ERROR(WithReason(CheckSameLayout(*layout, header.gradient()),
                                       v1::ERROR_REASON_INVALID_REQUEST));
+  if (!std::isfinite(header.update_norm()) || header.update_norm() < 0.0) {
+    return WithReason(absl::InvalidArgumentError(absl::StrCat(
+                          "update_norm must be a finite number >= 0, got ",
+                          header.update_norm())),
+                      v1::ERROR_REASON_INVALID_REQUEST);
+  }
   MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending,
                             PendingTensors::ForCall(header, job.get()));
   pending.job_ = std::move(job);
@@ -305,6 +312,7 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::CommitPush(
   update.sequence = header->sequence();
   update.samples = header->samples();
   update.train_loss = header->train_loss();
+  update.update_norm = header->update_norm();
   update.values = std::move(pending.values_);
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> reply =
       registry_->ApplyGradient(*pending.job_, update);

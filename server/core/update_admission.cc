@@ -49,7 +49,7 @@ bool ClipsGradients(const JobConfig& config) {
 }
 
 double ClipScale(const JobConfig& config, const UpdateScan& scan,
-                 const v1::TensorSetHeader& layout) {
+                 const v1::TensorSetHeader& layout, double whole_norm) {
   if (!ClipsGradients(config)) return 1.0;
   double sum = 0.0;
   for (size_t t = 0; t < scan.sum_squares.size(); ++t) {
@@ -59,8 +59,8 @@ double ClipScale(const JobConfig& config, const UpdateScan& scan,
   }
   // PyTorch's clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6),
   // applied when below 1.
-  const double coefficient =
-      config.spec().optimizer().clip_grad_norm() / (std::sqrt(sum) + 1e-6);
+  const double norm = std::max(std::sqrt(sum), whole_norm);
+  const double coefficient = config.spec().optimizer().clip_grad_norm() / (norm + 1e-6);
   return std::min(1.0, coefficient);
 }
 
@@ -151,7 +151,7 @@ absl::StatusOr<Admission> AdmitUpdate(const GradientUpdate& update,
   admission.staleness = *staleness;
   admission.scale = static_cast<float>(
       StalenessScale(config, *staleness) *
-      ClipScale(config, scan, weights.header));
+      ClipScale(config, scan, weights.header, update.update_norm));
   admission.max_update = scan.max_abs;
   return admission;
 }

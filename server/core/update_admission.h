@@ -62,9 +62,11 @@ bool ClipsGradients(const JobConfig& config);
 // clip_grad_norm_ computes it: with N the L2 norm over every trainable
 // tensor of the update (buffers excluded, `layout` says which),
 // min(1, clip / (N + 1e-6)); 1 when !ClipsGradients(config). `scan` must
-// hold the sums of squares when clipping.
+// hold the sums of squares when clipping. `whole_norm`, when larger, stands
+// for N: the norm of the whole update of which these values are a slice
+// (a parameter shard's).
 double ClipScale(const JobConfig& config, const UpdateScan& scan,
-                 const v1::TensorSetHeader& layout);
+                 const v1::TensorSetHeader& layout, double whole_norm = 0.0);
 
 // The factor an update computed `staleness` versions behind is scaled by:
 // 1 / max(1, staleness) with staleness_scaling "inverse", else 1.

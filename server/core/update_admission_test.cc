@@ -164,6 +164,16 @@ TEST(UpdateAdmissionTest, AdmitChecksThenStalenessThenScale) {
   admitted = AdmitUpdate(update, scan, JobConfig::FromNormalized(spec), "job-1", weights);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   EXPECT_FLOAT_EQ(admitted->scale, static_cast<float>(1.0 / (100.0 + 1e-6)));
+  // A slice of a larger update (a shard's) is clipped by the whole norm;
+  // a claimed norm below what arrived changes nothing.
+  update.update_norm = 400.0;
+  admitted = AdmitUpdate(update, scan, JobConfig::FromNormalized(spec), "job-1", weights);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_FLOAT_EQ(admitted->scale, static_cast<float>(1.0 / (400.0 + 1e-6)));
+  update.update_norm = 3.0;
+  admitted = AdmitUpdate(update, scan, JobConfig::FromNormalized(spec), "job-1", weights);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_FLOAT_EQ(admitted->scale, static_cast<float>(1.0 / (100.0 + 1e-6)));
 }
 
 TEST(UpdateAdmissionTest, AlreadyAppliedFollowsTheRanksSequence) {
