@@ -22,7 +22,7 @@
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
 #include "tools/cluster/netns_cluster.h"
-#include "tests/http_client.h"
+#include "tests/prometheus_server.h"
 #include "tests/test_process.h"
 
 namespace mpilearn::testing {
@@ -36,7 +36,6 @@ constexpr double kMinAccuracy = 0.75;
 constexpr char kAdminToken[] = "cluster-admin-token-0123456789";
 constexpr char kWorkerToken[] = "cluster-worker-token-0123456789";
 constexpr char kMetricsToken[] = "cluster-metrics-token-0123456789";
-constexpr char kPrometheus[] = "/usr/bin/prometheus";
 
 // Host 0 runs the master; a group's two ranks run on hosts 1 and 2, a second
 // group's on hosts 3 and 4.
@@ -270,20 +269,12 @@ TEST_F(ClusterTest, ValidationPoolAndPrometheusOnOtherHosts) {
   if (access(kPrometheus, X_OK) != 0) GTEST_SKIP() << kPrometheus << " is not installed";
   absl::StatusOr<int> metrics_port = master_->MetricsPort();
   ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
-  // Prometheus in host 4's own port space: 9090 is free there.
-  const std::string config = dir_ + "/prometheus.yml";
-  WriteFileOrDie(config, absl::StrCat("global:\n  scrape_interval: 1s\n"
-                                      "scrape_configs:\n  - job_name: mpilearn\n"
-                                      "    static_configs:\n      - targets: ['",
-                                      cluster_->address(0), ":", *metrics_port, "']\n"
-                                      "    basic_auth:\n      username: prometheus\n"
-                                      "      password_file: ", dir_, "/metrics.token\n"));
-  auto prometheus = ChildProcess::Start(
-      cluster_->InHost(4, {kPrometheus, "--config.file=" + config,
-                           "--storage.tsdb.path=" + dir_ + "/tsdb",
-                           "--web.listen-address=" + cluster_->address(4) + ":9090",
-                           "--log.level=warn"}),
-      dir_ + "/prometheus.log");
+  auto prometheus = PrometheusServer::Start(
+      dir_,
+      {PrometheusServer::ScrapeJob("mpilearn",
+                                   absl::StrCat(cluster_->address(0), ":", *metrics_port),
+                                   dir_ + "/metrics.token")},
+      {cluster_->address(4), cluster_->InHost(4, {})});
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
 
   v1::JobSpec spec = FashionMnistSubset("sync", kTrainLimit, kEpochs);
@@ -308,26 +299,20 @@ TEST_F(ClusterTest, ValidationPoolAndPrometheusOnOtherHosts) {
   }
   EXPECT_GT(from_pool, 0) << done.ShortDebugString() << "\n" << pool->Log();
 
-  // Prometheus on host 4 scraped the master across the bridge: the target
-  // is up and the job's update counter reached what the master reports.
+  // Prometheus on host 4 scraped the master across the bridge: the job's
+  // update counter reached what the master reports.
   const std::string query =
-      absl::StrCat("/api/v1/query?query=", UrlEncode(absl::StrCat(
-          "max(mpilearn_job_updates_applied_total{job_id=\"", job_id_, "\"})")));
-  std::string answer;
+      absl::StrCat("max(mpilearn_job_updates_applied_total{job_id=\"", job_id_, "\"})");
+  absl::StatusOr<double> seen = absl::NotFoundError("not asked yet");
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
-    absl::StatusOr<HttpResponse> response =
-        HttpGetFrom(cluster_->address(4), 9090, query);
-    if (response.ok() && response->status == 200) {
-      answer = response->body;
-      if (answer.find(absl::StrCat("\"", done.updates_applied(), "\"")) != std::string::npos) {
-        break;
-      }
-    }
+    seen = (*prometheus)->Instant(query);
+    if (seen.ok() && *seen == static_cast<double>(done.updates_applied())) break;
     absl::SleepFor(absl::Milliseconds(500));
   }
-  EXPECT_NE(answer.find(absl::StrCat("\"", done.updates_applied(), "\"")), std::string::npos)
-      << "Prometheus on host 4 answered: " << answer << "\n" << (*prometheus)->Log();
+  ASSERT_TRUE(seen.ok()) << seen.status() << "\n" << (*prometheus)->process().Log();
+  EXPECT_EQ(*seen, static_cast<double>(done.updates_applied()))
+      << (*prometheus)->process().Log();
   std::printf("pool on host 3: %d validations; Prometheus on host 4 saw %llu updates\n",
               from_pool, static_cast<unsigned long long>(done.updates_applied()));
 }

@@ -22,7 +22,6 @@
 // Prometheus with basic_auth password_file scrapes it (up 1) while a scrape
 // job with a wrong password file is down (up 0).
 //
-// Over 500 lines because the tests share the PrometheusServer harness.
 //
 // None of the tests depends on how fast the machine is: they wait for conditions
 // (with generous deadlines), never for a time, and assert no count of
@@ -48,151 +47,17 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/http_client.h"
+#include "tests/prometheus_server.h"
 #include "tests/test_process.h"
 
 namespace mpilearn::testing {
 namespace {
 
-constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr char kPromtool[] = "/usr/bin/promtool";
 
 using google::protobuf::ListValue;
 using google::protobuf::Struct;
 using google::protobuf::Value;
-
-// A real Prometheus server on a free loopback port scraping one target
-// every second. Its ChildProcess ends it when the test ends.
-class PrometheusServer {
- public:
-  // One scrape job named `job` of the target 127.0.0.1:`port`; with a
-  // `password_file`, scrapes send HTTP Basic auth, user "prometheus" (as
-  // docs/security.md shows for --metrics_token_file).
-  static std::string ScrapeJob(const std::string& job, int port,
-                               const std::string& password_file = "") {
-    std::string text = absl::StrCat("  - job_name: ", job,
-                                    "\n"
-                                    "    static_configs:\n"
-                                    "      - targets: ['127.0.0.1:",
-                                    port, "']\n");
-    if (!password_file.empty()) {
-      absl::StrAppend(&text,
-                      "    basic_auth:\n"
-                      "      username: prometheus\n"
-                      "      password_file: ",
-                      password_file, "\n");
-    }
-    return text;
-  }
-
-  static absl::StatusOr<std::unique_ptr<PrometheusServer>> Start(
-      const std::string& dir, int target_port) {
-    return Start(dir, std::vector<std::string>{ScrapeJob("mpilearn", target_port)});
-  }
-
-  // Scrapes every second with the jobs `scrape_jobs` (ScrapeJob).
-  static absl::StatusOr<std::unique_ptr<PrometheusServer>> Start(
-      const std::string& dir, const std::vector<std::string>& scrape_jobs) {
-    const std::string config = dir + "/prometheus.yml";
-    WriteFileOrDie(config, absl::StrCat(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  evaluation_interval: 1s\n"
-        "scrape_configs:\n",
-        absl::StrJoin(scrape_jobs, "")));
-    auto server = std::unique_ptr<PrometheusServer>(new PrometheusServer());
-    // The free port could be taken between picking and binding: retry.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      server->port_ = PickFreePort();
-      auto process = ChildProcess::Start(
-          {kPrometheus, "--config.file=" + config,
-           "--storage.tsdb.path=" + dir + "/tsdb",
-           absl::StrCat("--web.listen-address=127.0.0.1:", server->port_),
-           "--log.level=warn"},
-          dir + "/prometheus.log");
-      if (!process.ok()) return process.status();
-      server->process_ = std::move(process).value();
-      const absl::Time deadline = absl::Now() + absl::Seconds(60);
-      while (absl::Now() < deadline) {
-        if (server->process_->Wait(absl::Milliseconds(200)).has_value()) break;
-        absl::StatusOr<HttpResponse> ready = HttpGet(server->port_, "/-/ready");
-        if (ready.ok() && ready->status == 200) return server;
-      }
-      server->process_->Stop();
-    }
-    return absl::UnavailableError("Prometheus did not become ready: " +
-                                  server->process_->Log());
-  }
-
-  // GET /api/v1/<endpoint>?<params>; the "data" member of a success answer.
-  absl::StatusOr<Value> Api(const std::string& endpoint,
-                            const std::map<std::string, std::string>& params) {
-    std::string target = "/api/v1/" + endpoint;
-    char separator = '?';
-    for (const auto& [key, value] : params) {
-      absl::StrAppend(&target, std::string(1, separator), key, "=", UrlEncode(value));
-      separator = '&';
-    }
-    absl::StatusOr<HttpResponse> response = HttpGet(port_, target);
-    if (!response.ok()) return response.status();
-    absl::StatusOr<Value> json = ParseJson(response->body);
-    if (!json.ok()) return json.status();
-    if (response->status != 200 ||
-        Field(*json, "status").string_value() != "success") {
-      return absl::InternalError(absl::StrCat("Prometheus answered ", response->status,
-                                              ": ", response->body));
-    }
-    return Field(*json, "data");
-  }
-
-  // The points (unix seconds, value) of the series `promql` selects (the
-  // first, if several) between `start` and now, one per second.
-  absl::StatusOr<std::vector<std::pair<double, double>>> Range(
-      const std::string& promql, absl::Time start) {
-    absl::StatusOr<Value> data =
-        Api("query_range", {{"query", promql},
-                            {"start", absl::StrCat(absl::ToUnixSeconds(start))},
-                            {"end", absl::StrCat(absl::ToUnixSeconds(absl::Now()))},
-                            {"step", "1"}});
-    if (!data.ok()) return data.status();
-    const ListValue& result = Field(*data, "result").list_value();
-    if (result.values_size() == 0) {
-      return absl::NotFoundError("Prometheus has no series for " + promql);
-    }
-    std::vector<std::pair<double, double>> points;
-    for (const Value& point : Field(result.values(0), "values").list_value().values()) {
-      double value = 0;
-      if (!absl::SimpleAtod(point.list_value().values(1).string_value(), &value)) {
-        return absl::DataLossError("bad sample value");
-      }
-      points.emplace_back(point.list_value().values(0).number_value(), value);
-    }
-    return points;
-  }
-
-  // The value of an instant query's first series.
-  absl::StatusOr<double> Instant(const std::string& promql) {
-    absl::StatusOr<Value> data = Api("query", {{"query", promql}});
-    if (!data.ok()) return data.status();
-    const ListValue& result = Field(*data, "result").list_value();
-    if (result.values_size() == 0) {
-      return absl::NotFoundError("Prometheus has no series for " + promql);
-    }
-    double value = 0;
-    if (!absl::SimpleAtod(
-            Field(result.values(0), "value").list_value().values(1).string_value(),
-            &value)) {
-      return absl::DataLossError("bad sample value");
-    }
-    return value;
-  }
-
-  ChildProcess& process() { return *process_; }
-
- private:
-  PrometheusServer() = default;
-  int port_ = 0;
-  std::unique_ptr<ChildProcess> process_;
-};
 
 // Values of `points`, in time order, with repeats collapsed.
 std::vector<double> DistinctValues(const std::vector<std::pair<double, double>>& points) {
@@ -391,8 +256,10 @@ TEST(ObservabilityTest, MetricsEndpointNeedsItsToken) {
   // A real Prometheus with basic_auth password_file scrapes it; the same
   // target with a wrong password file is down.
   auto prometheus = PrometheusServer::Start(
-      dir, {PrometheusServer::ScrapeJob("mpilearn", *port, token_file),
-            PrometheusServer::ScrapeJob("wrong_token", *port, wrong_file)});
+      dir, {PrometheusServer::ScrapeJob("mpilearn", absl::StrCat("127.0.0.1:", *port),
+                                        token_file),
+            PrometheusServer::ScrapeJob("wrong_token", absl::StrCat("127.0.0.1:", *port),
+                                        wrong_file)});
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   absl::StatusOr<double> up = absl::NotFoundError("not scraped yet");
