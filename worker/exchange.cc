@@ -123,7 +123,7 @@ class PushPipeline {
     pending_.pop_front();
     if (!push.outcome.valid()) return absl::OkStatus();
     const absl::Time start = absl::Now();
-    PushOutcome outcome = push.outcome.get();
+    const PushOutcome outcome = push.outcome.get();
     context_.times.master += SecondsSince(start);
     const uint64_t had = context_.version;
     if (outcome.version.ok() && *outcome.version <= had && had > 0) {

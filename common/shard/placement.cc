@@ -21,16 +21,14 @@ bool ByPosition(const TensorRange& a, const TensorRange& b) {
   return std::tie(a.tensor, a.begin) < std::tie(b.tensor, b.begin);
 }
 
-// Each range of `ranges` (largest first) to the least loaded of `shards`
-// shards whose `open` entry is true (lowest index on ties).
-void Assign(std::vector<TensorRange> ranges, const std::vector<bool>& open,
-            Placement& placement) {
+// Each range of `ranges` (largest first) to the least loaded of the
+// placement's shards (lowest index on ties).
+void Assign(std::vector<TensorRange> ranges, Placement& placement) {
   std::sort(ranges.begin(), ranges.end(), LargerFirst);
   for (const TensorRange& range : ranges) {
-    int best = -1;
-    for (size_t s = 0; s < placement.shards.size(); ++s) {
-      if (!open[s]) continue;
-      if (best < 0 || placement.load[s] < placement.load[best]) best = static_cast<int>(s);
+    size_t best = 0;
+    for (size_t s = 1; s < placement.shards.size(); ++s) {
+      if (placement.load[s] < placement.load[best]) best = s;
     }
     placement.shards[best].push_back(range);
     placement.load[best] += range.size();
@@ -87,7 +85,7 @@ absl::StatusOr<Placement> PlaceTensors(absl::Span<const int64_t> sizes, int shar
   Placement placement;
   placement.shards.resize(shards);
   placement.load.assign(shards, 0);
-  Assign(std::move(ranges), std::vector<bool>(shards, true), placement);
+  Assign(std::move(ranges), placement);
   return placement;
 }
 
@@ -104,7 +102,7 @@ absl::StatusOr<Placement> WithoutShard(const Placement& placement, int lost) {
   std::vector<TensorRange> moved = std::move(kept.shards[lost]);
   kept.shards.erase(kept.shards.begin() + lost);
   kept.load.erase(kept.load.begin() + lost);
-  Assign(std::move(moved), std::vector<bool>(kept.shards.size(), true), kept);
+  Assign(std::move(moved), kept);
   return kept;
 }
 

@@ -26,7 +26,6 @@ void AppliedSequences::Add(uint64_t sequence) {
   }
 }
 
-
 std::vector<int64_t> GroupTable::Group::ReleaseUnits() {
   std::vector<int64_t> units;
   for (int64_t* unit : {&held_unit, &reserved_unit}) {
