@@ -627,6 +627,15 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
     return UnknownName("staleness_scaling", "scaling",
                        spec->staleness_scaling(), StalenessScalingNames());
   }
+  if (!spec->has_max_shards()) spec->set_max_shards(0);
+  MPILEARN_RETURN_IF_ERROR(CheckIntRange("max_shards", spec->max_shards(), 0, 64));
+  if (spec->has_slice() && (spec->slice().shards() < 1 || spec->slice().shards() > 64 ||
+                            spec->slice().shard() < 0 ||
+                            spec->slice().shard() >= spec->slice().shards())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice: shard ", spec->slice().shard(), " of ", spec->slice().shards(),
+                     " is not a shard (0 <= shard < shards <= 64)"));
+  }
   if (!spec->has_data_unit_size()) spec->set_data_unit_size(2048);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("data_unit_size",
                                          spec->data_unit_size(), 1,

@@ -68,6 +68,8 @@ Role RequiredRole(absl::string_view method) {
           {"SubmitJob", Role::kAdmin},
           {"CancelJob", Role::kAdmin},
           {"DeleteJob", Role::kAdmin},
+          // Master: a parameter shard syncing with its lead.
+          {"ShardSync", Role::kAdmin},
           // Master: worker groups and validation pools.
           {"RegisterGroup", Role::kWorker},
           {"InitWeights", Role::kWorker},

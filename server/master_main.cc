@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/flags/usage_config.h"
 #include "glog/logging.h"
+#include "common/client/client_security.h"
 #include "server/master_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -120,6 +121,24 @@ ABSL_FLAG(bool, insecure, false,
           "(anyone who reaches the port may do anything) and a non-loopback "
           "--metrics_listen without --metrics_token_file (anyone may read "
           "the metrics). For trusted networks only.");
+ABSL_FLAG(int, shards_per_job, 0,
+          "As a lead: spread each job's weights over this many of the "
+          "parameter shards that sync with this master (0: every live one; a "
+          "job's spec may ask for fewer with max_shards). A master no shard "
+          "syncs with keeps every job's weights itself (docs/sharding.md).");
+ABSL_FLAG(std::string, shard_of, "",
+          "Serve as a parameter shard of the lead master at this host:port: "
+          "hold the slices of jobs the lead places here and take the groups' "
+          "pushes for them. Needs --advertise unless --listen names a "
+          "reachable address, and --lead_token_file when the lead has tokens.");
+ABSL_FLAG(std::string, advertise, "",
+          "With --shard_of: the host:port where groups reach this shard "
+          "(default: the --listen host with the bound port).");
+ABSL_FLAG(std::string, lead_tls_ca, "",
+          "With --shard_of: speak TLS to the lead, trusting this CA (PEM).");
+ABSL_FLAG(std::string, lead_token_file, "",
+          "With --shard_of: a file holding a token of the admin role in the "
+          "lead's tokens file.");
 ABSL_FLAG(std::string, trace, "",
           "If set, write a Chrome trace of the master's work to this file: "
           "receive, apply, send, pull, next_unit, snapshot_send, checkpoint "
@@ -233,6 +252,24 @@ int main(int argc, char** argv) {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   options.insecure = absl::GetFlag(FLAGS_insecure);
+  options.shards_per_job = absl::GetFlag(FLAGS_shards_per_job);
+  options.shard_of = absl::GetFlag(FLAGS_shard_of);
+  options.advertise = absl::GetFlag(FLAGS_advertise);
+  options.lead_security.tls_ca = absl::GetFlag(FLAGS_lead_tls_ca);
+  if (options.shards_per_job < 0 || options.shards_per_job > 64) {
+    std::fprintf(stderr, "mpilearn-master: --shards_per_job must be in [0, 64]\n");
+    return 2;
+  }
+  if (!absl::GetFlag(FLAGS_lead_token_file).empty()) {
+    absl::StatusOr<std::string> token =
+        mpilearn::ReadTokenFile(absl::GetFlag(FLAGS_lead_token_file));
+    if (!token.ok()) {
+      std::fprintf(stderr, "mpilearn-master: --lead_token_file: %s\n",
+                   std::string(token.status().message()).c_str());
+      return 2;
+    }
+    options.lead_security.token = *token;
+  }
   const int64_t max_model_mib = absl::GetFlag(FLAGS_max_model_mib);
   if (max_model_mib < 1 || max_model_mib > (int64_t{1} << 30)) {
     std::fprintf(stderr,

@@ -219,6 +219,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   core_options.limits = options.limits;
   // With tokens, groups belong to the caller that registered them.
   core_options.check_callers = server->auth_->enabled();
+  core_options.shard_of = options.shard_of;
+  core_options.shard_table.shards_per_job = options.shards_per_job;
   MPILEARN_ASSIGN_OR_RETURN(server->master_,
                             Master::Create(std::move(master_options)));
   server->service_ = std::make_unique<MasterServiceImpl>(
@@ -309,6 +311,23 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   // Lost groups, timed checkpoints, write retries and the trace's flush
   // from now on.
   server->master_->Start();
+  if (!options.shard_of.empty()) {
+    ShardAgent::Options agent;
+    agent.lead = options.shard_of;
+    agent.advertise = options.advertise;
+    if (agent.advertise.empty()) {
+      const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+      if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--shard_of: --listen ", options.listen,
+            " names no address groups can reach; give --advertise HOST:PORT"));
+      }
+      agent.advertise = absl::StrCat(host, ":", server->port_);
+    }
+    agent.security = options.lead_security;
+    MPILEARN_ASSIGN_OR_RETURN(server->shard_agent_,
+                              ShardAgent::Start(std::move(agent), server->master_->core()));
+  }
   server->drain_ = options.drain;
   if (health != nullptr) {
     health->SetServingStatus(true);
@@ -321,6 +340,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
 void MasterServer::Shutdown(absl::Duration grace) {
   if (stopping_) return;
   stopping_ = true;
+  if (shard_agent_ != nullptr) shard_agent_->Stop();
   // Draining: probes see NOT_SERVING while calls are still served.
   if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
     server_->GetHealthCheckService()->Shutdown();

@@ -27,6 +27,7 @@
 #include "server/master.h"
 #include "server/master_metrics.h"
 #include "server/master_service.h"
+#include "server/shard/shard_agent.h"
 #include "server/study_service.h"
 
 namespace mpilearn::server {
@@ -91,6 +92,16 @@ class MasterServer {
     // than loopback unless this is set; likewise a `metrics_listen` address
     // without a metrics_token_file.
     bool insecure = false;
+
+    // Parameter shards (docs/sharding.md). As a lead: shards per job (0:
+    // every live shard). As a shard: the lead's address (non-empty makes
+    // this master a shard), where groups reach this shard (empty: the
+    // --listen host with the bound port, unless it is a wildcard), and how
+    // it reaches the lead (TLS, an admin token).
+    int shards_per_job = 0;
+    std::string shard_of;
+    std::string advertise;
+    ClientSecurity lead_security;
   };
 
   // Errors say what to change: a trace file that cannot be written, a
@@ -131,6 +142,8 @@ class MasterServer {
   std::unique_ptr<MasterServiceImpl> service_;
   std::unique_ptr<StudyServiceImpl> study_service_;
   std::unique_ptr<grpc::Server> server_;
+  // A shard's link to its lead; stopped first.
+  std::unique_ptr<ShardAgent> shard_agent_;
   // Declared last: its scrapes read the core, so it stops first.
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;

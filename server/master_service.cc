@@ -159,6 +159,18 @@ grpc::Status MasterServiceImpl::SubmitJob(grpc::ServerContext* context,
   }));
 }
 
+grpc::Status MasterServiceImpl::ShardSync(grpc::ServerContext* context,
+                                          const v1::ShardSyncRequest* request,
+                                          v1::ShardSyncResponse* response) {
+  RpcScope rpc(metrics_, "ShardSync");
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("ShardSync", [&] {
+    return Reply(core_.ShardSync(*request, absl::Seconds(10)), response);
+  }));
+}
+
 grpc::Status MasterServiceImpl::RegisterGroup(
     grpc::ServerContext* context, const v1::RegisterGroupRequest* request,
     v1::RegisterGroupResponse* response) {

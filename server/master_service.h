@@ -53,6 +53,9 @@ class MasterServiceImpl final : public v1::Master::Service {
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
+  // A parameter shard's sync with this lead (MasterCore::ShardSync).
+  grpc::Status ShardSync(grpc::ServerContext* context, const v1::ShardSyncRequest* request,
+                         v1::ShardSyncResponse* response) override;
   grpc::Status RegisterGroup(grpc::ServerContext* context,
                              const v1::RegisterGroupRequest* request,
                              v1::RegisterGroupResponse* response) override;

@@ -22,6 +22,7 @@
 #include "common/error_reason.h"
 #include "common/job_config.h"
 #include "common/job_spec.h"
+#include "common/shard/connect_shards.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/data/dataset.h"
@@ -458,9 +459,37 @@ int GroupSession::ServeJobs(MasterConnection& master) {
 }
 
 GroupSession::JobEnd GroupSession::TrainJob(
-    MasterConnection& master, v1::RegisterGroupResponse registration) {
+    MasterConnection& lead, v1::RegisterGroupResponse registration) {
   Collectives& group = *group_;
   const std::string job_id = registration.job_id();
+  // A sharded job (docs/sharding.md): every rank reaches every shard; the
+  // weight calls go to them, the rest to the lead.
+  std::unique_ptr<shard::ShardedConnection> sharded;
+  if (registration.shards().addresses_size() > 0 && !options_.local) {
+    shard::ShardedConnection::GroupInfo info;
+    info.ranks = group.size();
+    info.host = HostName();
+    info.heartbeat_seconds = absl::ToDoubleSeconds(heartbeat_);
+    absl::StatusOr<std::unique_ptr<shard::ShardedConnection>> made =
+        shard::ConnectShards(lead, registration.shards(), options_.connection, info);
+    if (!EveryRankConnected(group, made.status(), tag_)) {
+      if (group.rank() == 0) {
+        v1::LeaveRequest leave;
+        leave.set_job_id(job_id);
+        leave.set_group_id(registration.group_id());
+        leave.set_error(made.ok() ? "another rank could not reach the job's shards"
+                                  : std::string(made.status().message()));
+        (void)lead.Leave(leave);
+      }
+      return {1, true};
+    }
+    sharded = *std::move(made);
+    if (group.rank() == 0) {
+      LOG(INFO) << "job " << job_id << ": weights on " << registration.shards().addresses_size()
+                << " parameter shards";
+    }
+  }
+  MasterConnection& master = sharded != nullptr ? *sharded : lead;
   if (!options_.trace_path.empty() && trace_ == nullptr) {
     trace_ = TraceRecorder::InMemory(
         TracePid(registration.group_id(), group.rank()),

@@ -10,6 +10,8 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace mpilearn::shard {
 namespace {
@@ -27,6 +29,14 @@ absl::Status OfShard(int shard, const absl::Status& status) {
 template <typename T>
 std::vector<absl::Span<T>> AsVector(absl::Span<const absl::Span<T>> spans) {
   return std::vector<absl::Span<T>>(spans.begin(), spans.end());
+}
+
+template <typename T>
+std::vector<int64_t> Sizes(absl::Span<const absl::Span<T>> spans) {
+  std::vector<int64_t> sizes;
+  sizes.reserve(spans.size());
+  for (const absl::Span<T>& span : spans) sizes.push_back(static_cast<int64_t>(span.size()));
+  return sizes;
 }
 
 }  // namespace
@@ -49,10 +59,105 @@ v1::TensorSetHeader SliceHeader(const v1::TensorSetHeader& whole, const Placemen
 ShardedConnection::ShardedConnection(MasterConnection& lead,
                                      std::vector<MasterConnection*> shards,
                                      Placement placement)
-    : lead_(lead), shards_(std::move(shards)), placement_(std::move(placement)) {
+    : lead_(lead), shards_(std::move(shards)) {
+  absl::MutexLock lock(&mu_);
+  placement_ = std::move(placement);
+  newest_.assign(shards_.size(), 0);
+  versions_[0] = newest_;
+}
+
+ShardedConnection::ShardedConnection(MasterConnection& lead,
+                                     std::vector<MasterConnection*> shards,
+                                     int64_t split_elements, GroupInfo group,
+                                     std::vector<std::unique_ptr<MasterConnection>> owned)
+    : lead_(lead),
+      shards_(std::move(shards)),
+      owned_(std::move(owned)),
+      split_elements_(split_elements),
+      group_(std::move(group)) {
   absl::MutexLock lock(&mu_);
   newest_.assign(shards_.size(), 0);
   versions_[0] = newest_;
+}
+
+std::optional<Placement> ShardedConnection::placement() const {
+  absl::MutexLock lock(&mu_);
+  return placement_;
+}
+
+absl::StatusOr<const Placement*> ShardedConnection::PlacementFor(
+    const std::vector<int64_t>& sizes) {
+  absl::MutexLock lock(&mu_);
+  if (!placement_.has_value()) {
+    absl::StatusOr<Placement> placed =
+        PlaceTensors(sizes, static_cast<int>(shards_.size()), split_elements_);
+    if (!placed.ok()) return placed.status();
+    placement_ = *std::move(placed);
+  }
+  // Set once, never changed: callers read it without the lock.
+  return &*placement_;
+}
+
+absl::Status ShardedConnection::RegisterOnShards(const std::string& job_id,
+                                                 const std::string& group_id) {
+  if (!group_.has_value()) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (registered_group_ == group_id) return absl::OkStatus();
+  }
+  MPILEARN_RETURN_IF_ERROR(OnEveryShard([&](int s) -> absl::Status {
+    v1::RegisterGroupRequest request;
+    request.set_job_id(job_id);
+    request.set_group_id(group_id);
+    request.set_ranks(group_->ranks);
+    request.set_host(group_->host);
+    request.set_heartbeat_seconds(group_->heartbeat_seconds);
+    return shards_[s]->RegisterGroup(request).status();
+  }));
+  absl::MutexLock lock(&mu_);
+  registered_group_ = group_id;
+  return absl::OkStatus();
+}
+
+void ShardedConnection::LeaveShards(const v1::LeaveRequest& request,
+                                    std::optional<absl::Duration> timeout) {
+  // A shard's slice does not end with a group: the group just goes.
+  v1::LeaveRequest plain;
+  plain.set_job_id(request.job_id());
+  plain.set_group_id(request.group_id());
+  const absl::Status status = OnEveryShard([&](int s) -> absl::Status {
+    return (timeout.has_value() ? shards_[s]->LeaveWithin(plain, *timeout)
+                                : shards_[s]->Leave(plain))
+        .status();
+  });
+  if (!status.ok()) LOG(WARNING) << "leaving the shards: " << status;
+}
+
+absl::StatusOr<v1::JobState> ShardedConnection::Leave(const v1::LeaveRequest& request) {
+  absl::StatusOr<v1::JobState> state = lead_.Leave(request);
+  LeaveShards(request, std::nullopt);
+  return state;
+}
+
+absl::StatusOr<v1::JobState> ShardedConnection::LeaveWithin(const v1::LeaveRequest& request,
+                                                            absl::Duration timeout) {
+  absl::StatusOr<v1::JobState> state = lead_.LeaveWithin(request, timeout);
+  LeaveShards(request, timeout);
+  return state;
+}
+
+absl::StatusOr<v1::JobState> ShardedConnection::Heartbeat(const v1::HeartbeatRequest& request,
+                                                          absl::Duration timeout) {
+  v1::HeartbeatRequest plain;
+  plain.set_job_id(request.job_id());
+  plain.set_group_id(request.group_id());
+  std::future<absl::Status> shards = std::async(std::launch::async, [&] {
+    return OnEveryShard([&](int s) { return shards_[s]->Heartbeat(plain, timeout).status(); });
+  });
+  absl::StatusOr<v1::JobState> state = lead_.Heartbeat(request, timeout);
+  const absl::Status shard_status = shards.get();
+  if (!shard_status.ok()) LOG(WARNING) << "heartbeat: " << shard_status;
+  return state;
 }
 
 template <typename Call>
@@ -90,13 +195,15 @@ std::vector<uint64_t> ShardedConnection::BaseVersions(uint64_t version) {
 absl::StatusOr<bool> ShardedConnection::InitWeights(
     const std::string& job_id, const std::string& group_id, const v1::TensorSetHeader& header,
     absl::Span<const absl::Span<const float>> values) {
+  MPILEARN_ASSIGN_OR_RETURN(const Placement* placement, PlacementFor(Sizes(values)));
   absl::StatusOr<std::vector<std::vector<absl::Span<const float>>>> slices =
-      SliceViews(placement_, AsVector(values));
+      SliceViews(*placement, AsVector(values));
   if (!slices.ok()) return slices.status();
+  MPILEARN_RETURN_IF_ERROR(RegisterOnShards(job_id, group_id));
   std::vector<char> accepted(shards_.size(), 0);
   absl::Status status = OnEveryShard([&](int s) -> absl::Status {
     absl::StatusOr<bool> taken = shards_[s]->InitWeights(
-        job_id, group_id, SliceHeader(header, placement_, s), (*slices)[s]);
+        job_id, group_id, SliceHeader(header, *placement, s), (*slices)[s]);
     if (!taken.ok()) return taken.status();
     accepted[s] = *taken ? 1 : 0;
     return absl::OkStatus();
@@ -116,11 +223,12 @@ absl::StatusOr<uint64_t> ShardedConnection::PushGradient(
     const v1::PushGradientRequest::Header& header,
     absl::Span<const absl::Span<const float>> gradient,
     absl::Span<const absl::Span<float>> weights) {
+  MPILEARN_ASSIGN_OR_RETURN(const Placement* placement, PlacementFor(Sizes(gradient)));
   absl::StatusOr<std::vector<std::vector<absl::Span<const float>>>> payload =
-      SliceViews(placement_, AsVector(gradient));
+      SliceViews(*placement, AsVector(gradient));
   if (!payload.ok()) return payload.status();
   absl::StatusOr<std::vector<std::vector<absl::Span<float>>>> reply =
-      SliceViews(placement_, AsVector(weights));
+      SliceViews(*placement, AsVector(weights));
   if (!reply.ok()) return reply.status();
   const std::vector<uint64_t> base = BaseVersions(header.gradient().version());
   // Each shard clips its slice by the whole update's norm (trainable
@@ -137,7 +245,7 @@ absl::StatusOr<uint64_t> ShardedConnection::PushGradient(
   std::vector<uint64_t> versions(shards_.size(), 0);
   const absl::Status status = OnEveryShard([&](int s) -> absl::Status {
     v1::PushGradientRequest::Header piece = header;
-    *piece.mutable_gradient() = SliceHeader(header.gradient(), placement_, s);
+    *piece.mutable_gradient() = SliceHeader(header.gradient(), *placement, s);
     piece.mutable_gradient()->set_version(base[s]);
     piece.set_update_norm(norm);
     absl::StatusOr<uint64_t> version = shards_[s]->PushGradient(piece, (*payload)[s], (*reply)[s]);
@@ -152,8 +260,9 @@ absl::StatusOr<uint64_t> ShardedConnection::PushGradient(
 absl::StatusOr<uint64_t> ShardedConnection::PullWeights(
     const std::string& job_id, const std::string& group_id,
     absl::Span<const absl::Span<float>> weights) {
+  MPILEARN_ASSIGN_OR_RETURN(const Placement* placement, PlacementFor(Sizes(weights)));
   absl::StatusOr<std::vector<std::vector<absl::Span<float>>>> slices =
-      SliceViews(placement_, AsVector(weights));
+      SliceViews(*placement, AsVector(weights));
   if (!slices.ok()) return slices.status();
   std::vector<uint64_t> versions(shards_.size(), 0);
   const absl::Status status = OnEveryShard([&](int s) -> absl::Status {

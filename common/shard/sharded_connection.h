@@ -23,14 +23,24 @@
 // carries the whole update's norm (Header.update_norm), so a shard clips
 // (optimizer.clip_grad_norm) as one master clipping the whole would.
 //
+// A group's registration on the shards. The lead names the group; the
+// group registers on every shard under that id (RegisterGroupRequest.
+// group_id) before it offers its initial weights, which every group of a
+// sharded job does (a shard that has weights already says so, and the
+// group pulls them). Heartbeats and leaving go to the lead and to every
+// shard (to a shard without the test results: a slice ends when the lead's
+// job ends).
+//
 // Threading: thread-safe as far as the connections it holds are; concurrent
-// PushGradient calls (updates in flight) share only the version table,
-// under a lock.
+// PushGradient calls (updates in flight) share only the version table and
+// the placement, under a lock.
 #ifndef MPILEARN_COMMON_SHARD_SHARDED_CONNECTION_H_
 #define MPILEARN_COMMON_SHARD_SHARDED_CONNECTION_H_
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,12 +61,28 @@ class ShardedConnection final : public MasterConnection {
  public:
   static constexpr size_t kRememberedVersions = 64;
 
+  // What a group tells each shard when it registers there.
+  struct GroupInfo {
+    int ranks = 1;
+    std::string host;
+    double heartbeat_seconds = 0;
+  };
+
   // Not owned; all must outlive this. `shards` has one connection per shard
-  // of `placement`.
+  // of `placement`. The group is not registered on the shards (tests).
   ShardedConnection(MasterConnection& lead, std::vector<MasterConnection*> shards,
                     Placement placement);
+  // The placement is computed from the first tensor set's sizes
+  // (PlaceTensors with `split_elements`), and `group` registers on every
+  // shard before InitWeights. `owned` (may be empty) are kept alive with
+  // this connection.
+  ShardedConnection(MasterConnection& lead, std::vector<MasterConnection*> shards,
+                    int64_t split_elements, GroupInfo group,
+                    std::vector<std::unique_ptr<MasterConnection>> owned = {});
 
-  const Placement& placement() const { return placement_; }
+  // The placement, once known (at construction, or from the first tensor
+  // set).
+  std::optional<Placement> placement() const ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<bool> InitWeights(const std::string& job_id, const std::string& group_id,
                                    const v1::TensorSetHeader& header,
@@ -83,26 +109,33 @@ class ShardedConnection final : public MasterConnection {
   absl::StatusOr<v1::JobState> ReportEpoch(const v1::ReportEpochRequest& request) override {
     return lead_.ReportEpoch(request);
   }
-  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override {
-    return lead_.Leave(request);
-  }
+  // The lead's answer; every shard is told too (see the file comment).
+  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override;
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& job_id) override {
     return lead_.GetJobStatus(job_id);
   }
+  // The lead's answer; the shards hear of the group too (their answers
+  // only logged: a push finds out what a shard thinks of the group).
   absl::StatusOr<v1::JobState> Heartbeat(const v1::HeartbeatRequest& request,
-                                         absl::Duration timeout) override {
-    return lead_.Heartbeat(request, timeout);
-  }
+                                         absl::Duration timeout) override;
   absl::StatusOr<v1::JobState> LeaveWithin(const v1::LeaveRequest& request,
-                                           absl::Duration timeout) override {
-    return lead_.LeaveWithin(request, timeout);
-  }
+                                           absl::Duration timeout) override;
 
  private:
   // `call(s)` for every shard s at once (the last in this thread); the
   // first shard's error, else OK.
   template <typename Call>
   absl::Status OnEveryShard(const Call& call);
+  // The placement for tensors of `sizes`: the one given, or computed now
+  // from them (and kept; never changed once set).
+  absl::StatusOr<const Placement*> PlacementFor(const std::vector<int64_t>& sizes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Registers the group on every shard (GroupInfo), once per group id.
+  absl::Status RegisterOnShards(const std::string& job_id, const std::string& group_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells every shard the group left (no test results), within `timeout`
+  // when given; errors logged.
+  void LeaveShards(const v1::LeaveRequest& request, std::optional<absl::Duration> timeout);
   // Remembers the shard versions of a reply; returns their sum.
   uint64_t Remember(const std::vector<uint64_t>& versions) ABSL_LOCKS_EXCLUDED(mu_);
   // The shard versions behind `version` (see the file comment).
@@ -110,9 +143,15 @@ class ShardedConnection final : public MasterConnection {
 
   MasterConnection& lead_;
   const std::vector<MasterConnection*> shards_;
-  const Placement placement_;
+  const std::vector<std::unique_ptr<MasterConnection>> owned_;
+  const int64_t split_elements_ = 0;
+  // Set: register the group on the shards.
+  const std::optional<GroupInfo> group_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  std::optional<Placement> placement_ ABSL_GUARDED_BY(mu_);
+  // The group ids registered on the shards.
+  std::string registered_group_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::vector<uint64_t>> versions_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> newest_ ABSL_GUARDED_BY(mu_);
 };

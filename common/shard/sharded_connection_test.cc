@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
@@ -64,8 +65,15 @@ class ScriptedShard final : public MasterConnection {
   }
   absl::StatusOr<std::string> SubmitJob(const v1::JobSpec&) override { return "job-lead"; }
   absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
-      const v1::RegisterGroupRequest&) override {
+      const v1::RegisterGroupRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(absl::StrCat("register ", request.job_id(), " ", request.group_id(), " ",
+                                  request.ranks(), " ", request.host()));
     return v1::RegisterGroupResponse();
+  }
+  std::vector<std::string> calls() const {
+    absl::MutexLock lock(&mu_);
+    return calls_;
   }
   absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
       const v1::NextDataUnitRequest&) override {
@@ -74,13 +82,20 @@ class ScriptedShard final : public MasterConnection {
   absl::StatusOr<v1::JobState> ReportEpoch(const v1::ReportEpochRequest&) override {
     return v1::JOB_STATE_RUNNING;
   }
-  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest&) override {
+  absl::StatusOr<v1::JobState> Leave(const v1::LeaveRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(absl::StrCat("leave ", request.group_id(),
+                                  request.completed() ? " completed" : "",
+                                  request.has_test_loss() ? " with test loss" : ""));
     return v1::JOB_STATE_COMPLETED;
   }
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string&) override {
     return v1::JobStatus();
   }
-  absl::StatusOr<v1::JobState> Heartbeat(const v1::HeartbeatRequest&, absl::Duration) override {
+  absl::StatusOr<v1::JobState> Heartbeat(const v1::HeartbeatRequest& request,
+                                         absl::Duration) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(absl::StrCat("heartbeat ", request.group_id()));
     return v1::JOB_STATE_RUNNING;
   }
 
@@ -92,6 +107,7 @@ class ScriptedShard final : public MasterConnection {
   bool take_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<v1::PushGradientRequest::Header> pushes_ ABSL_GUARDED_BY(mu_);
   v1::TensorSetHeader init_header_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 v1::TensorSetHeader Layout() {
@@ -152,8 +168,10 @@ TEST(ShardedConnectionTest, EachShardGetsItsOwnBaseVersion) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(*first, 8u);  // 3 + 5
   // Every element of the reply came from the shard that holds it.
+  const std::optional<Placement> placement = rig.connection.placement();
+  ASSERT_TRUE(placement.has_value());
   for (int s = 0; s < 2; ++s) {
-    for (const TensorRange& r : rig.connection.placement().shards[s]) {
+    for (const TensorRange& r : placement->shards[s]) {
       const std::vector<float>& t = r.tensor == 0 ? rig.weight : rig.mean;
       for (int64_t i = r.begin; i < r.end; ++i) EXPECT_EQ(t[i], s);
     }
@@ -219,6 +237,48 @@ TEST(ShardedConnectionTest, OtherCallsGoToTheLead) {
   const std::vector<absl::Span<float>> wrong = {absl::MakeSpan(short_weight)};
   EXPECT_EQ(rig.connection.PullWeights("job", "g", wrong).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mpilearn::shard
+
+namespace mpilearn::shard {
+namespace {
+
+// As the worker builds it: the placement comes from the first tensor set,
+// the group registers on every shard (once per group id) before its first
+// InitWeights, and heartbeats and leaving reach every shard, a shard never
+// hearing the job completed.
+TEST(ShardedConnectionTest, AGroupRegistersOnEveryShardAndLeavesThemAll) {
+  ScriptedShard lead(-1), shard0(0), shard1(1);
+  ShardedConnection connection(lead, {&shard0, &shard1}, /*split_elements=*/3,
+                               {.ranks = 2, .host = "node7", .heartbeat_seconds = 2});
+  EXPECT_FALSE(connection.placement().has_value());
+  std::vector<float> weight(6, 1), mean(2, 0);
+  const std::vector<absl::Span<const float>> values = {weight, mean};
+  for (int twice = 0; twice < 2; ++twice) {
+    ASSERT_TRUE(connection.InitWeights("job-1", "g-4", Layout(), values).ok());
+  }
+  const std::optional<Placement> placement = connection.placement();
+  ASSERT_TRUE(placement.has_value());
+  EXPECT_EQ(placement->total(), 8);
+  EXPECT_EQ(placement->shards.size(), 2u);
+  v1::HeartbeatRequest beat;
+  beat.set_job_id("job-1");
+  beat.set_group_id("g-4");
+  ASSERT_TRUE(connection.Heartbeat(beat, absl::Seconds(1)).ok());
+  v1::LeaveRequest leave;
+  leave.set_job_id("job-1");
+  leave.set_group_id("g-4");
+  leave.set_completed(true);
+  leave.set_test_loss(0.5);
+  ASSERT_EQ(*connection.Leave(leave), v1::JOB_STATE_COMPLETED);
+  for (const ScriptedShard* shard : {&shard0, &shard1}) {
+    EXPECT_EQ(shard->calls(), (std::vector<std::string>{"register job-1 g-4 2 node7",
+                                                        "heartbeat g-4", "leave g-4"}));
+  }
+  EXPECT_EQ(lead.calls(), (std::vector<std::string>{"heartbeat g-4",
+                                                    "leave g-4 completed with test loss"}));
 }
 
 }  // namespace

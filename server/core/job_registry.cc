@@ -81,11 +81,15 @@ JobRegistry::Entry JobRegistry::AddLocked(std::shared_ptr<Job> job) {
   return entry;
 }
 
-absl::StatusOr<std::string> JobRegistry::Submit(JobConfig config) {
-  std::string id;
+absl::StatusOr<std::string> JobRegistry::Submit(JobConfig config, std::string as_id) {
+  std::string id = std::move(as_id);
   {
     absl::MutexLock lock(&mu_);
-    if (options_.max_queued_jobs > 0) {
+    if (!id.empty()) {
+      if (jobs_.count(id) > 0) {
+        return absl::AlreadyExistsError(absl::StrCat("job ", id, " exists already"));
+      }
+    } else if (options_.max_queued_jobs > 0) {
       int queued = submits_in_flight_;
       for (const auto& [job_id, entry] : jobs_) {
         if (entry.job->state() == v1::JOB_STATE_QUEUED) ++queued;
@@ -99,7 +103,7 @@ absl::StatusOr<std::string> JobRegistry::Submit(JobConfig config) {
       }
     }
     ++submits_in_flight_;
-    id = absl::StrFormat("job-%06d", ++last_job_number_);
+    if (id.empty()) id = absl::StrFormat("job-%06d", ++last_job_number_);
   }
   // Durable first: a job is queued only once its spec is on disk.
   const absl::Status written = store_->WriteSpec(id, config.spec());
@@ -159,7 +163,10 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
       job = it->second.job;
       journal = it->second.journal;
     }
-    group_id = absl::StrFormat("g-%d", ++last_group_number_);
+    // A shard registers a group under the id its lead gave it.
+    group_id = request.group_id().empty()
+                   ? absl::StrFormat("g-%d", ++last_group_number_)
+                   : request.group_id();
   }
   MPILEARN_ASSIGN_OR_RETURN(v1::RegisterGroupResponse response,
                             job->AddGroup(group_id, request.ranks(),

@@ -79,10 +79,13 @@ class JobRegistry {
 
   // Validates, fills defaults, stores and queues a job; returns its id.
   // RESOURCE_EXHAUSTED when Options::max_queued_jobs are queued already.
-  absl::StatusOr<std::string> Submit(JobConfig config);
+  // `as_id`, for a shard's slice of a lead's job: the job's id (no queue
+  // bound; ALREADY_EXISTS when taken).
+  absl::StatusOr<std::string> Submit(JobConfig config, std::string as_id = {});
 
   // Attaches a group to the named job, or to the oldest queued job when
-  // request.job_id() is empty.
+  // request.job_id() is empty; as request.group_id() when given (a shard:
+  // the lead's id; registering it again refreshes it).
   absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
       const v1::RegisterGroupRequest& request);
 

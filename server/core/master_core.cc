@@ -167,6 +167,8 @@ absl::Status PendingTensors::Finish() const {
 absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) {
   auto core = std::unique_ptr<MasterCore>(new MasterCore());
   core->limits_ = options.limits;
+  core->shard_of_ = options.shard_of;
+  core->shard_table_ = std::make_unique<ShardTable>(options.shard_table);
   options.registry.max_queued_jobs = options.limits.max_queued_jobs;
   // Bindings are judged by the registry's clock and group timeout.
   core->callers_ = std::make_unique<CallerBindings>(
@@ -181,6 +183,15 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
 
 absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
     const v1::SubmitJobRequest& request) {
+  if (!shard_of_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this master is a parameter shard of the lead at ", shard_of_,
+        ": submit jobs to the lead"));
+  }
+  if (request.spec().has_slice()) {
+    return InvalidRequestError(
+        "slice is set by a lead master on its shards' copies of a job only; remove it");
+  }
   // Strings first (a 4 MiB name is refused, not parsed further), then the
   // spec's own checks, then its model's size.
   MPILEARN_RETURN_IF_ERROR(
@@ -213,11 +224,13 @@ absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
   // The host goes into the job's status and the master's log.
   MPILEARN_RETURN_IF_ERROR(
       CheckStringField("host", request.host(), limits_.max_string_bytes));
+  MPILEARN_RETURN_IF_ERROR(CheckShardRegistration(request));
   MPILEARN_ASSIGN_OR_RETURN(v1::RegisterGroupResponse response,
                             registry_->RegisterGroup(request));
   // No other caller may act for this group.
   MPILEARN_RETURN_IF_ERROR(
       callers_->BindGroup(response.group_id(), response.job_id(), caller));
+  MPILEARN_RETURN_IF_ERROR(PlaceOnShards(response));
   return response;
 }
 
@@ -329,6 +342,7 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
   }
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
                             registry_->FindJob(request.job_id()));
+  MPILEARN_RETURN_IF_ERROR(NotOnShards(request.job_id(), "pulled from"));
   if (!request.group_id().empty()) {
     MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), registry_->Now()));
   }
@@ -411,6 +425,7 @@ MasterCore::SubscribeSnapshots(const Caller& caller,
                                    request.job_ids().end());
   for (const std::string& job_id : job_ids) {
     MPILEARN_RETURN_IF_ERROR(registry_->FindJob(job_id).status());
+    MPILEARN_RETURN_IF_ERROR(NotOnShards(job_id, "followed by a validation pool of"));
   }
   // The subscription handed out owns a Counted, so the count drops, and the
   // caller stops following its jobs, when the last reference to it goes.
@@ -465,6 +480,7 @@ absl::StatusOr<v1::JobStatus> MasterCore::GetJobStatus(
   MPILEARN_ASSIGN_OR_RETURN(v1::JobStatus status,
                             registry_->Status(request.job_id()));
   snapshots_->FillCounters(status);
+  FillShards(status);
   return status;
 }
 
@@ -481,6 +497,7 @@ absl::StatusOr<v1::JobStatus> MasterCore::CancelJob(
 absl::StatusOr<v1::DeleteJobResponse> MasterCore::DeleteJob(
     const v1::DeleteJobRequest& request) {
   MPILEARN_RETURN_IF_ERROR(registry_->Delete(request.job_id()));
+  shard_table_->Forget(request.job_id());
   return v1::DeleteJobResponse();
 }
 

@@ -47,6 +47,7 @@
 #include "server/core/job_registry.h"
 #include "server/core/job_values.h"
 #include "server/core/snapshot_hub.h"
+#include "server/shard/shard_table.h"
 
 namespace mpilearn::server {
 
@@ -154,6 +155,15 @@ class MasterCore {
     // subscription or a group of the job (CallerBindings). False: callers
     // are not told apart (a master without --tokens_file; --local).
     bool check_callers = false;
+    // Parameter shards (docs/sharding.md). As a lead (every master not a
+    // shard): how jobs are placed on the shards that sync with it; a master
+    // none syncs with keeps every job's weights itself, as always.
+    ShardTable::Options shard_table;
+    // Non-empty: this master is a parameter shard of the lead at this
+    // address (mpilearn-master --shard_of): it holds the slices the lead
+    // orders (ServeSliceOrders), refuses SubmitJob, and registers a group
+    // only under the lead's group id for a slice it holds.
+    std::string shard_of;
   };
 
   // Opens the state directory and, per Options::registry.resume_jobs,
@@ -249,6 +259,17 @@ class MasterCore {
   // Every job as the metrics exporter reads it, snapshot counters filled.
   std::vector<JobMetricsView> ListForMetrics() const;
 
+  // Sharding, the lead's side: a shard's report and its orders (ShardSync;
+  // `wait` bounds the long poll). INVALID_ARGUMENT for a report over its
+  // bounds.
+  absl::StatusOr<v1::ShardSyncResponse> ShardSync(const v1::ShardSyncRequest& request,
+                                                 absl::Duration wait);
+  // Sharding, the shard's side (a master with Options::shard_of): the
+  // slices it holds, as reported to the lead, and the lead's orders carried
+  // out (a slice created from its spec, or stopped). Errors name the job.
+  std::vector<v1::ShardSliceStatus> SliceReports() const;
+  absl::Status ServeSliceOrders(const v1::ShardSyncResponse& orders);
+
   // Periodic work (lost groups, time-based checkpoints); call at least
   // every TickPeriod().
   void Tick();
@@ -263,6 +284,17 @@ class MasterCore {
 
   // The model bound of MasterLimits, checked on a normalized spec.
   absl::Status CheckModelBound(const v1::JobSpec& spec) const;
+  // RegisterGroup's sharding (master_shards.cc): a shard checks the lead's
+  // group id; a lead places a job without weights on its shards, waits for
+  // their slices and tells the group where they are (the group leaves
+  // again if they do not come).
+  absl::Status CheckShardRegistration(const v1::RegisterGroupRequest& request) const;
+  absl::Status PlaceOnShards(v1::RegisterGroupResponse& response);
+  // FAILED_PRECONDITION naming the shards when the job's weights live on
+  // shards (the lead has none to give).
+  absl::Status NotOnShards(const std::string& job_id, const char* what) const;
+  // GetJobStatus' shards, version and parameters of a sharded job.
+  void FillShards(v1::JobStatus& status) const;
 
   MasterLimits limits_;
   // Declared before the hub: its subscriptions hold records of it.
@@ -273,6 +305,8 @@ class MasterCore {
   // Declared before the registry, whose observer it is, so it outlives it.
   std::unique_ptr<SnapshotHub> snapshots_;
   std::unique_ptr<JobRegistry> registry_;
+  std::string shard_of_;
+  std::unique_ptr<ShardTable> shard_table_;
 };
 
 }  // namespace mpilearn::server

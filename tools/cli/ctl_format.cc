@@ -284,6 +284,22 @@ std::string GroupsSection(const v1::JobStatus& job) {
   return text + groups.Format("  ");
 }
 
+// SHARDS: where a sharded job's weights live, each slice as its shard last
+// reported it; nothing for a job on the master alone.
+std::string ShardsSection(const v1::JobStatus& job) {
+  if (job.shards().empty()) return "";
+  TextTable shards({"SHARD", "ADDRESS", "STATE", "PARAMETERS", "VERSION", "UPDATES", "STALE",
+                    "SEEN"});
+  for (const v1::ShardSliceStatus& slice : job.shards()) {
+    shards.AddRow({absl::StrCat(slice.shard(), "/", slice.shards()), slice.address(),
+                   StateName(slice.state()), absl::StrCat(slice.parameters()),
+                   absl::StrCat(slice.version()), absl::StrCat(slice.updates_applied()),
+                   absl::StrCat(slice.updates_stale()),
+                   absl::StrFormat("%.1fs", slice.seconds_since_seen())});
+  }
+  return "SHARDS\n" + shards.Format("  ");
+}
+
 // EPOCHS: the per-epoch history.
 std::string EpochsSection(const v1::JobStatus& job) {
   std::string text = "EPOCHS\n";
@@ -411,8 +427,10 @@ std::string FormatJobsTable(absl::Span<const v1::JobStatus> jobs) {
 }
 
 std::string FormatJobStatus(const v1::JobStatus& job) {
-  return absl::StrCat(SummaryBlock(job), "\n", GroupsSection(job), "\n",
-                      EpochsSection(job), "\n", ValidationsSection(job));
+  const std::string shards = ShardsSection(job);
+  return absl::StrCat(SummaryBlock(job), "\n", GroupsSection(job), "\n", shards,
+                      shards.empty() ? "" : "\n", EpochsSection(job), "\n",
+                      ValidationsSection(job));
 }
 
 }  // namespace mpilearn::ctl

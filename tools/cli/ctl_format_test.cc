@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
 
@@ -233,6 +234,31 @@ TEST(FormatJobStatusTest, StorageErrorWhenThereIsOne) {
   const std::string text = FormatJobStatus(job);
   EXPECT_NE(text.find("\nstorage_error  history.json not written since 01:02:03 "
                       "UTC: disk full; retrying\n"),
+            std::string::npos)
+      << text;
+}
+
+// A sharded job lists its shards between the groups and the epochs.
+TEST(FormatJobStatusTest, ShardsOfAShardedJob) {
+  v1::JobStatus job = FullStatus();
+  EXPECT_EQ(FormatJobStatus(job).find("SHARDS"), std::string::npos);
+  for (int s = 0; s < 2; ++s) {
+    v1::ShardSliceStatus* slice = job.add_shards();
+    slice->set_shard(s);
+    slice->set_shards(2);
+    slice->set_address(absl::StrCat("10.0.0.", s + 2, ":7070"));
+    slice->set_state(v1::JOB_STATE_RUNNING);
+    slice->set_parameters(117573);
+    slice->set_version(40 + s);
+    slice->set_updates_applied(40 + s);
+    slice->set_seconds_since_seen(0.5);
+  }
+  const std::string text = FormatJobStatus(job);
+  EXPECT_NE(text.find("SHARDS\n"
+                      "  SHARD  ADDRESS        STATE    PARAMETERS  VERSION  UPDATES  STALE  SEEN\n"
+                      "  0/2    10.0.0.2:7070  RUNNING  117573      40       40       0      0.5s\n"
+                      "  1/2    10.0.0.3:7070  RUNNING  117573      41       41       0      0.5s\n"
+                      "\nEPOCHS"),
             std::string::npos)
       << text;
 }

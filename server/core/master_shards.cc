@@ -1,0 +1,209 @@
+// MasterCore's part in the sharded parameter service (docs/sharding.md): the
+// lead places jobs on its shards and answers their syncs (ShardTable keeps
+// the table); a shard carries out the lead's orders on its own registry.
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/bounded_text.h"
+#include "common/error_reason.h"
+#include "common/job_config.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/core/master_core.h"
+
+namespace mpilearn::server {
+namespace {
+
+// How long a group's registration waits for the shards of a job just
+// placed to take their slices (they long-poll the lead, so this is one
+// round trip when they are up).
+constexpr absl::Duration kSliceWait = absl::Seconds(5);
+// Bounds of a shard's report.
+constexpr int kMaxReportedSlices = 10000;
+constexpr double kMaxSyncWaitSeconds = 10.0;
+
+}  // namespace
+
+absl::Status MasterCore::CheckShardRegistration(const v1::RegisterGroupRequest& request) const {
+  if (shard_of_.empty()) {
+    if (request.group_id().empty()) return absl::OkStatus();
+    return InvalidRequestError(
+        "group_id is given only when registering on a parameter shard; this master is not "
+        "one (leave it empty: the master names the group)");
+  }
+  if (request.job_id().empty() || request.group_id().empty()) {
+    return InvalidRequestError(absl::StrCat(
+        "this master is a parameter shard of the lead at ", shard_of_,
+        ": register with the lead; a shard takes a group only under the lead's job and group "
+        "ids"));
+  }
+  MPILEARN_RETURN_IF_ERROR(CheckStringField("group_id", request.group_id(), 128));
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, registry_->FindJob(request.job_id()));
+  if (!job->spec().has_slice()) {
+    return InvalidRequestError(absl::StrCat("job ", request.job_id(),
+                                            " is not a slice this shard holds"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::PlaceOnShards(v1::RegisterGroupResponse& response) {
+  // A shard's slices are not sharded again; a job whose weights are here
+  // already stays here.
+  if (!shard_of_.empty() || response.weights_initialized()) return absl::OkStatus();
+  absl::StatusOr<v1::ShardPlacement> placement =
+      shard_table_->Place(response.job_id(), response.spec().max_shards(), registry_->Now());
+  absl::Status ready = placement.status();
+  if (ready.ok() && placement->addresses_size() == 0) return absl::OkStatus();
+  if (ready.ok()) ready = shard_table_->AwaitSlices(response.job_id(), kSliceWait);
+  if (!ready.ok()) {
+    // The group cannot train without its shards: it leaves again (its
+    // client retries UNAVAILABLE).
+    v1::LeaveRequest leave;
+    leave.set_job_id(response.job_id());
+    leave.set_group_id(response.group_id());
+    (void)registry_->Leave(leave);
+    callers_->UnbindGroup(response.group_id());
+    return ready;
+  }
+  *response.mutable_shards() = *std::move(placement);
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::NotOnShards(const std::string& job_id, const char* what) const {
+  const std::optional<v1::ShardPlacement> placement = shard_table_->PlacementOf(job_id);
+  if (!placement.has_value() || placement->addresses_size() == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", job_id, "'s weights live on its parameter shards (",
+      absl::StrJoin(placement->addresses(), ", "), "), not on this lead: they cannot be ", what,
+      " the lead yet (docs/sharding.md)"));
+}
+
+void MasterCore::FillShards(v1::JobStatus& status) const {
+  std::vector<v1::ShardSliceStatus> slices =
+      shard_table_->SlicesOf(status.job_id(), registry_->Now());
+  if (slices.empty()) return;
+  uint64_t version = 0;
+  uint64_t parameters = 0;
+  for (v1::ShardSliceStatus& slice : slices) {
+    version += slice.version();
+    parameters += slice.parameters();
+    *status.add_shards() = std::move(slice);
+  }
+  status.set_version(version);
+  status.set_parameters(parameters);
+}
+
+absl::StatusOr<v1::ShardSyncResponse> MasterCore::ShardSync(const v1::ShardSyncRequest& request,
+                                                           absl::Duration wait) {
+  if (!shard_of_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this master is itself a shard of ", shard_of_, "; a shard syncs with a lead"));
+  }
+  MPILEARN_RETURN_IF_ERROR(
+      CheckStringField("address", request.address(), limits_.max_string_bytes));
+  if (request.address().empty()) {
+    return InvalidRequestError("address is empty: a shard says where groups reach it");
+  }
+  if (request.slices_size() > kMaxReportedSlices) {
+    return LimitError(absl::StrCat("a shard reports at most ", kMaxReportedSlices,
+                                   " slices, got ", request.slices_size()));
+  }
+  if (!std::isfinite(request.wait_seconds()) || request.wait_seconds() < 0 ||
+      request.wait_seconds() > kMaxSyncWaitSeconds) {
+    return InvalidRequestError(absl::StrCat("wait_seconds must be within [0, ",
+                                            kMaxSyncWaitSeconds, "], got ",
+                                            request.wait_seconds()));
+  }
+  std::map<std::string, const v1::ShardSliceStatus*> reported;
+  for (const v1::ShardSliceStatus& slice : request.slices()) {
+    MPILEARN_RETURN_IF_ERROR(
+        CheckStringField("slices.job_id", slice.job_id(), limits_.max_string_bytes));
+    reported[slice.job_id()] = &slice;
+  }
+  // A job goes on (and a rebuilt placement adopts its slices) while it is
+  // queued or running here.
+  auto going_on = [this](const std::string& job_id) {
+    absl::StatusOr<std::shared_ptr<Job>> job = registry_->FindJob(job_id);
+    return job.ok() && !JobStateEnded((*job)->state());
+  };
+  const ShardTable::Orders orders = shard_table_->Sync(
+      request, registry_->Now(), std::min(wait, absl::Seconds(request.wait_seconds())),
+      going_on);
+  v1::ShardSyncResponse response;
+  auto stop = [&](const std::string& job_id, std::string reason) {
+    const auto slice = reported.find(job_id);
+    if (slice == reported.end() || JobStateEnded(slice->second->state())) return;
+    v1::SliceOrder* order = response.add_orders();
+    order->set_job_id(job_id);
+    order->set_ended(true);
+    order->set_reason(std::move(reason));
+  };
+  for (const auto& [job_id, slice] : orders.hold) {
+    absl::StatusOr<std::shared_ptr<Job>> job = registry_->FindJob(job_id);
+    if (!job.ok()) {
+      stop(job_id, "the lead has no such job any more");
+    } else if (JobStateEnded((*job)->state())) {
+      stop(job_id, absl::StrCat("the lead's job ended ", v1::JobState_Name((*job)->state())));
+    } else if (reported.count(job_id) == 0) {
+      v1::SliceOrder* order = response.add_orders();
+      order->set_job_id(job_id);
+      *order->mutable_spec() = (*job)->spec();
+      *order->mutable_spec()->mutable_slice() = slice;
+    }
+  }
+  for (const std::string& job_id : orders.unplaced) {
+    stop(job_id, "the lead placed no slice of this job on this shard");
+  }
+  return response;
+}
+
+std::vector<v1::ShardSliceStatus> MasterCore::SliceReports() const {
+  std::vector<v1::ShardSliceStatus> slices;
+  for (const v1::JobStatus& status : registry_->List()) {
+    if (!status.spec().has_slice()) continue;
+    v1::ShardSliceStatus slice;
+    slice.set_job_id(status.job_id());
+    slice.set_shard(status.spec().slice().shard());
+    slice.set_shards(status.spec().slice().shards());
+    slice.set_state(status.state());
+    slice.set_parameters(status.parameters());
+    slice.set_version(status.version());
+    slice.set_updates_applied(status.updates_applied());
+    slice.set_updates_stale(status.stale_rejected());
+    slices.push_back(std::move(slice));
+  }
+  return slices;
+}
+
+absl::Status MasterCore::ServeSliceOrders(const v1::ShardSyncResponse& orders) {
+  absl::Status result = absl::OkStatus();
+  for (const v1::SliceOrder& order : orders.orders()) {
+    absl::Status done = absl::OkStatus();
+    if (order.ended()) {
+      done = registry_->Stop(order.job_id(), absl::StrCat("stopped by the lead: ", order.reason()));
+      if (absl::IsFailedPrecondition(done)) done = absl::OkStatus();  // ended already
+      if (done.ok()) LOG(INFO) << "slice of job " << order.job_id() << " stopped: " << order.reason();
+    } else if (!registry_->FindJob(order.job_id()).ok()) {
+      absl::StatusOr<JobConfig> config = JobConfig::Create(order.spec());
+      done = config.status();
+      if (done.ok() && !order.spec().has_slice()) {
+        done = absl::InvalidArgumentError("the lead's order has no slice");
+      }
+      if (done.ok()) done = registry_->Submit(*std::move(config), order.job_id()).status();
+      if (done.ok()) {
+        LOG(INFO) << "holding slice " << order.spec().slice().shard() << " of "
+                  << order.spec().slice().shards() << " of job " << order.job_id();
+      }
+    }
+    if (!done.ok() && result.ok()) {
+      result = absl::Status(done.code(),
+                            absl::StrCat("job ", order.job_id(), ": ", done.message()));
+    }
+  }
+  return result;
+}
+
+}  // namespace mpilearn::server

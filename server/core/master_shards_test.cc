@@ -1,0 +1,249 @@
+// A lead core and two shard cores in one process, their syncs carried by
+// the test (ShardSync on the lead, ServeSliceOrders on the shard, as the
+// shard's agent does over gRPC): a job is placed on the shards when its
+// first group registers, the group registers on each shard under the lead's
+// id, the lead shows the slices and refuses what only the shards hold, and
+// the slices stop when the lead's job ends. The refusals of a shard's and a
+// lead's misuse come first.
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
+#include "common/tensor_codec.h"
+#include "gtest/gtest.h"
+#include "server/core/master_core.h"
+
+namespace mpilearn::server {
+namespace {
+
+const Caller kCaller;
+
+v1::JobSpec SgdSpec() {
+  v1::JobSpec spec;
+  spec.mutable_data()->set_train_images("images.gz");
+  spec.mutable_data()->set_train_labels("labels.gz");
+  spec.mutable_optimizer()->set_name("sgd");
+  spec.mutable_model()->set_torchscript("model.pt");
+  return spec;
+}
+
+std::unique_ptr<MasterCore> NewCore(const std::string& name, const std::string& shard_of) {
+  MasterCore::Options options;
+  options.registry.state_dir = absl::StrCat(
+      std::getenv("TEST_TMPDIR"), "/",
+      ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", name);
+  options.registry.resume_jobs = false;
+  options.shard_of = shard_of;
+  absl::StatusOr<std::unique_ptr<MasterCore>> core = MasterCore::Create(options);
+  EXPECT_TRUE(core.ok()) << core.status();
+  return core.ok() ? *std::move(core) : nullptr;
+}
+
+class MasterShardsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    lead_ = NewCore("lead", "");
+    for (int s = 0; s < 2; ++s) shards_.push_back(NewCore(absl::StrCat("shard", s), "lead:1"));
+  }
+  void TearDown() override {
+    lead_->CloseSnapshots();
+    for (auto& shard : shards_) shard->CloseSnapshots();
+  }
+
+  static std::string Address(int s) { return absl::StrCat("shard", s, ":7070"); }
+
+  // One round of shard `s`'s agent: report, then carry out the orders.
+  void Sync(int s, absl::Duration wait = absl::ZeroDuration()) {
+    v1::ShardSyncRequest request;
+    request.set_address(Address(s));
+    request.set_wait_seconds(absl::ToDoubleSeconds(wait));
+    for (v1::ShardSliceStatus& slice : shards_[s]->SliceReports()) {
+      *request.add_slices() = std::move(slice);
+    }
+    absl::StatusOr<v1::ShardSyncResponse> orders = lead_->ShardSync(request, wait);
+    ASSERT_TRUE(orders.ok()) << orders.status();
+    ASSERT_TRUE(shards_[s]->ServeSliceOrders(*orders).ok());
+  }
+
+  std::string Submit() {
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = SgdSpec();
+    return lead_->SubmitJob(submit).value().job_id();
+  }
+
+  std::unique_ptr<MasterCore> lead_;
+  std::vector<std::unique_ptr<MasterCore>> shards_;
+};
+
+TEST_F(MasterShardsTest, AShardTakesGroupsOnlyUnderTheLeadsIds) {
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = SgdSpec();
+  const absl::Status refused = shards_[0]->SubmitJob(submit).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("submit jobs to the lead"), std::string::npos) << refused;
+
+  v1::RegisterGroupRequest request;
+  request.set_ranks(1);
+  absl::Status status = shards_[0]->RegisterGroup(kCaller, request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("register with the lead"), std::string::npos) << status;
+  request.set_job_id("job-000001");
+  request.set_group_id("g-1");
+  EXPECT_EQ(shards_[0]->RegisterGroup(kCaller, request).status().code(),
+            absl::StatusCode::kNotFound);
+  // A lead (any master not a shard) names its groups itself.
+  const std::string job_id = Submit();
+  request.set_job_id(job_id);
+  status = lead_->RegisterGroup(kCaller, request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("group_id"), std::string::npos) << status;
+}
+
+TEST_F(MasterShardsTest, TheLeadRefusesSlicesInASpecAndBadReports) {
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = SgdSpec();
+  submit.mutable_spec()->mutable_slice()->set_shards(2);
+  const absl::Status sliced = lead_->SubmitJob(submit).status();
+  EXPECT_EQ(sliced.code(), absl::StatusCode::kInvalidArgument) << sliced;
+  EXPECT_NE(sliced.message().find("slice"), std::string::npos) << sliced;
+  submit.mutable_spec()->clear_slice();
+  submit.mutable_spec()->set_max_shards(65);
+  const absl::Status too_many = lead_->SubmitJob(submit).status();
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument) << too_many;
+  EXPECT_NE(too_many.message().find("max_shards"), std::string::npos) << too_many;
+
+  v1::ShardSyncRequest request;
+  EXPECT_EQ(lead_->ShardSync(request, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kInvalidArgument);  // no address
+  request.set_address("shard:1");
+  request.set_wait_seconds(11);
+  EXPECT_EQ(lead_->ShardSync(request, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_wait_seconds(0);
+  for (int i = 0; i <= 10000; ++i) request.add_slices()->set_job_id("job-000001");
+  EXPECT_EQ(lead_->ShardSync(request, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // A shard does not sync with a shard.
+  request.clear_slices();
+  EXPECT_EQ(shards_[0]->ShardSync(request, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // The lead still serves.
+  EXPECT_TRUE(lead_->ShardSync(request, absl::ZeroDuration()).ok());
+}
+
+TEST_F(MasterShardsTest, AJobLivesOnItsShardsFromItsFirstGroupToItsEnd) {
+  Sync(0);
+  Sync(1);
+  const std::string job_id = Submit();
+  // The registration waits for the shards' slices: their agents' next
+  // syncs (long polls here) bring the orders.
+  absl::StatusOr<v1::RegisterGroupResponse> registered;
+  std::atomic<bool> answered{false};
+  std::thread group([&] {
+    v1::RegisterGroupRequest request;
+    request.set_job_id(job_id);
+    request.set_ranks(1);
+    request.set_host("node7");
+    registered = lead_->RegisterGroup(kCaller, request);
+    answered = true;
+  });
+  // The agents sync until the group has its answer (a bound, not a
+  // schedule: each round returns as soon as there is an order).
+  for (int round = 0; round < 100 && !answered; ++round) {
+    for (int s = 0; s < 2; ++s) Sync(s, absl::Milliseconds(200));
+  }
+  group.join();
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_EQ(registered->shards().addresses_size(), 2);
+  EXPECT_EQ(registered->shards().addresses(0), Address(0));
+  EXPECT_EQ(registered->shards().addresses(1), Address(1));
+  EXPECT_FALSE(registered->weights_initialized());
+
+  // Each shard holds its slice of the job, under the lead's job id, and
+  // takes the group under the lead's group id.
+  for (int s = 0; s < 2; ++s) {
+    const std::vector<v1::ShardSliceStatus> slices = shards_[s]->SliceReports();
+    ASSERT_EQ(slices.size(), 1u);
+    EXPECT_EQ(slices[0].job_id(), job_id);
+    EXPECT_EQ(slices[0].shard(), s);
+    EXPECT_EQ(slices[0].shards(), 2);
+    v1::RegisterGroupRequest request;
+    request.set_job_id(job_id);
+    request.set_group_id(registered->group_id());
+    request.set_ranks(1);
+    absl::StatusOr<v1::RegisterGroupResponse> on_shard = shards_[s]->RegisterGroup(kCaller, request);
+    ASSERT_TRUE(on_shard.ok()) << on_shard.status();
+    EXPECT_EQ(on_shard->group_id(), registered->group_id());
+    // The slice's weights: 3 values on each.
+    v1::InitWeightsRequest::Header header;
+    header.set_job_id(job_id);
+    header.set_group_id(registered->group_id());
+    *header.mutable_weights() = MakeFloat32Header(0, {absl::StrCat("w[", 3 * s, ":", 3 * s + 3, "]")},
+                                                  {{3}});
+    absl::StatusOr<PendingTensors> pending = shards_[s]->BeginInitWeights(kCaller, header);
+    ASSERT_TRUE(pending.ok()) << pending.status();
+    const std::vector<float> values = {1, 2, 3};
+    const std::vector<absl::Span<const float>> spans = {values};
+    ASSERT_TRUE(pending->CopyFrom(spans).ok());
+    ASSERT_TRUE(shards_[s]->CommitInitWeights(*std::move(pending)).ok());
+  }
+
+  // The lead has none of the weights: a pull or a pool is sent to the shards.
+  v1::PullWeightsRequest pull;
+  pull.set_job_id(job_id);
+  const absl::Status pulled = lead_->PullWeights(kCaller, pull).status();
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kFailedPrecondition) << pulled;
+  EXPECT_NE(pulled.message().find(Address(1)), std::string::npos) << pulled;
+  v1::SubscribeSnapshotsRequest subscribe;
+  subscribe.add_job_ids(job_id);
+  EXPECT_EQ(lead_->SubscribeSnapshots(kCaller, subscribe, "pool").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Its status shows each shard's slice as last reported, and the sums.
+  for (int s = 0; s < 2; ++s) Sync(s);
+  v1::GetJobStatusRequest status_request;
+  status_request.set_job_id(job_id);
+  absl::StatusOr<v1::JobStatus> status = lead_->GetJobStatus(status_request);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->shards_size(), 2);
+  EXPECT_EQ(status->shards(1).address(), Address(1));
+  EXPECT_EQ(status->shards(1).parameters(), 3u);
+  EXPECT_EQ(status->shards(0).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status->parameters(), 6u);
+
+  // The lead's job ends: each shard's next sync stops its slice.
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job_id);
+  ASSERT_TRUE(lead_->CancelJob(cancel).ok());
+  for (int s = 0; s < 2; ++s) {
+    Sync(s);
+    const std::vector<v1::ShardSliceStatus> slices = shards_[s]->SliceReports();
+    ASSERT_EQ(slices.size(), 1u);
+    EXPECT_EQ(slices[0].state(), v1::JOB_STATE_COMPLETED);
+  }
+}
+
+TEST_F(MasterShardsTest, WithoutLiveShardsAJobStaysOnTheLead) {
+  const std::string job_id = Submit();
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id);
+  request.set_ranks(1);
+  absl::StatusOr<v1::RegisterGroupResponse> registered = lead_->RegisterGroup(kCaller, request);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_FALSE(registered->has_shards());
+  // A shard that comes later takes only new jobs.
+  Sync(0);
+  registered = lead_->RegisterGroup(kCaller, request);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_FALSE(registered->has_shards());
+  v1::GetJobStatusRequest status_request;
+  status_request.set_job_id(job_id);
+  EXPECT_EQ(lead_->GetJobStatus(status_request)->shards_size(), 0);
+}
+
+}  // namespace
+}  // namespace mpilearn::server

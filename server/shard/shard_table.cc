@@ -1,0 +1,207 @@
+#include "server/shard/shard_table.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mpilearn::server {
+
+bool ShardTable::JobPlacement::complete() const {
+  return std::none_of(addresses.begin(), addresses.end(),
+                      [](const std::string& address) { return address.empty(); });
+}
+
+ShardTable::ShardTable(Options options) : options_(std::move(options)) {}
+
+bool ShardTable::LiveLocked(const Shard& shard, absl::Time now) const {
+  return now - shard.last_seen <= options_.lost_after;
+}
+
+bool ShardTable::HasNewOrderLocked(const std::string& address) const {
+  const auto shard = shards_.find(address);
+  for (const auto& [job_id, placement] : placements_) {
+    for (const std::string& placed : placement.addresses) {
+      if (placed != address) continue;
+      if (shard == shards_.end() || shard->second.slices.count(job_id) == 0) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> ShardTable::MissingLocked(const std::string& job_id) const {
+  std::vector<std::string> missing;
+  const auto placement = placements_.find(job_id);
+  if (placement == placements_.end()) return missing;
+  for (size_t s = 0; s < placement->second.addresses.size(); ++s) {
+    const std::string& address = placement->second.addresses[s];
+    const auto shard = shards_.find(address);
+    if (address.empty() || shard == shards_.end() || shard->second.slices.count(job_id) == 0) {
+      missing.push_back(absl::StrCat(s, " (", address.empty() ? "unknown" : address, ")"));
+    }
+  }
+  return missing;
+}
+
+ShardTable::Orders ShardTable::Sync(
+    const v1::ShardSyncRequest& request, absl::Time now, absl::Duration wait,
+    const std::function<bool(const std::string&)>& adoptable) {
+  const std::string& address = request.address();
+  absl::MutexLock lock(&mu_);
+  Shard& shard = shards_[address];
+  shard.last_seen = now;
+  shard.slices.clear();
+  for (const v1::ShardSliceStatus& slice : request.slices()) {
+    shard.slices[slice.job_id()] = slice;
+    // A slice of a job the table has no (complete) placement for: the lead
+    // restarted. Adopt it, if the job is one to go on.
+    const auto placed = placements_.find(slice.job_id());
+    if ((placed == placements_.end() || !placed->second.complete()) &&
+        slice.shards() >= 1 && slice.shard() >= 0 && slice.shard() < slice.shards() &&
+        adoptable(slice.job_id())) {
+      JobPlacement& placement = placements_[slice.job_id()];
+      if (placement.addresses.empty()) {
+        placement.addresses.resize(static_cast<size_t>(slice.shards()));
+      }
+      const size_t index = static_cast<size_t>(slice.shard());
+      if (placement.addresses.size() == static_cast<size_t>(slice.shards()) &&
+          placement.addresses[index].empty()) {
+        placement.addresses[index] = address;
+      }
+    }
+  }
+  // A long poll: answer when a placement gives this shard a slice it does
+  // not hold yet, or after `wait`.
+  auto has_order = [this, &address]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return HasNewOrderLocked(address);
+  };
+  if (!has_order()) {
+    mu_.AwaitWithTimeout(absl::Condition(&has_order), wait);
+  }
+  Orders orders;
+  for (const auto& [job_id, placement] : placements_) {
+    for (size_t s = 0; s < placement.addresses.size(); ++s) {
+      if (placement.addresses[s] != address) continue;
+      v1::ShardSlice slice;
+      slice.set_shard(static_cast<int>(s));
+      slice.set_shards(static_cast<int>(placement.addresses.size()));
+      orders.hold.emplace_back(job_id, slice);
+    }
+  }
+  for (const auto& [job_id, slice] : shards_[address].slices) {
+    const auto placement = placements_.find(job_id);
+    const bool placed_here =
+        placement != placements_.end() &&
+        static_cast<size_t>(slice.shard()) < placement->second.addresses.size() &&
+        placement->second.addresses[static_cast<size_t>(slice.shard())] == address;
+    if (!placed_here) orders.unplaced.push_back(job_id);
+  }
+  return orders;
+}
+
+absl::StatusOr<v1::ShardPlacement> ShardTable::Place(const std::string& job_id,
+                                                     int max_shards, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  v1::ShardPlacement result;
+  result.set_split_elements(options_.split_elements);
+  const auto found = placements_.find(job_id);
+  if (found != placements_.end()) {
+    if (!found->second.complete()) {
+      return absl::UnavailableError(absl::StrCat(
+          "job ", job_id, " was sharded before the lead restarted and shards ",
+          absl::StrJoin(MissingLocked(job_id), ", "),
+          " have not reported their slices yet; the group retries"));
+    }
+    for (const std::string& address : found->second.addresses) result.add_addresses(address);
+    return result;
+  }
+  // Live shards, those holding the fewest placed jobs first.
+  std::map<std::string, int> load;
+  for (const auto& [address, shard] : shards_) {
+    if (LiveLocked(shard, now)) load[address] = 0;
+  }
+  for (const auto& [id, placement] : placements_) {
+    for (const std::string& address : placement.addresses) {
+      const auto it = load.find(address);
+      if (it != load.end()) ++it->second;
+    }
+  }
+  std::vector<std::pair<int, std::string>> order;
+  for (const auto& [address, jobs] : load) order.emplace_back(jobs, address);
+  std::sort(order.begin(), order.end());
+  size_t count = order.size();
+  if (options_.shards_per_job > 0) count = std::min(count, size_t(options_.shards_per_job));
+  if (max_shards > 0) count = std::min(count, size_t(max_shards));
+  // Recorded even when empty: a job that started on the lead stays there.
+  JobPlacement& placement = placements_[job_id];
+  for (size_t s = 0; s < count; ++s) {
+    placement.addresses.push_back(order[s].second);
+    result.add_addresses(order[s].second);
+  }
+  return result;
+}
+
+absl::Status ShardTable::AwaitSlices(const std::string& job_id, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (placements_.count(job_id) == 0) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " is not placed on shards"));
+  }
+  auto all_hold = [this, &job_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return MissingLocked(job_id).empty();
+  };
+  if (mu_.AwaitWithTimeout(absl::Condition(&all_hold), timeout)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "job ", job_id, ": shards ", absl::StrJoin(MissingLocked(job_id), ", "),
+      " did not take their slices within ", absl::FormatDuration(timeout),
+      "; are those mpilearn-master --shard_of processes running and reaching this lead?"));
+}
+
+std::optional<v1::ShardPlacement> ShardTable::PlacementOf(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  const auto found = placements_.find(job_id);
+  if (found == placements_.end() || !found->second.complete()) return std::nullopt;
+  v1::ShardPlacement result;
+  result.set_split_elements(options_.split_elements);
+  for (const std::string& address : found->second.addresses) result.add_addresses(address);
+  return result;
+}
+
+std::vector<v1::ShardSliceStatus> ShardTable::SlicesOf(const std::string& job_id,
+                                                       absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::ShardSliceStatus> slices;
+  const auto placement = placements_.find(job_id);
+  if (placement == placements_.end()) return slices;
+  const int count = static_cast<int>(placement->second.addresses.size());
+  for (int s = 0; s < count; ++s) {
+    const std::string& address = placement->second.addresses[static_cast<size_t>(s)];
+    v1::ShardSliceStatus slice;
+    const auto shard = shards_.find(address);
+    if (shard != shards_.end()) {
+      const auto reported = shard->second.slices.find(job_id);
+      if (reported != shard->second.slices.end()) slice = reported->second;
+      slice.set_seconds_since_seen(absl::ToDoubleSeconds(now - shard->second.last_seen));
+    }
+    slice.set_job_id(job_id);
+    slice.set_shard(s);
+    slice.set_shards(count);
+    slice.set_address(address);
+    slices.push_back(std::move(slice));
+  }
+  return slices;
+}
+
+void ShardTable::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  placements_.erase(job_id);
+}
+
+int ShardTable::LiveShards(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  int live = 0;
+  for (const auto& [address, shard] : shards_) live += LiveLocked(shard, now) ? 1 : 0;
+  return live;
+}
+
+}  // namespace mpilearn::server
