@@ -126,6 +126,10 @@ ABSL_FLAG(int, shards_per_job, 0,
           "parameter shards that sync with this master (0: every live one; a "
           "job's spec may ask for fewer with max_shards). A master no shard "
           "syncs with keeps every job's weights itself (docs/sharding.md).");
+ABSL_FLAG(int, min_shards, 0,
+          "As a lead: place no job until this many parameter shards are live; "
+          "groups wait (their registration is retried) meanwhile. For a lead "
+          "started together with its shards.");
 ABSL_FLAG(std::string, shard_of, "",
           "Serve as a parameter shard of the lead master at this host:port: "
           "hold the slices of jobs the lead places here and take the groups' "
@@ -253,6 +257,11 @@ int main(int argc, char** argv) {
   options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.shards_per_job = absl::GetFlag(FLAGS_shards_per_job);
+  options.min_shards = absl::GetFlag(FLAGS_min_shards);
+  if (options.min_shards < 0 || options.min_shards > 64) {
+    std::fprintf(stderr, "mpilearn-master: --min_shards must be in [0, 64]\n");
+    return 2;
+  }
   options.shard_of = absl::GetFlag(FLAGS_shard_of);
   options.advertise = absl::GetFlag(FLAGS_advertise);
   options.lead_security.tls_ca = absl::GetFlag(FLAGS_lead_tls_ca);

@@ -221,6 +221,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   core_options.check_callers = server->auth_->enabled();
   core_options.shard_of = options.shard_of;
   core_options.shard_table.shards_per_job = options.shards_per_job;
+  core_options.shard_table.min_shards = options.min_shards;
   MPILEARN_ASSIGN_OR_RETURN(server->master_,
                             Master::Create(std::move(master_options)));
   server->service_ = std::make_unique<MasterServiceImpl>(

@@ -99,6 +99,7 @@ class MasterServer {
     // --listen host with the bound port, unless it is a wildcard), and how
     // it reaches the lead (TLS, an admin token).
     int shards_per_job = 0;
+    int min_shards = 0;
     std::string shard_of;
     std::string advertise;
     ClientSecurity lead_security;

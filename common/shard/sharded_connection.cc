@@ -10,6 +10,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -133,6 +134,35 @@ void ShardedConnection::LeaveShards(const v1::LeaveRequest& request,
   if (!status.ok()) LOG(WARNING) << "leaving the shards: " << status;
 }
 
+absl::Status ShardedConnection::NoteLostGroup(const std::string& group_id,
+                                              absl::Status status) {
+  if (!status.ok() && ReasonOf(status) == v1::ERROR_REASON_GROUP_UNKNOWN) {
+    absl::MutexLock lock(&mu_);
+    lost_group_ = group_id;
+    lost_status_ = status;
+  }
+  return status;
+}
+
+absl::StatusOr<v1::NextDataUnitResponse> ShardedConnection::NextDataUnit(
+    const v1::NextDataUnitRequest& request) {
+  absl::Status lost;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!lost_group_.empty() && lost_group_ == request.group_id()) lost = lost_status_;
+  }
+  if (lost.ok()) return lead_.NextDataUnit(request);
+  // A plain leave (an error would fail the job): its units go back.
+  LOG(WARNING) << "group " << request.group_id() << ": " << lost.message()
+               << "; leaving the lead to register again";
+  v1::LeaveRequest leave;
+  leave.set_job_id(request.job_id());
+  leave.set_group_id(request.group_id());
+  (void)lead_.Leave(leave);
+  LeaveShards(leave, std::nullopt);
+  return lost;
+}
+
 absl::StatusOr<v1::JobState> ShardedConnection::Leave(const v1::LeaveRequest& request) {
   absl::StatusOr<v1::JobState> state = lead_.Leave(request);
   LeaveShards(request, std::nullopt);
@@ -208,7 +238,7 @@ absl::StatusOr<bool> ShardedConnection::InitWeights(
     accepted[s] = *taken ? 1 : 0;
     return absl::OkStatus();
   });
-  if (!status.ok()) return status;
+  if (!status.ok()) return NoteLostGroup(group_id, status);
   const size_t taken = std::count(accepted.begin(), accepted.end(), 1);
   if (taken != 0 && taken != accepted.size()) {
     return absl::FailedPreconditionError(
@@ -253,7 +283,7 @@ absl::StatusOr<uint64_t> ShardedConnection::PushGradient(
     versions[s] = *version;
     return absl::OkStatus();
   });
-  if (!status.ok()) return status;
+  if (!status.ok()) return NoteLostGroup(header.group_id(), status);
   return Remember(versions);
 }
 
@@ -271,7 +301,7 @@ absl::StatusOr<uint64_t> ShardedConnection::PullWeights(
     versions[s] = *version;
     return absl::OkStatus();
   });
-  if (!status.ok()) return status;
+  if (!status.ok()) return NoteLostGroup(group_id, status);
   return Remember(versions);
 }
 

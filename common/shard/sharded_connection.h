@@ -102,10 +102,12 @@ class ShardedConnection final : public MasterConnection {
       const v1::RegisterGroupRequest& request) override {
     return lead_.RegisterGroup(request);
   }
+  // The lead's, unless a shard no longer knows the group (it restarted):
+  // then the group leaves the lead (its units go back to the queue) and
+  // the answer is the shard's GROUP_UNKNOWN, so the whole group registers
+  // again as it does when its master forgot it.
   absl::StatusOr<v1::NextDataUnitResponse> NextDataUnit(
-      const v1::NextDataUnitRequest& request) override {
-    return lead_.NextDataUnit(request);
-  }
+      const v1::NextDataUnitRequest& request) override;
   absl::StatusOr<v1::JobState> ReportEpoch(const v1::ReportEpochRequest& request) override {
     return lead_.ReportEpoch(request);
   }
@@ -136,6 +138,10 @@ class ShardedConnection final : public MasterConnection {
   // Tells every shard the group left (no test results), within `timeout`
   // when given; errors logged.
   void LeaveShards(const v1::LeaveRequest& request, std::optional<absl::Duration> timeout);
+  // Notes a shard's GROUP_UNKNOWN for `group_id` (see NextDataUnit);
+  // returns `status`.
+  absl::Status NoteLostGroup(const std::string& group_id, absl::Status status)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Remembers the shard versions of a reply; returns their sum.
   uint64_t Remember(const std::vector<uint64_t>& versions) ABSL_LOCKS_EXCLUDED(mu_);
   // The shard versions behind `version` (see the file comment).
@@ -150,8 +156,11 @@ class ShardedConnection final : public MasterConnection {
 
   mutable absl::Mutex mu_;
   std::optional<Placement> placement_ ABSL_GUARDED_BY(mu_);
-  // The group ids registered on the shards.
+  // The group id registered on the shards.
   std::string registered_group_ ABSL_GUARDED_BY(mu_);
+  // A group some shard answered GROUP_UNKNOWN for, and that answer.
+  std::string lost_group_ ABSL_GUARDED_BY(mu_);
+  absl::Status lost_status_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::vector<uint64_t>> versions_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> newest_ ABSL_GUARDED_BY(mu_);
 };

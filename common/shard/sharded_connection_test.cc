@@ -13,6 +13,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/error_reason.h"
 #include "gtest/gtest.h"
 
 namespace mpilearn::shard {
@@ -279,6 +280,36 @@ TEST(ShardedConnectionTest, AGroupRegistersOnEveryShardAndLeavesThemAll) {
   }
   EXPECT_EQ(lead.calls(), (std::vector<std::string>{"heartbeat g-4",
                                                     "leave g-4 completed with test loss"}));
+}
+
+// A shard that restarted no longer knows the group while the lead does:
+// the group's next data-unit request leaves the lead and fails as the
+// shard's push did, so the group registers again instead of training on
+// with one slice frozen.
+TEST(ShardedConnectionTest, AGroupAShardForgotLeavesAtItsNextDataUnit) {
+  Rig rig;
+  v1::NextDataUnitRequest next;
+  next.set_job_id("job-1");
+  next.set_group_id("g-1");
+  ASSERT_TRUE(rig.connection.NextDataUnit(next).ok());
+  rig.shard1.Answer(7, WithReason(absl::NotFoundError("group 'g-1' is not registered"),
+                                  v1::ERROR_REASON_GROUP_UNKNOWN));
+  v1::PushGradientRequest::Header header;
+  header.set_job_id("job-1");
+  header.set_group_id("g-1");
+  *header.mutable_gradient() = Layout();
+  std::vector<float> g(6, 0.5f), b(2, 0.5f);
+  const std::vector<absl::Span<const float>> gradient = {g, b};
+  const absl::Status pushed = rig.connection.PushGradient(header, gradient, rig.Spans()).status();
+  EXPECT_EQ(ReasonOf(pushed), v1::ERROR_REASON_GROUP_UNKNOWN) << pushed;
+  EXPECT_TRUE(rig.lead.calls().empty());
+  const absl::Status asked = rig.connection.NextDataUnit(next).status();
+  EXPECT_EQ(ReasonOf(asked), v1::ERROR_REASON_GROUP_UNKNOWN) << asked;
+  EXPECT_NE(asked.message().find("shard 1"), std::string::npos) << asked;
+  EXPECT_EQ(rig.lead.calls(), std::vector<std::string>{"leave g-1"});
+  // Another group (the same group registered again) is not refused.
+  next.set_group_id("g-2");
+  EXPECT_TRUE(rig.connection.NextDataUnit(next).ok());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // MasterCore's part in the sharded parameter service (docs/sharding.md): the
 // lead places jobs on its shards and answers their syncs (ShardTable keeps
 // the table); a shard carries out the lead's orders on its own registry.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -87,13 +88,19 @@ void MasterCore::FillShards(v1::JobStatus& status) const {
   if (slices.empty()) return;
   uint64_t version = 0;
   uint64_t parameters = 0;
+  uint64_t applied = UINT64_MAX;
+  uint64_t stale = 0;
   for (v1::ShardSliceStatus& slice : slices) {
     version += slice.version();
     parameters += slice.parameters();
+    applied = std::min(applied, slice.updates_applied());
+    stale = std::max(stale, slice.updates_stale());
     *status.add_shards() = std::move(slice);
   }
   status.set_version(version);
   status.set_parameters(parameters);
+  status.set_updates_applied(applied);
+  status.set_stale_rejected(stale);
 }
 
 absl::StatusOr<v1::ShardSyncResponse> MasterCore::ShardSync(const v1::ShardSyncRequest& request,

@@ -127,6 +127,12 @@ absl::StatusOr<v1::ShardPlacement> ShardTable::Place(const std::string& job_id,
       if (it != load.end()) ++it->second;
     }
   }
+  if (static_cast<int>(load.size()) < options_.min_shards) {
+    return absl::UnavailableError(absl::StrCat(
+        "job ", job_id, " waits for parameter shards: ", load.size(), " of the ",
+        options_.min_shards, " this lead needs (--min_shards) are live; start mpilearn-master "
+        "--shard_of pointing at this lead"));
+  }
   std::vector<std::pair<int, std::string>> order;
   for (const auto& [address, jobs] : load) order.emplace_back(jobs, address);
   std::sort(order.begin(), order.end());

@@ -47,6 +47,10 @@ class ShardTable {
     // mpilearn-master --shards_per_job: shards a job is spread over; 0:
     // every live shard.
     int shards_per_job = 0;
+    // mpilearn-master --min_shards: a job is placed only once this many
+    // shards are live (Place is UNAVAILABLE until then), so a lead started
+    // with its shards never gives a job to itself for want of them.
+    int min_shards = 0;
     // ShardPlacement.split_elements handed to the groups (0: the default).
     int64_t split_elements = 0;
   };
@@ -79,7 +83,8 @@ class ShardTable {
   // Options::shards_per_job, `max_shards`) shards (0 means no bound for
   // either). A placement without addresses: no live shard, the job's
   // weights stay on the lead. UNAVAILABLE while a placement rebuilt from
-  // the shards' reports is still missing a shard.
+  // the shards' reports is still missing a shard, or fewer than
+  // Options::min_shards are live.
   absl::StatusOr<v1::ShardPlacement> Place(const std::string& job_id, int max_shards,
                                            absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 

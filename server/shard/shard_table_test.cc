@@ -70,6 +70,16 @@ TEST(ShardTableTest, PlacesOnTheLeastLoadedLiveShardsWithinTheLimits) {
   EXPECT_EQ(Addresses(*table.Place("job-4", 0, later)), std::vector<std::string>{"a:1"});
 }
 
+TEST(ShardTableTest, WithMinShardsAJobWaitsForThem) {
+  ShardTable table({.min_shards = 2});
+  table.Sync(Report("a:1"), kStart, absl::ZeroDuration(), Always(true));
+  const absl::StatusOr<v1::ShardPlacement> early = table.Place("job-1", 0, kStart);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(early.status().message().find("1 of the 2"), std::string::npos) << early.status();
+  table.Sync(Report("b:1"), kStart, absl::ZeroDuration(), Always(true));
+  EXPECT_EQ(table.Place("job-1", 0, kStart)->addresses_size(), 2);
+}
+
 TEST(ShardTableTest, OrdersTheSlicesPlacedAndStopsTheOthers) {
   ShardTable table({});
   table.Sync(Report("a:1"), kStart, absl::ZeroDuration(), Always(true));

@@ -6,14 +6,20 @@
 // samples/s, updates/s and the master's sent bytes/s against the bound the
 // link sets: a master that answers every update with the model's weights
 // sends M wire bytes per update, so updates/s <= B / M for link bandwidth B.
+// With --shards, each count K > 0 runs the job's weights on K parameter
+// shards (docs/sharding.md), each on a host of its own whose link has the
+// same limit, behind a lead on host 0; K = 0 is one master as above. Each
+// shard carries M / K of every update, so the bound is about K B / M, and
+// speedup_vs_1_shard compares samples/s with the 1-shard run of the same
+// row (vs_unsharded: with the 0 run).
 //
 //   bazel build -c opt //tools:bench_cluster
 //   bazel-bin/tools/bench/bench_cluster [--groups 1,2,4] [--link_mbit 100,0]
 //       [--dtypes float32,bfloat16] [--in_flight 1,2] [--algorithm downpour|sync]
-//       [--ranks R] [--all_links] [--train 16000] [--json]
+//       [--ranks R] [--all_links] [--shards 0,1,2,4] [--train 16000] [--json]
 //
 // Rates are taken in the steady part of each run (between 20 % and 90 % of
-// the updates the job ends with), from the job's update counter and the
+// the samples the job ends with), from the job's counters and the
 // byte counter of the master's link, polled every 250 ms. Needs root
 // (network namespaces) and Debian's Fashion-MNIST.
 #include <signal.h>
@@ -57,6 +63,9 @@ ABSL_FLAG(std::string, algorithm, "downpour", "downpour or sync.");
 ABSL_FLAG(int, ranks, 1, "Ranks per group, each on a host of its own (groups x ranks <= 7).");
 ABSL_FLAG(bool, all_links, false,
           "Limit every host's link to --link_mbit, not only the master's.");
+ABSL_FLAG(std::string, shards, "0",
+          "Parameter shard counts to run: 0 is one master holding the weights; K > 0 a lead "
+          "with K shards, each on its own host with the same link limit.");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of the table.");
 ABSL_FLAG(std::string, master_bin, "", "mpilearn-master (default: the runfiles').");
 ABSL_FLAG(std::string, worker_bin, "", "mpilearn-worker (default: the runfiles').");
@@ -71,7 +80,12 @@ struct Config {
   int link_mbit = 0;
   std::string dtype;
   int in_flight = 1;
+  int shards = 0;  // 0: one master
 };
+
+// Hosts: 0 the master (or lead), 1 to kMaxShards the shards, then the
+// groups' ranks.
+int FirstGroupHost(int most_shards) { return 1 + most_shards; }
 
 struct Result {
   Config config;
@@ -81,6 +95,8 @@ struct Result {
   double bound_updates_per_s = 0;  // 0: unlimited link
   uint64_t parameters = 0;
   double test_accuracy = 0;
+  double speedup_vs_1_shard = 0;  // 0: no 1-shard run to compare with
+  double vs_unsharded = 0;        // 0: no unsharded run to compare with
 };
 
 absl::StatusOr<std::vector<int>> IntList(const std::string& flag, const std::string& text) {
@@ -101,13 +117,17 @@ v1::DType DTypeOf(const std::string& name) {
   return name == "bfloat16" ? v1::DTYPE_BFLOAT16 : v1::DTYPE_FLOAT32;
 }
 
-// Bytes the master's end of host 0's link has sent: what the bridge side
-// of the pair received.
-uint64_t MasterTxBytes(const NetnsCluster& cluster) {
-  std::ifstream in("/sys/class/net/" + cluster.root_link(0) + "/statistics/rx_bytes");
-  uint64_t bytes = 0;
-  in >> bytes;
-  return bytes;
+// Bytes the servers (hosts 0 to `shards`) have sent: what the bridge side
+// of their links received.
+uint64_t MasterTxBytes(const NetnsCluster& cluster, int shards) {
+  uint64_t total = 0;
+  for (int host = 0; host <= shards; ++host) {
+    std::ifstream in("/sys/class/net/" + cluster.root_link(host) + "/statistics/rx_bytes");
+    uint64_t bytes = 0;
+    in >> bytes;
+    total += bytes;
+  }
+  return total;
 }
 
 struct Sample {
@@ -119,7 +139,7 @@ struct Sample {
 
 absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
                               const std::string& master_bin,
-                              const std::string& worker_bin, int64_t train) {
+                              const std::string& worker_bin, int64_t train, int most_shards) {
   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Create("cluster"));
   const std::string port_file = dir->path() + "/port";
   MPILEARN_ASSIGN_OR_RETURN(
@@ -128,9 +148,25 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
                          cluster.InHost(0, {master_bin, "--listen=" + cluster.address(0) + ":0",
                                             "--insecure", "--state_dir=" + dir->path() + "/state",
                                             "--port_file=" + port_file,
+                                            "--shards_per_job=" + std::to_string(config.shards),
                                             "--metrics_listen=127.0.0.1:0"}),
                          port_file, dir->path() + "/master.log"));
   const std::string address = absl::StrCat(cluster.address(0), ":", master->port());
+  // The shards: each syncs with the lead as soon as it serves.
+  std::vector<std::unique_ptr<MasterChild>> shards;
+  for (int k = 1; k <= config.shards; ++k) {
+    const std::string shard_dir = absl::StrCat(dir->path(), "/shard", k);
+    MPILEARN_ASSIGN_OR_RETURN(
+        std::unique_ptr<MasterChild> shard,
+        MasterChild::Start("/usr/sbin/ip",
+                           cluster.InHost(k, {master_bin, "--listen=" + cluster.address(k) + ":0",
+                                              "--insecure", "--state_dir=" + shard_dir,
+                                              "--port_file=" + shard_dir + ".port",
+                                              "--shard_of=" + address,
+                                              "--metrics_listen=127.0.0.1:0"}),
+                           shard_dir + ".port", shard_dir + ".log"));
+    shards.push_back(std::move(shard));
+  }
   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<MasterClient> client,
                             MasterClient::Connect(address));
   v1::JobSpec spec;
@@ -157,7 +193,9 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
   for (int g = 1; g <= config.groups; ++g) {
     std::vector<std::string> argv = {"mpirun", "--allow-run-as-root"};
     std::vector<int> hosts;  // the group's ranks on hosts of their own
-    for (int r = 0; r < ranks; ++r) hosts.push_back(1 + (g - 1) * ranks + r);
+    for (int r = 0; r < ranks; ++r) {
+      hosts.push_back(FirstGroupHost(most_shards) + (g - 1) * ranks + r);
+    }
     for (const std::string& arg : cluster.MpirunArgs(hosts)) argv.push_back(arg);
     argv.insert(argv.end(), {"-np", std::to_string(ranks), worker_bin, "--master=" + address,
                              "--job_id=" + job_id, "--threads=1", "--progress=off"});
@@ -174,7 +212,7 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
     if (now.ok()) {
       status = *now;
       samples.push_back({absl::Now(), status.updates_applied(), status.samples_trained(),
-                         MasterTxBytes(cluster)});
+                         MasterTxBytes(cluster, config.shards)});
       if (status.state() != v1::JOB_STATE_RUNNING && status.state() != v1::JOB_STATE_QUEUED) {
         break;
       }
@@ -193,12 +231,19 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
                                             v1::JobState_Name(status.state()), ": ",
                                             status.message(), "\n", master->LogTail()));
   }
-  // The steady window: from the first sample at 20 % of the final update
-  // count to the first at 90 %.
-  const uint64_t total = status.updates_applied();
+  if (status.shards_size() != config.shards) {
+    return absl::InternalError(absl::StrCat("job ", job_id, " ran on ", status.shards_size(),
+                                            " shards, not ", config.shards, "\n",
+                                            master->LogTail()));
+  }
+  // The steady window: from the first sample at 20 % of the samples the
+  // job trained to the first at 90 % (the lead counts samples as one
+  // master does; a sharded job's update count comes from the shards' last
+  // reports, up to a second late).
+  const uint64_t total = status.samples_trained();
   auto at = [&](double share) {
     return std::find_if(samples.begin(), samples.end(), [&](const Sample& s) {
-      return s.updates >= static_cast<uint64_t>(share * total);
+      return s.samples >= static_cast<uint64_t>(share * total);
     });
   };
   const auto begin = at(0.2);
@@ -216,7 +261,8 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
   const double wire_bytes =
       static_cast<double>(status.parameters()) * (config.dtype == "bfloat16" ? 2 : 4);
   if (config.link_mbit > 0) {
-    result.bound_updates_per_s = config.link_mbit * 1e6 / 8 / wire_bytes;
+    result.bound_updates_per_s =
+        std::max(config.shards, 1) * config.link_mbit * 1e6 / 8 / wire_bytes;
   }
   result.test_accuracy = status.test_accuracy();
   return result;
@@ -237,10 +283,11 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<int>> group_counts = IntList("groups", absl::GetFlag(FLAGS_groups));
   absl::StatusOr<std::vector<int>> rates = IntList("link_mbit", absl::GetFlag(FLAGS_link_mbit));
   absl::StatusOr<std::vector<int>> in_flight = IntList("in_flight", absl::GetFlag(FLAGS_in_flight));
+  absl::StatusOr<std::vector<int>> shard_counts = IntList("shards", absl::GetFlag(FLAGS_shards));
   const std::vector<std::string> dtypes =
       absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',', absl::SkipEmpty());
   for (const absl::Status& status :
-       {group_counts.status(), rates.status(), in_flight.status()}) {
+       {group_counts.status(), rates.status(), in_flight.status(), shard_counts.status()}) {
     if (!status.ok()) {
       std::fprintf(stderr, "bench_cluster: %s\n", std::string(status.message()).c_str());
       return 2;
@@ -260,10 +307,16 @@ int Main(int argc, char** argv) {
     }
   }
   const int most = *std::max_element(group_counts->begin(), group_counts->end());
+  const int most_shards = *std::max_element(shard_counts->begin(), shard_counts->end());
   const int ranks = absl::GetFlag(FLAGS_ranks);
-  if (ranks < 1 || most < 1 || most * ranks > 7) {
+  if (most_shards > 8) {
+    std::fprintf(stderr, "bench_cluster: --shards values must be 0 to 8\n");
+    return 2;
+  }
+  if (ranks < 1 || most < 1 || FirstGroupHost(most_shards) + most * ranks > 16) {
     std::fprintf(stderr,
-                 "bench_cluster: --groups x --ranks must be 1 to 7 (one host per rank)\n");
+                 "bench_cluster: 1 + the most --shards + --groups x --ranks must be at most "
+                 "16 (one host each)\n");
     return 2;
   }
   const std::string algorithm = absl::GetFlag(FLAGS_algorithm);
@@ -294,7 +347,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "bench_cluster: needs Debian's dataset-fashion-mnist in %s\n", kData);
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster = NetnsCluster::Create(1 + most * ranks);
+  absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster =
+      NetnsCluster::Create(FirstGroupHost(most_shards) + most * ranks);
   if (!cluster.ok()) {
     std::fprintf(stderr, "bench_cluster: %s\n", std::string(cluster.status().message()).c_str());
     return 2;
@@ -302,7 +356,9 @@ int Main(int argc, char** argv) {
   const bool json = absl::GetFlag(FLAGS_json);
   std::vector<Result> results;
   for (const int rate : *rates) {
-    const int limited_hosts = absl::GetFlag(FLAGS_all_links) ? (*cluster)->hosts() : 1;
+    // The servers' links (master or lead, and the shards), or every link.
+    const int limited_hosts =
+        absl::GetFlag(FLAGS_all_links) ? (*cluster)->hosts() : 1 + most_shards;
     for (int host = 0; host < limited_hosts; ++host) {
       const absl::Status limited = (*cluster)->SetRateMbit(host, rate);
       if (!limited.ok()) {
@@ -313,20 +369,34 @@ int Main(int argc, char** argv) {
     for (const std::string& dtype : dtypes) {
       for (const int groups : *group_counts) {
         for (const int flight : *in_flight) {
-          const Config config{groups, rate, dtype, flight};
-          if (!json) {
-            std::fprintf(stderr, "  measuring %d group(s), link %s, %s, %d in flight\n", groups,
-                         rate > 0 ? absl::StrCat(rate, " Mbit/s").c_str() : "unlimited",
-                         dtype.c_str(), flight);
+          const size_t row_start = results.size();
+          for (const int shards : *shard_counts) {
+            const Config config{groups, rate, dtype, flight, shards};
+            if (!json) {
+              std::fprintf(stderr, "  measuring %d group(s), link %s, %s, %d in flight, %s\n",
+                           groups, rate > 0 ? absl::StrCat(rate, " Mbit/s").c_str() : "unlimited",
+                           dtype.c_str(), flight,
+                           shards > 0 ? absl::StrCat(shards, " shard(s)").c_str() : "one master");
+            }
+            absl::StatusOr<Result> result = RunOne(**cluster, config, master_bin, worker_bin,
+                                                   absl::GetFlag(FLAGS_train), most_shards);
+            if (!result.ok()) {
+              std::fprintf(stderr, "bench_cluster: %s\n",
+                           std::string(result.status().message()).c_str());
+              return 1;
+            }
+            results.push_back(*result);
           }
-          absl::StatusOr<Result> result =
-              RunOne(**cluster, config, master_bin, worker_bin, absl::GetFlag(FLAGS_train));
-          if (!result.ok()) {
-            std::fprintf(stderr, "bench_cluster: %s\n",
-                         std::string(result.status().message()).c_str());
-            return 1;
+          // Ratios within the row: against its 1-shard and unsharded runs.
+          double one_shard = 0, unsharded = 0;
+          for (size_t i = row_start; i < results.size(); ++i) {
+            if (results[i].config.shards == 1) one_shard = results[i].samples_per_s;
+            if (results[i].config.shards == 0) unsharded = results[i].samples_per_s;
           }
-          results.push_back(*result);
+          for (size_t i = row_start; i < results.size(); ++i) {
+            if (one_shard > 0) results[i].speedup_vs_1_shard = results[i].samples_per_s / one_shard;
+            if (unsharded > 0) results[i].vs_unsharded = results[i].samples_per_s / unsharded;
+          }
         }
       }
     }
@@ -335,19 +405,23 @@ int Main(int argc, char** argv) {
     std::vector<std::string> rows;
     for (const Result& r : results) {
       rows.push_back(absl::StrFormat(
-          "{\"groups\": %d, \"link_mbit\": %d, \"wire_dtype\": \"%s\", "
+          "{\"shards\": %d, \"groups\": %d, \"link_mbit\": %d, \"wire_dtype\": \"%s\", "
           "\"updates_in_flight\": %d, "
           "\"samples_per_s\": %.1f, \"master_tx_bytes_per_s\": %.0f, "
           "\"updates_per_s\": %.2f, \"bound_updates_per_s\": %s, "
-          "\"of_bound\": %s, \"parameters\": %d, \"test_accuracy\": %.4f}",
-          r.config.groups, r.config.link_mbit, r.config.dtype, r.config.in_flight,
+          "\"of_bound\": %s, \"parameters\": %d, \"test_accuracy\": %.4f, "
+          "\"speedup_vs_1_shard\": %s, \"vs_unsharded\": %s}",
+          r.config.shards, r.config.groups, r.config.link_mbit, r.config.dtype,
+          r.config.in_flight,
           r.samples_per_s,
           r.master_tx_bytes_per_s, r.updates_per_s,
           r.bound_updates_per_s > 0 ? absl::StrFormat("%.2f", r.bound_updates_per_s) : "null",
           r.bound_updates_per_s > 0
               ? absl::StrFormat("%.3f", r.updates_per_s / r.bound_updates_per_s)
               : "null",
-          r.parameters, r.test_accuracy));
+          r.parameters, r.test_accuracy,
+          r.speedup_vs_1_shard > 0 ? absl::StrFormat("%.3f", r.speedup_vs_1_shard) : "null",
+          r.vs_unsharded > 0 ? absl::StrFormat("%.3f", r.vs_unsharded) : "null"));
     }
     std::printf("{\"model\": \"mlp\", \"algorithm\": \"%s\", \"ranks_per_group\": %d, "
                 "\"all_links\": %s, \"train\": %d, \"results\": [\n  %s\n]}\n",
@@ -355,11 +429,12 @@ int Main(int argc, char** argv) {
                 static_cast<int>(absl::GetFlag(FLAGS_train)), absl::StrJoin(rows, ",\n  ").c_str());
     return 0;
   }
-  std::printf("%-7s %-10s %-9s %-9s %10s %10s %12s %10s %8s %6s\n", "groups", "link", "dtype",
-              "in flight", "samples/s", "updates/s", "master MB/s", "bound u/s", "of bound",
-              "test");
+  std::printf("%-6s %-7s %-10s %-9s %-9s %10s %10s %12s %10s %8s %6s %8s\n", "shards", "groups",
+              "link", "dtype", "in flight", "samples/s", "updates/s", "server MB/s", "bound u/s",
+              "of bound", "test", "vs 1");
   for (const Result& r : results) {
-    std::printf("%-7d %-10s %-9s %-9d %10.0f %10.2f %12.2f %10s %8s %6.3f\n", r.config.groups,
+    std::printf("%-6d %-7d %-10s %-9s %-9d %10.0f %10.2f %12.2f %10s %8s %6.3f %8s\n",
+                r.config.shards, r.config.groups,
                 r.config.link_mbit > 0 ? absl::StrCat(r.config.link_mbit, "mbit").c_str()
                                        : "unlimited",
                 r.config.dtype.c_str(), r.config.in_flight, r.samples_per_s, r.updates_per_s,
@@ -369,7 +444,9 @@ int Main(int argc, char** argv) {
                 r.bound_updates_per_s > 0
                     ? absl::StrFormat("%.2f", r.updates_per_s / r.bound_updates_per_s).c_str()
                     : "-",
-                r.test_accuracy);
+                r.test_accuracy,
+                r.speedup_vs_1_shard > 0 ? absl::StrFormat("%.2fx", r.speedup_vs_1_shard).c_str()
+                                         : "-");
   }
   return 0;
 }

@@ -87,8 +87,8 @@ absl::StatusOr<int> FreeSubnet() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(int hosts) {
-  if (hosts < 1 || hosts > 8) {
-    return absl::InvalidArgumentError(absl::StrCat("hosts must be 1 to 8, got ", hosts));
+  if (hosts < 1 || hosts > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("hosts must be 1 to 16, got ", hosts));
   }
   if (geteuid() != 0) {
     return absl::FailedPreconditionError("network namespaces need root");

@@ -37,7 +37,7 @@ absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& argv);
 
 class NetnsCluster {
  public:
-  // `hosts` namespaces (1 to 8). FailedPrecondition when this machine
+  // `hosts` namespaces (1 to 16). FailedPrecondition when this machine
   // refuses namespaces (not root, no ip command): callers skip.
   static absl::StatusOr<std::unique_ptr<NetnsCluster>> Create(int hosts);
   ~NetnsCluster();
