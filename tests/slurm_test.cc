@@ -4,7 +4,8 @@
 //
 // - deploy/slurm_train.sbatch: the master as one job step on the first
 //   node, a two-rank group as another (srun --mpi=pmix over two nodes);
-//   the job trains to completion and the script stops the master.
+//   the job trains to completion and the script stops the master. With
+//   MPILEARN_SHARDS=1, a parameter shard as a step of its own.
 // - deploy/slurm_group.sbatch: a group (mpirun inside a two-node allocation)
 //   serving a job of a master outside Slurm, with TLS and tokens.
 #include <cstdlib>
@@ -110,6 +111,35 @@ TEST_F(SlurmTest, TrainScriptRunsMasterAndGroupAsStepsToCompletion) {
   // The master ended on the script's SIGTERM, cleanly.
   const std::string master_log = ReadFileOrDie(dir_ + "/state/master.log");
   EXPECT_EQ(master_log.find("Check failed"), std::string::npos) << master_log;
+}
+
+// MPILEARN_SHARDS=1: a parameter shard as its own step on n2, syncing with
+// the lead on n1; the one-rank group on n3 trains the job on the shard.
+TEST_F(SlurmTest, TrainScriptRunsAShardAsAStepOfItsOwn) {
+  std::vector<std::string> env = Env();
+  env.push_back("MPILEARN_STATE_DIR=" + dir_ + "/state");
+  env.push_back("MPILEARN_SHARDS=1");
+  absl::StatusOr<std::string> job =
+      slurm_->Submit({"--nodes=3", "--ntasks-per-node=1", "--cpus-per-task=1", "--time=10",
+                      Runfile("deploy/slurm_train.sbatch"),
+                      Runfile("docs/examples/fashion_mnist_quick.json")},
+                     env);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::string> state = slurm_->WaitForEnd(*job, absl::Minutes(5));
+  ASSERT_TRUE(state.ok()) << state.status();
+  const std::string output = slurm_->Output(*job);
+  ASSERT_EQ(*state, "COMPLETED") << output << ReadFileOrDie(dir_ + "/state/master.log");
+  std::cout << "slurm_train.sbatch's output with a shard:\n" << output;
+  EXPECT_NE(output.find("shard 1/1 step on n2"), std::string::npos) << output;
+  EXPECT_NE(output.find("group 1/1: 1 rank(s) on n3"), std::string::npos) << output;
+  // mpilearnctl status lists the shard that held the job's weights.
+  EXPECT_NE(output.find("SHARDS"), std::string::npos) << output;
+  EXPECT_GE(TestAccuracy(output), kMinAccuracy) << output;
+  // Step 1 (the shard) ran on n2 only.
+  EXPECT_TRUE(Launched(slurm_->NodeLog(1), *job + ".1")) << slurm_->NodeLog(1);
+  EXPECT_FALSE(Launched(slurm_->NodeLog(2), *job + ".1")) << slurm_->NodeLog(2);
+  const std::string shard_log = ReadFileOrDie(dir_ + "/state/shard-1.log");
+  EXPECT_NE(shard_log.find("holding slice 0 of 1"), std::string::npos) << shard_log;
 }
 
 TEST_F(SlurmTest, GroupScriptServesAJobOfAMasterOutsideSlurm) {

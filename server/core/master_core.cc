@@ -593,7 +593,10 @@ v1::ListJobsResponse MasterCore::ListJobs(
 
 std::vector<JobMetricsView> MasterCore::ListForMetrics() const {
   std::vector<JobMetricsView> jobs = registry_->ListForMetrics();
-  for (JobMetricsView& job : jobs) snapshots_->FillCounters(job.status);
+  for (JobMetricsView& job : jobs) {
+    snapshots_->FillCounters(job.status);
+    FillShards(job.status);  // a sharded job's counters are its shards'
+  }
   return jobs;
 }
 

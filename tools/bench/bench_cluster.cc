@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, in_flight, "1,2",
           "Values of the job's exchange.updates_in_flight (1 to 4): 1 pushes and waits "
           "for the weights (the baseline), 2 keeps a second push out meanwhile.");
 ABSL_FLAG(int64_t, train, 16000, "Training samples of the job (one epoch).");
+ABSL_FLAG(int64_t, data_unit_size, 512,
+          "Samples per data unit: the job counts samples as units complete, so small units "
+          "keep samples/s smooth over short runs.");
 ABSL_FLAG(std::string, algorithm, "downpour", "downpour or sync.");
 ABSL_FLAG(int, ranks, 1, "Ranks per group, each on a host of its own (groups x ranks <= 7).");
 ABSL_FLAG(bool, all_links, false,
@@ -183,6 +186,7 @@ absl::StatusOr<Result> RunOne(NetnsCluster& cluster, const Config& config,
   spec.set_algorithm(absl::GetFlag(FLAGS_algorithm));
   spec.set_epochs(1);
   spec.set_batch_size(64);
+  spec.set_data_unit_size(absl::GetFlag(FLAGS_data_unit_size));
   spec.mutable_exchange()->set_update_dtype(DTypeOf(config.dtype));
   spec.mutable_exchange()->set_weights_dtype(DTypeOf(config.dtype));
   spec.mutable_exchange()->set_updates_in_flight(config.in_flight);
