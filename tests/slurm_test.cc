@@ -76,25 +76,39 @@ class SlurmTest : public ::testing::Test {
             "MPILEARN_CTL=" + Runfile("tools/cli/mpilearnctl")};
   }
 
+  // Runs deploy/slurm_train.sbatch on the quick Fashion-MNIST spec over the
+  // three nodes with `env` added; the job must complete. Returns its output
+  // (empty after a failed assertion) and the Slurm job id in `job_id`.
+  std::string RunTrainScript(const std::vector<std::string>& more_env, std::string* job_id) {
+    std::vector<std::string> env = Env();
+    env.push_back("MPILEARN_STATE_DIR=" + dir_ + "/state");
+    env.insert(env.end(), more_env.begin(), more_env.end());
+    absl::StatusOr<std::string> job =
+        slurm_->Submit({"--nodes=3", "--ntasks-per-node=1", "--cpus-per-task=1", "--time=10",
+                        Runfile("deploy/slurm_train.sbatch"),
+                        Runfile("docs/examples/fashion_mnist_quick.json")},
+                       env);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return "";
+    *job_id = *job;
+    absl::StatusOr<std::string> state = slurm_->WaitForEnd(*job, absl::Minutes(5));
+    EXPECT_TRUE(state.ok()) << state.status();
+    const std::string output = slurm_->Output(*job);
+    EXPECT_EQ(state.value_or(""), "COMPLETED")
+        << output << ReadFileOrDie(dir_ + "/state/master.log");
+    std::cout << "slurm_train.sbatch's output:\n" << output;
+    return state.ok() && *state == "COMPLETED" ? output : "";
+  }
+
   std::unique_ptr<NetnsCluster> hosts_;  // outlives slurm_
   std::unique_ptr<SlurmCluster> slurm_;
   std::string dir_;
 };
 
 TEST_F(SlurmTest, TrainScriptRunsMasterAndGroupAsStepsToCompletion) {
-  std::vector<std::string> env = Env();
-  env.push_back("MPILEARN_STATE_DIR=" + dir_ + "/state");
-  absl::StatusOr<std::string> job =
-      slurm_->Submit({"--nodes=3", "--ntasks-per-node=1", "--cpus-per-task=1", "--time=10",
-                      Runfile("deploy/slurm_train.sbatch"),
-                      Runfile("docs/examples/fashion_mnist_quick.json")},
-                     env);
-  ASSERT_TRUE(job.ok()) << job.status();
-  absl::StatusOr<std::string> state = slurm_->WaitForEnd(*job, absl::Minutes(5));
-  ASSERT_TRUE(state.ok()) << state.status();
-  const std::string output = slurm_->Output(*job);
-  ASSERT_EQ(*state, "COMPLETED") << output << ReadFileOrDie(dir_ + "/state/master.log");
-  std::cout << "slurm_train.sbatch's output:\n" << output;
+  std::string job;
+  const std::string output = RunTrainScript({}, &job);
+  ASSERT_FALSE(output.empty());
 
   EXPECT_NE(output.find("group 1/1: 2 rank(s) on n2 n3"), std::string::npos) << output;
   EXPECT_NE(output.find("with 2 rank(s)"), std::string::npos) << output;
@@ -102,11 +116,11 @@ TEST_F(SlurmTest, TrainScriptRunsMasterAndGroupAsStepsToCompletion) {
   EXPECT_GE(TestAccuracy(output), kMinAccuracy) << output;
   // Step 0 (the master) ran on n1 only, step 1 (the group, one MPI world)
   // on n2 and n3 only.
-  EXPECT_TRUE(Launched(slurm_->NodeLog(0), *job + ".0")) << slurm_->NodeLog(0);
-  EXPECT_FALSE(Launched(slurm_->NodeLog(0), *job + ".1")) << slurm_->NodeLog(0);
+  EXPECT_TRUE(Launched(slurm_->NodeLog(0), job + ".0")) << slurm_->NodeLog(0);
+  EXPECT_FALSE(Launched(slurm_->NodeLog(0), job + ".1")) << slurm_->NodeLog(0);
   for (int host : {1, 2}) {
-    EXPECT_TRUE(Launched(slurm_->NodeLog(host), *job + ".1")) << slurm_->NodeLog(host);
-    EXPECT_FALSE(Launched(slurm_->NodeLog(host), *job + ".0")) << slurm_->NodeLog(host);
+    EXPECT_TRUE(Launched(slurm_->NodeLog(host), job + ".1")) << slurm_->NodeLog(host);
+    EXPECT_FALSE(Launched(slurm_->NodeLog(host), job + ".0")) << slurm_->NodeLog(host);
   }
   // The master ended on the script's SIGTERM, cleanly.
   const std::string master_log = ReadFileOrDie(dir_ + "/state/master.log");
@@ -116,28 +130,17 @@ TEST_F(SlurmTest, TrainScriptRunsMasterAndGroupAsStepsToCompletion) {
 // MPILEARN_SHARDS=1: a parameter shard as its own step on n2, syncing with
 // the lead on n1; the one-rank group on n3 trains the job on the shard.
 TEST_F(SlurmTest, TrainScriptRunsAShardAsAStepOfItsOwn) {
-  std::vector<std::string> env = Env();
-  env.push_back("MPILEARN_STATE_DIR=" + dir_ + "/state");
-  env.push_back("MPILEARN_SHARDS=1");
-  absl::StatusOr<std::string> job =
-      slurm_->Submit({"--nodes=3", "--ntasks-per-node=1", "--cpus-per-task=1", "--time=10",
-                      Runfile("deploy/slurm_train.sbatch"),
-                      Runfile("docs/examples/fashion_mnist_quick.json")},
-                     env);
-  ASSERT_TRUE(job.ok()) << job.status();
-  absl::StatusOr<std::string> state = slurm_->WaitForEnd(*job, absl::Minutes(5));
-  ASSERT_TRUE(state.ok()) << state.status();
-  const std::string output = slurm_->Output(*job);
-  ASSERT_EQ(*state, "COMPLETED") << output << ReadFileOrDie(dir_ + "/state/master.log");
-  std::cout << "slurm_train.sbatch's output with a shard:\n" << output;
+  std::string job;
+  const std::string output = RunTrainScript({"MPILEARN_SHARDS=1"}, &job);
+  ASSERT_FALSE(output.empty());
   EXPECT_NE(output.find("shard 1/1 step on n2"), std::string::npos) << output;
   EXPECT_NE(output.find("group 1/1: 1 rank(s) on n3"), std::string::npos) << output;
   // mpilearnctl status lists the shard that held the job's weights.
   EXPECT_NE(output.find("SHARDS"), std::string::npos) << output;
   EXPECT_GE(TestAccuracy(output), kMinAccuracy) << output;
   // Step 1 (the shard) ran on n2 only.
-  EXPECT_TRUE(Launched(slurm_->NodeLog(1), *job + ".1")) << slurm_->NodeLog(1);
-  EXPECT_FALSE(Launched(slurm_->NodeLog(2), *job + ".1")) << slurm_->NodeLog(2);
+  EXPECT_TRUE(Launched(slurm_->NodeLog(1), job + ".1")) << slurm_->NodeLog(1);
+  EXPECT_FALSE(Launched(slurm_->NodeLog(2), job + ".1")) << slurm_->NodeLog(2);
   const std::string shard_log = ReadFileOrDie(dir_ + "/state/shard-1.log");
   EXPECT_NE(shard_log.find("holding slice 0 of 1"), std::string::npos) << shard_log;
 }
