@@ -223,5 +223,45 @@ TEST_F(ShardClusterTest, ShardKilledAndRestartedTheJobCompletes) {
               recovered.test_accuracy(), undisturbed.test_accuracy());
 }
 
+// The lead's host loses every process mid-training and the lead is started
+// again on its address and state directory: it rebuilds the job's
+// placement from its shards' reports (it places nothing before both are
+// live, --min_shards), the group registers again, and the job completes
+// on the same two shards. The lead keeps no weights of a sharded job, so
+// its data queue starts again; the weights on the shards are kept.
+TEST_F(ShardClusterTest, LeadRestartedFindsItsShardsAgain) {
+  StartLeadAndShards();
+  std::unique_ptr<ChildProcess> workers =
+      StartJob("lead_killed", FashionMnistSubset("sync", kTrainLimit, kEpochs));
+  ASSERT_NE(workers, nullptr);
+  absl::StatusOr<v1::JobStatus> training = WaitForStatus(
+      *client_, job_id_, absl::Seconds(120), [](const v1::JobStatus& s) {
+        return s.updates_applied() >= 40 || s.state() == v1::JOB_STATE_COMPLETED;
+      });
+  ASSERT_TRUE(training.ok()) << training.status();
+  ASSERT_NE(training->state(), v1::JOB_STATE_COMPLETED) << "the job ended before the fault";
+  const std::string address = master_->address();
+  ASSERT_TRUE(cluster_->KillHostProcesses(0).ok());
+  ASSERT_TRUE(master_->process().Wait(absl::Seconds(30)).has_value())
+      << "the lead outlived SIGKILL by 30 s";
+  client_.reset();
+  StartMaster("lead", {absl::StrCat("--min_shards=", kShards),
+                       absl::StrCat("--listen=", address)});
+  ASSERT_EQ(master_->address(), address);
+  const v1::JobStatus done = ExpectCompleted(*workers);
+  ExpectOnShards(done);
+  // From the shards' reports, not placed anew.
+  EXPECT_NE(master_->process().Log().find("job " + job_id_ + ": placement on 2 shard(s) rebuilt"),
+            std::string::npos)
+      << master_->process().Log();
+  // The shards' versions went on from where they were: nothing started
+  // from fresh weights.
+  EXPECT_GT(done.shards(0).version(), training->shards(0).version());
+  std::printf("lead killed after %llu updates and restarted: the job completed on the same %d "
+              "shards, test_accuracy=%.4f\n",
+              static_cast<unsigned long long>(training->updates_applied()), kShards,
+              done.test_accuracy());
+}
+
 }  // namespace
 }  // namespace mpilearn::testing

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "glog/logging.h"
 
 namespace mpilearn::server {
 
@@ -68,6 +69,10 @@ ShardTable::Orders ShardTable::Sync(
       if (placement.addresses.size() == static_cast<size_t>(slice.shards()) &&
           placement.addresses[index].empty()) {
         placement.addresses[index] = address;
+        if (placement.complete()) {
+          LOG(INFO) << "job " << slice.job_id() << ": placement on " << slice.shards()
+                    << " shard(s) rebuilt from their reports";
+        }
       }
     }
   }
