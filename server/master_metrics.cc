@@ -422,6 +422,9 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
                    MetricType::Gauge);
   Built job_ranks("mpilearn_job_ranks", "Ranks of the alive groups serving the job.",
                   MetricType::Gauge);
+  Built job_shards("mpilearn_job_shards",
+                   "Parameter shards holding the job's weights (0: this master holds them).",
+                   MetricType::Gauge);
   Built published("mpilearn_job_snapshots_published_total",
                   "Weight snapshots published for validation pools.",
                   MetricType::Counter);
@@ -524,6 +527,7 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
     }
     job_groups.Add({job}, alive);
     job_ranks.Add({job}, ranks);
+    job_shards.Add({job}, status.shards_size());
   }
 
   std::vector<MetricFamily> out;
@@ -532,7 +536,7 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
        {&info, &updates, &samples, &epochs_completed, &epochs, &progress,
         &train_loss, &val_loss, &val_accuracy, &validations, &test_loss,
         &test_accuracy, &stale_rejected, &requeued, &update_rejected,
-        &storage_pending, &job_groups, &job_ranks,
+        &storage_pending, &job_groups, &job_ranks, &job_shards,
         &published, &skipped, &step_seconds, &group_samples, &group_units,
         &group_updates, &group_cpu, &group_memory, &group_ranks}) {
     family->MoveTo(out);

@@ -517,6 +517,23 @@ TEST_F(MasterMetricsTest, EmptyMasterHasProcessFamiliesAndAllJobStates) {
   EXPECT_TRUE(Find(e, "mpilearn_job_info").empty());
 }
 
+// A sharded job on its lead: how many shards hold its weights, and the
+// update counters its shards reported (MasterCore fills them in).
+TEST_F(MasterMetricsTest, ShardedJobShowsItsShards) {
+  metrics_->SetStatusProvider([] {
+    JobMetricsView view;
+    view.status.set_job_id("job-000001");
+    view.status.set_state(v1::JOB_STATE_RUNNING);
+    view.status.set_updates_applied(40);
+    for (int s = 0; s < 2; ++s) view.status.add_shards()->set_shard(s);
+    return std::vector<JobMetricsView>{view};
+  });
+  const Exposition e = Scrape();
+  const std::map<std::string, std::string> j = {{kJobLabel, "job-000001"}};
+  EXPECT_EQ(Value(e, "mpilearn_job_shards", j), 2.0);
+  EXPECT_EQ(Value(e, "mpilearn_job_updates_applied_total", j), 40.0);
+}
+
 // MPI Opt's studies: counted by state; running ones have their progress
 // and best value (absent until a trial has one), ended ones no series.
 TEST_F(MasterMetricsTest, StudiesByStateAndRunningStudiesProgress) {
@@ -614,6 +631,7 @@ TEST_F(MasterMetricsTest, ValuesMatchTheRegistry) {
   EXPECT_EQ(Value(e, "mpilearn_job_storage_pending", j), 0.0);
   EXPECT_EQ(Value(e, "mpilearn_job_groups", j), 1.0);
   EXPECT_EQ(Value(e, "mpilearn_job_ranks", j), 3.0);
+  EXPECT_EQ(Value(e, "mpilearn_job_shards", j), 0.0);  // on this master
   EXPECT_EQ(Value(e, "mpilearn_job_snapshots_published_total", j), 0.0);
   EXPECT_EQ(Value(e, "mpilearn_job_received_bytes_total", j), 1024.0);
   EXPECT_EQ(Value(e, "mpilearn_job_sent_bytes_total", j), 4096.0);
