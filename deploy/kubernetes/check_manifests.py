@@ -3,7 +3,8 @@
 Every document parses and has the fields its kind needs (a StatefulSet's
 selector matching its pod labels, a volume for every mount, resource
 requests on every container, probes on the master, ports the Service names);
-MPIJobs are kubeflow.org/v2beta1 with a Launcher and Workers; every
+MPIJobs are kubeflow.org/v2beta1 with a Launcher and Workers; the parameter
+shards reach the master's Service and advertise their pods' stable names; every
 command's flags exist in the real binary (`BINARY --helpfull`), and the
 probes run the real `mpilearnctl health`. The Prometheus scrape
 configuration passes `promtool check config` where promtool is installed.
@@ -70,13 +71,21 @@ def check_command(where, command, binaries):
     return found
 
 
-def check_master(docs, binaries):
+def service_and_set(name, docs):
+    """The one Service and the one StatefulSet of `docs`, or None."""
     services = [d for d in docs if d["kind"] == "Service"]
     sets = [d for d in docs if d["kind"] == "StatefulSet"]
     if len(services) != 1 or len(sets) != 1:
-        fail("master.yaml: want one Service and one StatefulSet")
+        fail(name + ": want one Service and one StatefulSet")
+        return None
+    return services[0], sets[0]
+
+
+def check_master(docs, binaries):
+    found = service_and_set("master.yaml", docs)
+    if found is None:
         return
-    service, stateful = services[0], sets[0]
+    service, stateful = found
     spec = stateful["spec"]
     pod = spec["template"]
     labels = pod["metadata"]["labels"]
@@ -118,6 +127,44 @@ def check_master(docs, binaries):
             fail("master: %s does not reach --listen_unix" % probe)
 
 
+def check_shards(docs, binaries):
+    found = service_and_set("shards.yaml", docs)
+    if found is None:
+        return
+    service, stateful = found
+    spec = stateful["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    for key, value in list(spec["selector"]["matchLabels"].items()) + list(
+            service["spec"]["selector"].items()):
+        if labels.get(key) != value:
+            fail("shards.yaml: selector %s=%s does not match the shard pods" % (key, value))
+    name = service["metadata"]["name"]
+    if spec.get("serviceName") != name or service["spec"].get("clusterIP") != "None":
+        fail("shards.yaml: the StatefulSet needs a headless Service of its own (pod names)")
+    binaries["claims"] = {c["metadata"]["name"] for c in spec.get("volumeClaimTemplates", [])}
+    check_pod("shards.yaml", spec["template"]["spec"], binaries)
+    shard = spec["template"]["spec"]["containers"][0]
+    args = dict(w[2:].split("=", 1) for w in shard["command"] if w.startswith("--") and "=" in w)
+    port = {p["name"]: p["containerPort"] for p in shard.get("ports", [])}.get("grpc")
+    if args.get("shard_of") != "mpilearn-master:7070":
+        fail("shards.yaml: --shard_of must name the master's Service (mpilearn-master:7070)")
+    if args.get("advertise") != "$(POD_NAME).%s:%s" % (name, port):
+        fail("shards.yaml: --advertise must be the pod's stable name $(POD_NAME).%s:%s"
+             % (name, port))
+    env = {e["name"] for e in shard.get("env", [])}
+    if "POD_NAME" not in env:
+        fail("shards.yaml: POD_NAME is not in the container's env")
+    if args.get("listen", "").split(":")[-1] != str(port):
+        fail("shards.yaml: --listen's port is not the grpc containerPort")
+    mounts = {m["name"]: m["mountPath"] for m in shard.get("volumeMounts", [])}
+    if "state" not in binaries["claims"] or not args.get("state_dir", "").startswith(
+            mounts.get("state", "/nowhere")):
+        fail("shards.yaml: --state_dir is not on a volume of the shard's own")
+    for flag in ("lead_token_file", "tokens_file"):
+        if not args.get(flag, "").startswith(mounts.get("secrets", "/nowhere")):
+            fail("shards.yaml: --%s is not in the mounted Secret" % flag)
+
+
 def check_mpijob(name, doc, binaries):
     if doc.get("apiVersion") != "kubeflow.org/v2beta1" or doc.get("kind") != "MPIJob":
         fail(name + ": want kind MPIJob, apiVersion kubeflow.org/v2beta1")
@@ -156,11 +203,12 @@ def main():
         if name.endswith(".yaml"):
             with open(os.path.join(manifest_dir, name)) as f:
                 documents[name] = [d for d in yaml.safe_load_all(f) if d]
-    for name in ("master.yaml", "training-group.yaml", "validation-pool.yaml",
+    for name in ("master.yaml", "shards.yaml", "training-group.yaml", "validation-pool.yaml",
                  "prometheus-scrape.yaml"):
         if name not in documents:
             fail("missing " + name)
     check_master(documents.get("master.yaml", []), binaries)
+    check_shards(documents.get("shards.yaml", []), binaries)
     for name in ("training-group.yaml", "validation-pool.yaml"):
         for doc in documents.get(name, []):
             check_mpijob(name, doc, binaries)
