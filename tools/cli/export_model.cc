@@ -21,6 +21,12 @@
 // must fit that model exactly (count, names, shapes) before they are copied
 // in.
 //
+// A job whose weights lived on parameter shards (docs/sharding.md) has no
+// weights under the lead's --state_dir: --shard_state_dirs names the
+// shards' state directories (copies of them will do), and the export joins
+// the slices of their final weights (each slice tensor is named
+// "NAME[BEGIN:END]") into the model's tensors, every element exactly once.
+//
 // --format tensors writes a LibTorch archive of named tensors instead, one
 // entry per parameter and float buffer ("fc1.weight", "fc1_bn.running_mean",
 // ...), read with torch::serialize::InputArchive (see kUsage).
@@ -76,6 +82,9 @@ ABSL_FLAG(std::string, job_id, "",
 ABSL_FLAG(std::string, weights, "final",
           "final (jobs/<job_id>/weights.pb), best (jobs/<job_id>/checkpoints/best.pb), or "
           "the path of any TensorSet file.");
+ABSL_FLAG(std::string, shard_state_dirs, "",
+          "A sharded job: the --state_dir of each of its parameter shards, comma-separated, "
+          "in any order; their final weights (jobs/<job_id>/weights.pb) are joined.");
 ABSL_FLAG(std::string, out, "", "File to write. Required.");
 ABSL_FLAG(std::string, format, "torchscript", "torchscript or tensors.");
 ABSL_FLAG(std::string, input_shape, "",
@@ -100,7 +109,7 @@ constexpr char kUsage[] =
     "Usage: mpilearn-export --state_dir DIR --job_id JOB --out FILE\n"
     "           [--weights final|best|PATH] [--format torchscript|tensors]\n"
     "           [--input_shape D1,D2,...] [--num_classes N]\n"
-    "           [--model_file PATH]\n"
+    "           [--model_file PATH] [--shard_state_dirs D1,D2,...]\n"
     "\n"
     "Flags:\n"
     "  --state_dir DIR     the master's --state_dir (required)\n"
@@ -123,6 +132,9 @@ constexpr char kUsage[] =
     "                      of the last weight tensor\n"
     "  --model_file PATH   TorchScript jobs: the job's .pt when it is no\n"
     "                      longer at the path spec.json names\n"
+    "  --shard_state_dirs D1,D2,...\n"
+    "                      a sharded job: every parameter shard's --state_dir;\n"
+    "                      the slices of their final weights are joined\n"
     "\n"
     "Example:\n"
     "  mpilearn-export --state_dir /var/lib/mpilearn --job_id job-000042 \\\n"
@@ -163,6 +175,8 @@ struct Options {
   int64_t num_classes = 0;
   // TorchScript jobs: overrides spec.model().torchscript() when set.
   std::string model_file;
+  // A sharded job: its shards' state directories.
+  std::vector<std::string> shard_state_dirs;
 };
 
 
@@ -245,6 +259,103 @@ absl::StatusOr<std::string> WeightsPath(const Options& options,
     return path;
   }
   return options.weights;
+}
+
+// The final weights of job `job_id` on each shard, slices named
+// "NAME[BEGIN:END]".
+absl::StatusOr<std::vector<Float32Tensors>> ReadShardSlices(const Options& options) {
+  if (options.weights != "final") {
+    return absl::InvalidArgumentError(
+        "with --shard_state_dirs the export joins the shards' final weights; leave --weights "
+        "at final (a shard keeps no best checkpoint of its slice)");
+  }
+  std::vector<Float32Tensors> slices;
+  for (const std::string& dir : options.shard_state_dirs) {
+    const std::string path = absl::StrCat(dir, "/jobs/", options.job_id, "/weights.pb");
+    if (!Exists(path)) {
+      return absl::NotFoundError(absl::StrCat(
+          "shard state directory '", dir, "' has no final weights of job '", options.job_id,
+          "': '", path, "' does not exist (is it one of the job's shards, and has the job "
+          "ended?)"));
+    }
+    MPILEARN_ASSIGN_OR_RETURN(Float32Tensors slice, ReadWeightsFile(path));
+    slices.push_back(std::move(slice));
+  }
+  return slices;
+}
+
+// "NAME[BEGIN:END]" -> NAME, BEGIN, END; false for any other name.
+bool ParseSliceName(const std::string& slice, std::string* name, int64_t* begin,
+                    int64_t* end) {
+  const size_t open = slice.rfind('[');
+  const size_t colon = slice.rfind(':');
+  if (open == std::string::npos || colon == std::string::npos || colon < open ||
+      slice.empty() || slice.back() != ']') {
+    return false;
+  }
+  *name = slice.substr(0, open);
+  return absl::SimpleAtoi(slice.substr(open + 1, colon - open - 1), begin) &&
+         absl::SimpleAtoi(slice.substr(colon + 1, slice.size() - colon - 2), end) &&
+         *begin >= 0 && *begin < *end;
+}
+
+// The whole weights of `model` from the shards' `slices`: each slice
+// tensor's range copied into its tensor; an error names a slice that fits
+// no tensor, an element held twice, or one held by none.
+absl::StatusOr<Float32Tensors> JoinSlices(const std::vector<Float32Tensors>& slices,
+                                          const worker::Model& model) {
+  const std::vector<std::string>& names = model.state_names();
+  std::vector<std::vector<int64_t>> shapes;
+  Float32Tensors whole;
+  std::vector<std::vector<char>> covered;
+  for (const torch::Tensor& t : model.state()) {
+    shapes.push_back(t.sizes().vec());
+    whole.values.emplace_back(static_cast<size_t>(t.numel()), 0.0f);
+    covered.emplace_back(static_cast<size_t>(t.numel()), 0);
+  }
+  whole.header = MakeFloat32Header(0, names, shapes);
+  whole.header.mutable_input_shape()->CopyFrom(slices.front().header.input_shape());
+  whole.header.set_outputs(slices.front().header.outputs());
+  for (const Float32Tensors& slice : slices) {
+    whole.header.set_version(whole.header.version() + slice.header.version());
+    for (int i = 0; i < slice.header.tensors_size(); ++i) {
+      const v1::TensorInfo& info = slice.header.tensors(i);
+      std::string name;
+      int64_t begin = 0, end = 0;
+      if (!ParseSliceName(info.name(), &name, &begin, &end)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", info.name(), "' in a shard's weights is not a slice (NAME[BEGIN:END]): is "
+            "every --shard_state_dirs a shard's state directory?"));
+      }
+      const auto at = std::find(names.begin(), names.end(), name);
+      const size_t t = static_cast<size_t>(at - names.begin());
+      if (at == names.end() || end > static_cast<int64_t>(whole.values[t].size()) ||
+          static_cast<int64_t>(slice.values[static_cast<size_t>(i)].size()) != end - begin) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the shards' slice '", info.name(), "' fits no tensor of the job's model"));
+      }
+      whole.header.mutable_tensors(static_cast<int>(t))->set_buffer(info.buffer());
+      for (int64_t e = begin; e < end; ++e) {
+        if (covered[t][static_cast<size_t>(e)]++ != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "element ", e, " of '", name, "' is in two shards' slices: are two of the "
+              "directories copies of one shard?"));
+        }
+        whole.values[t][static_cast<size_t>(e)] =
+            slice.values[static_cast<size_t>(i)][static_cast<size_t>(e - begin)];
+      }
+    }
+  }
+  for (size_t t = 0; t < covered.size(); ++t) {
+    const auto gap = std::find(covered[t].begin(), covered[t].end(), 0);
+    if (gap != covered[t].end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "element ", gap - covered[t].begin(), " of '", names[t],
+          "' is in no shard's slice: give the state directory of every shard of the job (",
+          slices.size(), " given)"));
+    }
+  }
+  return whole;
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
@@ -474,10 +585,19 @@ absl::Status Export(Options options) {
   MPILEARN_ASSIGN_OR_RETURN(
       const v1::JobSpec spec,
       ReadJobSpecFile(absl::StrCat(job_dir, "/spec.json")));
-  MPILEARN_ASSIGN_OR_RETURN(const std::string weights_path,
-                            WeightsPath(options, job_dir));
-  MPILEARN_ASSIGN_OR_RETURN(const Float32Tensors weights,
-                            ReadWeightsFile(weights_path));
+  const bool sharded = !options.shard_state_dirs.empty();
+  std::vector<Float32Tensors> slices;
+  std::string weights_path;
+  Float32Tensors weights;
+  if (sharded) {
+    MPILEARN_ASSIGN_OR_RETURN(slices, ReadShardSlices(options));
+    // The slices carry the job's input shape and outputs in their headers.
+    weights.header = slices.front().header;
+    weights_path = absl::StrCat(slices.size(), " shards' final weights");
+  } else {
+    MPILEARN_ASSIGN_OR_RETURN(weights_path, WeightsPath(options, job_dir));
+    MPILEARN_ASSIGN_OR_RETURN(weights, ReadWeightsFile(weights_path));
+  }
 
   const bool torchscript = !spec.model().torchscript().empty();
   if (!torchscript && !options.model_file.empty()) {
@@ -490,6 +610,9 @@ absl::Status Export(Options options) {
       RebuiltModel rebuilt,
       torchscript ? LoadTorchScriptModel(spec, weights.header, options)
                   : BuildBuiltinModel(spec, weights.header, options));
+  if (sharded) {
+    MPILEARN_ASSIGN_OR_RETURN(weights, JoinSlices(slices, rebuilt.model));
+  }
   MPILEARN_RETURN_IF_ERROR(CheckWeightsFitModel(rebuilt, weights.header));
   worker::Model& model = rebuilt.model;
   const std::vector<absl::Span<const float>> views(weights.values.begin(),
@@ -588,6 +711,10 @@ absl::StatusOr<Options> OptionsFromFlags() {
     }
   }
   options.model_file = absl::GetFlag(FLAGS_model_file);
+  for (absl::string_view dir :
+       absl::StrSplit(absl::GetFlag(FLAGS_shard_state_dirs), ',', absl::SkipEmpty())) {
+    options.shard_state_dirs.emplace_back(dir);
+  }
 
   const std::string classes = absl::GetFlag(FLAGS_num_classes);
   if (!classes.empty() && (!absl::SimpleAtoi(classes, &options.num_classes) ||

@@ -24,6 +24,8 @@
 #include "absl/types/span.h"
 #include "common/checkpoint_file.h"
 #include "common/job_spec.h"
+#include "common/shard/placement.h"
+#include "common/shard/sharded_connection.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -440,6 +442,54 @@ TEST_F(ExportModelTest, WeightsPathExportsThatFile) {
   const RunResult run = RunExport(Args({"--out", out_, "--weights", path}));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   ExpectStateEqual(LoadExport(out_), other);
+}
+
+// A sharded job's final weights are slices on its shards, cut as the
+// workers cut them (PlaceTensors with a small bound, so tensors split over
+// the shards): the export joins them into the trained model, whatever
+// order the directories come in, and names what is missing or doubled.
+TEST_F(ExportModelTest, ShardedJobIsJoinedFromItsShardsSlices) {
+  const v1::TensorSet whole = ToWeights(*trained_, kMlpShape, kMlpOutputs);
+  absl::StatusOr<Float32Tensors> tensors = FromTensorSet(whole);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  std::vector<int64_t> sizes;
+  for (const std::vector<float>& t : tensors->values) sizes.push_back(t.size());
+  absl::StatusOr<shard::Placement> placement = shard::PlaceTensors(sizes, 3, 500);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  std::vector<std::string> dirs;
+  for (int s = 0; s < 3; ++s) {
+    std::vector<std::vector<float>> values;
+    for (const shard::TensorRange& r : placement->shards[s]) {
+      const std::vector<float>& t = tensors->values[r.tensor];
+      values.emplace_back(t.begin() + r.begin, t.begin() + r.end);
+    }
+    dirs.push_back(absl::StrCat(state_dir_, "/shard", s));
+    const std::string job = absl::StrCat(dirs.back(), "/jobs/", kJob);
+    std::filesystem::create_directories(job);
+    WriteFile(job + "/weights.pb",
+              ToTensorSet(shard::SliceHeader(tensors->header, *placement, s), values)
+                  .SerializeAsString());
+  }
+  // The lead's job directory has the spec and no weights.
+  std::filesystem::remove(absl::StrCat(job_dir_, "/weights.pb"));
+  const RunResult run = RunExport(
+      Args({"--out", out_, "--shard_state_dirs", dirs[2] + "," + dirs[0] + "," + dirs[1]}));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, ::testing::HasSubstr("from 3 shards' final weights"));
+  ExpectStateEqual(LoadExport(out_), *trained_);
+
+  const RunResult missing =
+      RunExport(Args({"--out", out_, "--shard_state_dirs", dirs[0] + "," + dirs[1]}));
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_THAT(missing.output, ::testing::HasSubstr("is in no shard's slice"));
+  const RunResult doubled = RunExport(
+      Args({"--out", out_, "--shard_state_dirs", dirs[0] + "," + dirs[1] + "," + dirs[1]}));
+  EXPECT_EQ(doubled.exit_code, 1) << doubled.output;
+  EXPECT_THAT(doubled.output, ::testing::HasSubstr("is in two shards' slices"));
+  const RunResult not_a_shard =
+      RunExport(Args({"--out", out_, "--shard_state_dirs", state_dir_ + "/nowhere"}));
+  EXPECT_EQ(not_a_shard.exit_code, 1) << not_a_shard.output;
+  EXPECT_THAT(not_a_shard.output, ::testing::HasSubstr("has no final weights"));
 }
 
 TEST_F(ExportModelTest, BestCheckpointIsExported) {
