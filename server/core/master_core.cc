@@ -225,6 +225,14 @@ absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
   MPILEARN_RETURN_IF_ERROR(
       CheckStringField("host", request.host(), limits_.max_string_bytes));
   MPILEARN_RETURN_IF_ERROR(CheckShardRegistration(request));
+  // A job waiting for shards refuses the group before it joins (its
+  // retries then leave no trace in the job's history).
+  if (shard_of_.empty() && !request.job_id().empty()) {
+    absl::StatusOr<std::shared_ptr<Job>> job = registry_->FindJob(request.job_id());
+    if (job.ok() && !(*job)->Layout().ok()) {
+      MPILEARN_RETURN_IF_ERROR(shard_table_->ReadyToPlace(request.job_id(), registry_->Now()));
+    }
+  }
   MPILEARN_ASSIGN_OR_RETURN(v1::RegisterGroupResponse response,
                             registry_->RegisterGroup(request));
   // No other caller may act for this group.

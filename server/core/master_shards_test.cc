@@ -32,8 +32,10 @@ v1::JobSpec SgdSpec() {
   return spec;
 }
 
-std::unique_ptr<MasterCore> NewCore(const std::string& name, const std::string& shard_of) {
+std::unique_ptr<MasterCore> NewCore(const std::string& name, const std::string& shard_of,
+                                    int min_shards = 0) {
   MasterCore::Options options;
+  options.shard_table.min_shards = min_shards;
   options.registry.state_dir = absl::StrCat(
       std::getenv("TEST_TMPDIR"), "/",
       ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", name);
@@ -225,6 +227,29 @@ TEST_F(MasterShardsTest, AJobLivesOnItsShardsFromItsFirstGroupToItsEnd) {
     ASSERT_EQ(slices.size(), 1u);
     EXPECT_EQ(slices[0].state(), v1::JOB_STATE_COMPLETED);
   }
+}
+
+// --min_shards: a group of a job that waits for shards is refused before it
+// joins, so its retries leave the job queued with no group.
+TEST_F(MasterShardsTest, AJobWaitingForShardsRefusesGroupsBeforeTheyJoin) {
+  lead_->CloseSnapshots();
+  lead_ = NewCore("lead-min", "", /*min_shards=*/2);
+  const std::string job_id = Submit();
+  Sync(0);
+  v1::RegisterGroupRequest request;
+  request.set_job_id(job_id);
+  request.set_ranks(1);
+  for (int retry = 0; retry < 3; ++retry) {
+    const absl::Status waiting = lead_->RegisterGroup(kCaller, request).status();
+    EXPECT_EQ(waiting.code(), absl::StatusCode::kUnavailable) << waiting;
+    EXPECT_NE(waiting.message().find("1 of the 2"), std::string::npos) << waiting;
+  }
+  v1::GetJobStatusRequest status_request;
+  status_request.set_job_id(job_id);
+  absl::StatusOr<v1::JobStatus> status = lead_->GetJobStatus(status_request);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(status->groups_size(), 0);
 }
 
 TEST_F(MasterShardsTest, WithoutLiveShardsAJobStaysOnTheLead) {

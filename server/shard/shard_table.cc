@@ -16,6 +16,13 @@ bool ShardTable::JobPlacement::complete() const {
 
 ShardTable::ShardTable(Options options) : options_(std::move(options)) {}
 
+absl::Status ShardTable::MinShardsError(const std::string& job_id, int live) const {
+  return absl::UnavailableError(absl::StrCat(
+      "job ", job_id, " waits for parameter shards: ", live, " of the ", options_.min_shards,
+      " this lead needs (--min_shards) are live; start mpilearn-master --shard_of pointing at "
+      "this lead"));
+}
+
 bool ShardTable::LiveLocked(const Shard& shard, absl::Time now) const {
   return now - shard.last_seen <= options_.lost_after;
 }
@@ -133,10 +140,7 @@ absl::StatusOr<v1::ShardPlacement> ShardTable::Place(const std::string& job_id,
     }
   }
   if (static_cast<int>(load.size()) < options_.min_shards) {
-    return absl::UnavailableError(absl::StrCat(
-        "job ", job_id, " waits for parameter shards: ", load.size(), " of the ",
-        options_.min_shards, " this lead needs (--min_shards) are live; start mpilearn-master "
-        "--shard_of pointing at this lead"));
+    return MinShardsError(job_id, static_cast<int>(load.size()));
   }
   std::vector<std::pair<int, std::string>> order;
   for (const auto& [address, jobs] : load) order.emplace_back(jobs, address);
@@ -151,6 +155,15 @@ absl::StatusOr<v1::ShardPlacement> ShardTable::Place(const std::string& job_id,
     result.add_addresses(order[s].second);
   }
   return result;
+}
+
+absl::Status ShardTable::ReadyToPlace(const std::string& job_id, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  if (placements_.count(job_id) > 0 || options_.min_shards == 0) return absl::OkStatus();
+  int live = 0;
+  for (const auto& [address, shard] : shards_) live += LiveLocked(shard, now) ? 1 : 0;
+  if (live >= options_.min_shards) return absl::OkStatus();
+  return MinShardsError(job_id, live);
 }
 
 absl::Status ShardTable::AwaitSlices(const std::string& job_id, absl::Duration timeout) {

@@ -88,6 +88,12 @@ class ShardTable {
   absl::StatusOr<v1::ShardPlacement> Place(const std::string& job_id, int max_shards,
                                            absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // OK when Place would place the job now or has placed it; Place's
+  // UNAVAILABLE while fewer than Options::min_shards are live. Lets a lead
+  // refuse a group before registering it.
+  absl::Status ReadyToPlace(const std::string& job_id, absl::Time now) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Waits until every shard of the job's placement reported holding its
   // slice. UNAVAILABLE naming the missing shards after `timeout`;
   // NOT_FOUND for a job not placed.
@@ -124,6 +130,8 @@ class ShardTable {
   };
 
   bool LiveLocked(const Shard& shard, absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE: `job_id` waits for --min_shards, `live` being live.
+  absl::Status MinShardsError(const std::string& job_id, int live) const;
   // Whether `address` has a slice placed on it that it did not report.
   bool HasNewOrderLocked(const std::string& address) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Shards of the job's placement that do not report its slice.
