@@ -116,9 +116,11 @@ class SliceCursor {
     return true;
   }
 
-  // Hands the next `bytes` bytes to `consume` as the slices hold them.
+  // Hands the next `bytes` bytes to `consume` as the slices hold them;
+  // INVALID_ARGUMENT when fewer remain.
   template <typename Consume>
   absl::Status ForEachPiece(uint64_t bytes, Consume consume) {
+    if (bytes > remaining_) return absl::InvalidArgumentError("truncated data");
     while (bytes > 0) {
       const absl::Span<const char> piece = Current();
       const size_t n = std::min<uint64_t>(bytes, piece.size());
@@ -183,18 +185,21 @@ absl::Status ReadChunk(SliceCursor& cursor, uint64_t length,
   const size_t end = cursor.remaining() - length;  // remaining() at the end
   uint64_t tensor_index = 0;
   uint64_t byte_offset = 0;
+  // A field read past the chunk's end (a varint or skipped value running
+  // over it) is malformed, and never lets the arithmetic below wrap.
+  auto inside = [&cursor, end] { return cursor.remaining() >= end; };
   while (cursor.remaining() > end) {
     uint64_t tag;
-    if (!cursor.ReadVarint(&tag)) return Malformed(what, "bad chunk field");
+    if (!cursor.ReadVarint(&tag) || !inside()) return Malformed(what, "bad chunk field");
     const int field = static_cast<int>(tag >> 3);
     const int wire_type = static_cast<int>(tag & 7);
     if (field == 1 && wire_type == kVarint) {
-      if (!cursor.ReadVarint(&tensor_index)) return Malformed(what, "bad index");
+      if (!cursor.ReadVarint(&tensor_index) || !inside()) return Malformed(what, "bad index");
     } else if (field == 2 && wire_type == kVarint) {
-      if (!cursor.ReadVarint(&byte_offset)) return Malformed(what, "bad offset");
+      if (!cursor.ReadVarint(&byte_offset) || !inside()) return Malformed(what, "bad offset");
     } else if (field == 3 && wire_type == kLengthDelimited) {
       uint64_t bytes;
-      if (!cursor.ReadVarint(&bytes) || bytes > cursor.remaining() - end) {
+      if (!cursor.ReadVarint(&bytes) || !inside() || bytes > cursor.remaining() - end) {
         return Malformed(what, "chunk data overruns the chunk");
       }
       if (cursor.remaining() - bytes != end) {
@@ -221,7 +226,7 @@ absl::Status ReadChunk(SliceCursor& cursor, uint64_t length,
         return assembler.Add(static_cast<uint32_t>(tensor_index),
                              byte_offset + at, piece);
       });
-    } else if (!SkipValue(cursor, wire_type)) {
+    } else if (!SkipValue(cursor, wire_type) || !inside()) {
       return Malformed(what, "bad chunk field");
     }
   }

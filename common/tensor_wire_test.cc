@@ -272,6 +272,15 @@ TEST(TensorWireTest, MalformedMessagesAreInvalidArgument) {
   auto overrun = ReadTensorPart(Resliced(big.SerializeAsString(), {}), &header,
                                 &*assembler, "x");
   EXPECT_EQ(overrun.status().code(), absl::StatusCode::kInvalidArgument);
+  // A chunk whose data length is a varint running past the chunk's end into
+  // the next byte (found by tensor_wire_fuzz: it read past the buffer).
+  const std::string past_end = std::string("\x12\x0a\x1a") + std::string(9, '\xff') + "\x25";
+  for (const std::vector<size_t>& cuts : {std::vector<size_t>{}, {3}, {5, 11}}) {
+    auto past = ReadTensorPart(Resliced(past_end, cuts), &header, &*assembler, "x");
+    EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument) << past.status();
+    EXPECT_NE(past.status().message().find("chunk data overruns the chunk"), std::string::npos)
+        << past.status();
+  }
 }
 
 }  // namespace
