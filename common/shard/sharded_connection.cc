@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/error_reason.h"
@@ -42,6 +43,24 @@ std::vector<int64_t> Sizes(absl::Span<const absl::Span<T>> spans) {
 
 }  // namespace
 
+std::string SliceName(const std::string& name, const TensorRange& range) {
+  return absl::StrCat(name, "[", range.begin, ":", range.end, "]");
+}
+
+bool ParseSliceName(const std::string& slice, std::string* name, int64_t* begin,
+                    int64_t* end) {
+  const size_t open = slice.rfind('[');
+  const size_t colon = slice.rfind(':');
+  if (open == std::string::npos || colon == std::string::npos || colon < open ||
+      slice.back() != ']') {
+    return false;
+  }
+  *name = slice.substr(0, open);
+  return absl::SimpleAtoi(slice.substr(open + 1, colon - open - 1), begin) &&
+         absl::SimpleAtoi(slice.substr(colon + 1, slice.size() - colon - 2), end) &&
+         *begin >= 0 && *begin < *end;
+}
+
 v1::TensorSetHeader SliceHeader(const v1::TensorSetHeader& whole, const Placement& placement,
                                 int shard) {
   v1::TensorSetHeader slice = whole;
@@ -49,7 +68,7 @@ v1::TensorSetHeader SliceHeader(const v1::TensorSetHeader& whole, const Placemen
   for (const TensorRange& range : placement.shards[shard]) {
     const v1::TensorInfo& info = whole.tensors(range.tensor);
     v1::TensorInfo* piece = slice.add_tensors();
-    piece->set_name(absl::StrCat(info.name(), "[", range.begin, ":", range.end, "]"));
+    piece->set_name(SliceName(info.name(), range));
     piece->set_dtype(info.dtype());
     piece->add_shape(range.size());
     piece->set_buffer(info.buffer());
@@ -158,8 +177,7 @@ absl::StatusOr<v1::NextDataUnitResponse> ShardedConnection::NextDataUnit(
   v1::LeaveRequest leave;
   leave.set_job_id(request.job_id());
   leave.set_group_id(request.group_id());
-  (void)lead_.Leave(leave);
-  LeaveShards(leave, std::nullopt);
+  (void)Leave(leave);
   return lost;
 }
 

@@ -52,6 +52,13 @@
 
 namespace mpilearn::shard {
 
+// A slice tensor's name: "NAME[BEGIN:END]" for `range` of tensor `name`;
+// ParseSliceName reads one back (false for any other name, or an empty
+// range).
+std::string SliceName(const std::string& name, const TensorRange& range);
+bool ParseSliceName(const std::string& slice, std::string* name, int64_t* begin,
+                    int64_t* end);
+
 // The layout `whole` as shard `shard` of `placement` holds it (see the
 // file comment), version and the rest copied.
 v1::TensorSetHeader SliceHeader(const v1::TensorSetHeader& whole, const Placement& placement,

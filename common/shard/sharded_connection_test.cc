@@ -159,6 +159,17 @@ TEST(ShardedConnectionTest, SliceHeadersNameTheirRanges) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"bn.running_mean[0:2]", "fc.weight[0:3]",
                                              "fc.weight[3:6]"}));
+  // Read back as written; anything else is no slice.
+  std::string name;
+  int64_t begin = 0, end = 0;
+  ASSERT_TRUE(ParseSliceName("fc.weight[3:6]", &name, &begin, &end));
+  EXPECT_EQ(name, "fc.weight");
+  EXPECT_EQ(begin, 3);
+  EXPECT_EQ(end, 6);
+  for (const char* other : {"fc.weight", "fc.weight[3:3]", "fc.weight[6:3]", "w[-1:2]",
+                            "w[1:2", "w[a:2]", "w]1:2["}) {
+    EXPECT_FALSE(ParseSliceName(other, &name, &begin, &end)) << other;
+  }
 }
 
 TEST(ShardedConnectionTest, EachShardGetsItsOwnBaseVersion) {

@@ -27,6 +27,12 @@ bool ShardTable::LiveLocked(const Shard& shard, absl::Time now) const {
   return now - shard.last_seen <= options_.lost_after;
 }
 
+int ShardTable::LiveCountLocked(absl::Time now) const {
+  int live = 0;
+  for (const auto& [address, shard] : shards_) live += LiveLocked(shard, now) ? 1 : 0;
+  return live;
+}
+
 bool ShardTable::HasNewOrderLocked(const std::string& address) const {
   const auto shard = shards_.find(address);
   for (const auto& [job_id, placement] : placements_) {
@@ -160,8 +166,7 @@ absl::StatusOr<v1::ShardPlacement> ShardTable::Place(const std::string& job_id,
 absl::Status ShardTable::ReadyToPlace(const std::string& job_id, absl::Time now) const {
   absl::MutexLock lock(&mu_);
   if (placements_.count(job_id) > 0 || options_.min_shards == 0) return absl::OkStatus();
-  int live = 0;
-  for (const auto& [address, shard] : shards_) live += LiveLocked(shard, now) ? 1 : 0;
+  const int live = LiveCountLocked(now);
   if (live >= options_.min_shards) return absl::OkStatus();
   return MinShardsError(job_id, live);
 }
@@ -223,9 +228,7 @@ void ShardTable::Forget(const std::string& job_id) {
 
 int ShardTable::LiveShards(absl::Time now) const {
   absl::MutexLock lock(&mu_);
-  int live = 0;
-  for (const auto& [address, shard] : shards_) live += LiveLocked(shard, now) ? 1 : 0;
-  return live;
+  return LiveCountLocked(now);
 }
 
 }  // namespace mpilearn::server

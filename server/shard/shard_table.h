@@ -130,6 +130,7 @@ class ShardTable {
   };
 
   bool LiveLocked(const Shard& shard, absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int LiveCountLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // UNAVAILABLE: `job_id` waits for --min_shards, `live` being live.
   absl::Status MinShardsError(const std::string& job_id, int live) const;
   // Whether `address` has a slice placed on it that it did not report.

@@ -69,6 +69,7 @@
 #include "common/checkpoint_file.h"
 #include "common/cli_flags.h"
 #include "common/job_spec.h"
+#include "common/shard/sharded_connection.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "proto/mpilearn.pb.h"
@@ -284,21 +285,6 @@ absl::StatusOr<std::vector<Float32Tensors>> ReadShardSlices(const Options& optio
   return slices;
 }
 
-// "NAME[BEGIN:END]" -> NAME, BEGIN, END; false for any other name.
-bool ParseSliceName(const std::string& slice, std::string* name, int64_t* begin,
-                    int64_t* end) {
-  const size_t open = slice.rfind('[');
-  const size_t colon = slice.rfind(':');
-  if (open == std::string::npos || colon == std::string::npos || colon < open ||
-      slice.empty() || slice.back() != ']') {
-    return false;
-  }
-  *name = slice.substr(0, open);
-  return absl::SimpleAtoi(slice.substr(open + 1, colon - open - 1), begin) &&
-         absl::SimpleAtoi(slice.substr(colon + 1, slice.size() - colon - 2), end) &&
-         *begin >= 0 && *begin < *end;
-}
-
 // The whole weights of `model` from the shards' `slices`: each slice
 // tensor's range copied into its tensor; an error names a slice that fits
 // no tensor, an element held twice, or one held by none.
@@ -322,7 +308,7 @@ absl::StatusOr<Float32Tensors> JoinSlices(const std::vector<Float32Tensors>& sli
       const v1::TensorInfo& info = slice.header.tensors(i);
       std::string name;
       int64_t begin = 0, end = 0;
-      if (!ParseSliceName(info.name(), &name, &begin, &end)) {
+      if (!shard::ParseSliceName(info.name(), &name, &begin, &end)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "'", info.name(), "' in a shard's weights is not a slice (NAME[BEGIN:END]): is "
             "every --shard_state_dirs a shard's state directory?"));
