@@ -70,6 +70,7 @@ Role RequiredRole(absl::string_view method) {
           {"DeleteJob", Role::kAdmin},
           // Master: a parameter shard syncing with its lead.
           {"ShardSync", Role::kAdmin},
+          {"ReportSlice", Role::kAdmin},
           // Master: worker groups and validation pools.
           {"RegisterGroup", Role::kWorker},
           {"InitWeights", Role::kWorker},

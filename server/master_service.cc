@@ -171,6 +171,24 @@ grpc::Status MasterServiceImpl::ShardSync(grpc::ServerContext* context,
   }));
 }
 
+grpc::Status MasterServiceImpl::ReportSlice(grpc::ServerContext* context,
+                                            grpc::ServerReader<v1::ReportSliceRequest>* reader,
+                                            v1::ReportSliceResponse* /*response*/) {
+  RpcScope rpc(metrics_, "ReportSlice", /*streaming=*/true);
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  return rpc.Finish(GuardCall("ReportSlice", [&]() -> absl::Status {
+    v1::ReportSliceRequest first;
+    MPILEARN_RETURN_IF_ERROR(
+        ExpectHeader(reader->Read(&first) && first.has_header(), "ReportSlice"));
+    MPILEARN_ASSIGN_OR_RETURN(PendingTensors pending, core_.BeginSliceReport(first.header()));
+    MPILEARN_RETURN_IF_ERROR(
+        ReceiveChunks<v1::ReportSliceRequest>(*reader, "ReportSlice", pending));
+    return core_.CommitSliceReport(std::move(pending));
+  }));
+}
+
 grpc::Status MasterServiceImpl::RegisterGroup(
     grpc::ServerContext* context, const v1::RegisterGroupRequest* request,
     v1::RegisterGroupResponse* response) {

@@ -56,6 +56,10 @@ class MasterServiceImpl final : public v1::Master::Service {
   // A parameter shard's sync with this lead (MasterCore::ShardSync).
   grpc::Status ShardSync(grpc::ServerContext* context, const v1::ShardSyncRequest* request,
                          v1::ShardSyncResponse* response) override;
+  // A shard's slice for a whole-model view (MasterCore::BeginSliceReport).
+  grpc::Status ReportSlice(grpc::ServerContext* context,
+                           grpc::ServerReader<v1::ReportSliceRequest>* reader,
+                           v1::ReportSliceResponse* response) override;
   grpc::Status RegisterGroup(grpc::ServerContext* context,
                              const v1::RegisterGroupRequest* request,
                              v1::RegisterGroupResponse* response) override;

@@ -5,7 +5,10 @@
 // everywhere, the shards reaching the lead with an admin token.
 //
 // The same sync job (MLP, Fashion-MNIST subset, fixed seed) trains on one
-// master and on the lead with two shards: the same accuracy. Then a shard's
+// master and on the lead with two shards: the same accuracy, and the same
+// final weights as a PullWeights from each master returns them (the lead
+// joins its shards' slices), while a validation pool on host 5 validates
+// the snapshots the lead gathers at epoch ends. Then a shard's
 // host loses every process mid-training and the shard is started again from
 // its state directory: the job completes within a point of the undisturbed
 // sharded run.
@@ -19,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/client/master_client.h"
+#include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
 #include "tests/test_process.h"
@@ -37,14 +41,14 @@ constexpr char kAdminToken[] = "shards-admin-token-0123456789";
 constexpr char kWorkerToken[] = "shards-worker-token-0123456789";
 
 // Host 0: the master or lead; hosts 1 and 2: the shards; hosts 3 and 4: the
-// group's two ranks.
+// group's two ranks; host 5: a validation pool.
 class ShardClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveFashionMnist()) {
       GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
     }
-    absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster = NetnsCluster::Create(5);
+    absl::StatusOr<std::unique_ptr<NetnsCluster>> cluster = NetnsCluster::Create(6);
     if (!cluster.ok()) {
       GTEST_SKIP() << "no network namespaces on this machine: " << cluster.status();
     }
@@ -95,19 +99,73 @@ class ShardClusterTest : public ::testing::Test {
                                   absl::StrCat(dir_, "/shard", k), flags);
   }
 
-  // Submits `spec` and trains it with a group on hosts 3 and 4.
-  std::unique_ptr<ChildProcess> StartJob(const std::string& name, const v1::JobSpec& spec) {
+  // Submits `spec` and trains it with a group on hosts 3 and 4; with
+  // `pool`, a validation pool on host 5 follows the job first (pool_).
+  std::unique_ptr<ChildProcess> StartJob(const std::string& name, const v1::JobSpec& spec,
+                                         bool pool = false) {
     auto job_id = client_->SubmitJob(spec);
     EXPECT_TRUE(job_id.ok()) << job_id.status();
     if (!job_id.ok()) return nullptr;
     job_id_ = *job_id;
-    auto workers = StartWorkers(2, master_->address(),
-                                {"--threads=1", "--tls_ca=" + dir_ + "/ca.pem",
-                                 "--token_file=" + dir_ + "/worker.token",
-                                 "--job_id=" + job_id_},
+    const std::vector<std::string> flags = {"--threads=1", "--tls_ca=" + dir_ + "/ca.pem",
+                                            "--token_file=" + dir_ + "/worker.token"};
+    if (pool) {
+      std::vector<std::string> pool_flags = flags;
+      pool_flags.insert(pool_flags.end(), {"--role=validate", "--jobs=" + job_id_,
+                                           "--pool_label=remote", "--exit_when_idle_s=10"});
+      auto started = StartWorkers(1, master_->address(), pool_flags,
+                                  absl::StrCat(dir_, "/", name, "_pool.log"),
+                                  cluster_->MpirunArgs({5}));
+      EXPECT_TRUE(started.ok()) << started.status();
+      if (!started.ok()) return nullptr;
+      pool_ = *std::move(started);
+      // One mpirun at a time: the pool subscribes before training starts.
+      EXPECT_TRUE(WaitForLog(*pool_, "waiting for snapshots", absl::Seconds(120)))
+          << pool_->Log();
+    }
+    std::vector<std::string> group_flags = flags;
+    group_flags.push_back("--job_id=" + job_id_);
+    auto workers = StartWorkers(2, master_->address(), group_flags,
                                 absl::StrCat(dir_, "/", name, ".log"), cluster_->MpirunArgs({3, 4}));
     EXPECT_TRUE(workers.ok()) << workers.status();
     return workers.ok() ? *std::move(workers) : nullptr;
+  }
+
+  // The job's weights as PullWeights serves them to a client without a
+  // group (fp32): names, shapes and values.
+  struct Weights {
+    v1::TensorSetHeader header;
+    std::vector<std::vector<float>> values;
+  };
+  Weights PullWhole() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::PullWeightsRequest request;
+    request.set_job_id(job_id_);
+    std::unique_ptr<grpc::ClientReaderInterface<v1::WeightsPart>> reader =
+        client_->stub().PullWeights(&context, request);
+    Weights weights;
+    std::optional<TensorSetAssembler> assembler;
+    v1::WeightsPart part;
+    while (reader->Read(&part)) {
+      if (part.has_header()) {
+        weights.header = part.header();
+        const absl::StatusOr<std::vector<int64_t>> counts =
+            TensorSetAssembler::ElementCounts(weights.header);
+        EXPECT_TRUE(counts.ok()) << counts.status();
+        if (!counts.ok()) break;
+        for (const int64_t count : *counts) weights.values.emplace_back(static_cast<size_t>(count));
+        std::vector<absl::Span<float>> spans;
+        for (std::vector<float>& v : weights.values) spans.push_back(absl::MakeSpan(v));
+        assembler.emplace(TensorSetAssembler::Create(weights.header, spans).value());
+      } else if (assembler.has_value()) {
+        EXPECT_TRUE(assembler->Add(part.chunk()).ok());
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(assembler.has_value() && assembler->Finish().ok());
+    return weights;
   }
 
   v1::JobStatus ExpectCompleted(ChildProcess& workers) {
@@ -151,12 +209,14 @@ class ShardClusterTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<MasterProcess> master_;
   std::vector<std::unique_ptr<MasterProcess>> shards_;
+  std::unique_ptr<ChildProcess> pool_;
   std::unique_ptr<MasterClient> client_;
   std::string job_id_;
 };
 
 // One master, then a lead with two shards: the same job reaches the same
-// accuracy, and the same test loss.
+// accuracy, the same test loss and the same final weights; a validation
+// pool validates the sharded job's snapshots.
 TEST_F(ShardClusterTest, ShardedJobTrainsAsOneMasterDoes) {
   const v1::JobSpec spec = FashionMnistSubset("sync", kTrainLimit, kEpochs);
   StartMaster("single");
@@ -164,23 +224,46 @@ TEST_F(ShardClusterTest, ShardedJobTrainsAsOneMasterDoes) {
   ASSERT_NE(workers, nullptr);
   const v1::JobStatus single = ExpectCompleted(*workers);
   EXPECT_EQ(single.shards_size(), 0);
+  const Weights single_weights = PullWhole();
   client_.reset();
   master_.reset();
 
   StartLeadAndShards();
-  workers = StartJob("sharded", spec);
+  workers = StartJob("sharded", spec, /*pool=*/true);
   ASSERT_NE(workers, nullptr);
-  const v1::JobStatus sharded = ExpectCompleted(*workers);
+  ExpectCompleted(*workers);
+  // The pool ends once idle; its reports are in the job's status then.
+  ASSERT_TRUE(pool_->Wait(absl::Seconds(120)).has_value()) << pool_->Log();
+  const v1::JobStatus sharded = client_->GetJobStatus(job_id_).value();
   ExpectOnShards(sharded);
+  int from_pool = 0;
+  for (const v1::ValidationRecord& record : sharded.validations()) {
+    if (record.source().find("remote") == std::string::npos) continue;
+    ++from_pool;
+    // A trained model's (chance is 0.1), from one epoch on.
+    EXPECT_GE(record.val_accuracy(), 0.6) << record.ShortDebugString();
+  }
+  EXPECT_GT(from_pool, 0) << sharded.ShortDebugString() << "\n" << pool_->Log();
+  // The lead serves the whole model, joined from the shards' slices: the
+  // very weights one master ended on.
+  const Weights sharded_weights = PullWhole();
+  ASSERT_EQ(sharded_weights.header.tensors_size(), single_weights.header.tensors_size());
+  for (int t = 0; t < single_weights.header.tensors_size(); ++t) {
+    EXPECT_EQ(sharded_weights.header.tensors(t).name(), single_weights.header.tensors(t).name());
+    EXPECT_EQ(sharded_weights.header.tensors(t).shape_size(),
+              single_weights.header.tensors(t).shape_size());
+  }
+  EXPECT_TRUE(sharded_weights.values == single_weights.values)
+      << "the lead's joined weights differ from one master's";
   EXPECT_NEAR(sharded.test_accuracy(), single.test_accuracy(), 0.01);
   // More: one group of one thread per rank trains deterministically, and
   // each shard applies Adam to its slice as one master applies it to the
   // whole, so the sharded run ends on the same weights, bit for bit.
   EXPECT_DOUBLE_EQ(sharded.test_loss(), single.test_loss());
   std::printf("one master: test_accuracy=%.4f test_loss=%.6f; lead + %d shards: "
-              "test_accuracy=%.4f test_loss=%.6f\n",
+              "test_accuracy=%.4f test_loss=%.6f, %d pool validations\n",
               single.test_accuracy(), single.test_loss(), kShards, sharded.test_accuracy(),
-              sharded.test_loss());
+              sharded.test_loss(), from_pool);
 }
 
 // A shard's host loses every process mid-training; the shard is started

@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#targets[@]} -gt 0 ] || targets=(job_spec_fuzz tensor_wire_fuzz checkpoint_fuzz master_core_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(job_spec_fuzz tensor_wire_fuzz checkpoint_fuzz master_core_fuzz slice_join_fuzz)
 
 command -v clang-14 >/dev/null || {
   echo "fuzz: clang-14 not found (tools/install_deps.sh installs it)" >&2

@@ -72,6 +72,8 @@ v1::TensorSetHeader SliceHeader(const v1::TensorSetHeader& whole, const Placemen
     piece->set_dtype(info.dtype());
     piece->add_shape(range.size());
     piece->set_buffer(info.buffer());
+    piece->mutable_slice_of()->set_index(range.tensor);
+    *piece->mutable_slice_of()->mutable_shape() = info.shape();
   }
   return slice;
 }

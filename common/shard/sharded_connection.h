@@ -19,7 +19,9 @@
 //
 // Slices. A shard's tensor set lists the ranges it holds, in the
 // placement's order, as tensors named "NAME[BEGIN:END]" of shape {END -
-// BEGIN}, with the tensor's dtype and buffer flag. Every slice of a push
+// BEGIN}, with the tensor's dtype and buffer flag, and the whole tensor's
+// index and shape (TensorInfo.slice_of), so a lead can join the slices
+// into the whole model (server/shard/slice_gather.h). Every slice of a push
 // carries the whole update's norm (Header.update_norm), so a shard clips
 // (optimizer.clip_grad_norm) as one master clipping the whole would.
 //

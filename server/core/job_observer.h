@@ -33,7 +33,9 @@ class JobObserver {
                                const v1::JobSpec& /*spec*/,
                                const AppliedUpdate& /*update*/) {}
 
-  // When an epoch's last data unit completed (weights as of that moment).
+  // When an epoch's last data unit completed (weights as of that moment;
+  // null when the job has none on this master: its weights live on
+  // parameter shards, or no group offered them yet).
   virtual void OnEpochEnd(
       const std::string& /*job_id*/, const v1::JobSpec& /*spec*/,
       const std::shared_ptr<const WeightsSnapshot>& /*weights*/,

@@ -265,14 +265,15 @@ absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
         })
         .IgnoreError();  // nothing to fail: the records are read, not added
     entry.journal->PersistHistory();
+    // Without weights here (they live on parameter shards) the observers
+    // hear of the epoch's end with none.
     absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
         job.Weights();
-    if (weights.ok()) {
-      const int32_t epochs_done =
-          1 + *std::max_element(response.finished_epochs().begin(),
-                                response.finished_epochs().end());
-      observers_.OnEpochEnd(job.id(), job.spec(), *weights, epochs_done);
-    }
+    const int32_t epochs_done =
+        1 + *std::max_element(response.finished_epochs().begin(),
+                              response.finished_epochs().end());
+    observers_.OnEpochEnd(job.id(), job.spec(), weights.ok() ? *weights : nullptr,
+                          epochs_done);
   }
   if (response.finish()) {
     VLOG(1) << "job " << job.id() << ": group " << request.group_id()

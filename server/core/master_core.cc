@@ -100,6 +100,9 @@ const v1::TensorSetHeader& PendingTensors::tensors() const {
   if (const auto* init = std::get_if<v1::InitWeightsRequest::Header>(&call_)) {
     return init->weights();
   }
+  if (const auto* slice = std::get_if<v1::ReportSliceRequest::Header>(&call_)) {
+    return slice->weights();
+  }
   return std::get<v1::PushGradientRequest::Header>(call_).gradient();
 }
 
@@ -175,7 +178,11 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
       options.check_callers, options.registry.group_timeout,
       options.registry.clock);
   core->snapshots_ = std::make_unique<SnapshotHub>();
-  options.registry.observers.push_back(core->snapshots_.get());
+  core->gather_ = std::make_unique<SliceGather>();
+  // In front of the hub: it passes every call on, and gathers a sharded
+  // job's weights for its epoch-end snapshot.
+  core->StartShardSnapshots();
+  options.registry.observers.push_back(core->ShardSnapshotsObserver());
   MPILEARN_ASSIGN_OR_RETURN(core->registry_,
                             JobRegistry::Create(std::move(options.registry)));
   return core;
@@ -250,27 +257,27 @@ absl::StatusOr<PendingTensors> MasterCore::BeginInitWeights(
   // Only a group of the job may offer its weights: a stranger's header is
   // refused before anything is sized for it.
   MPILEARN_RETURN_IF_ERROR(job->Touch(header.group_id(), registry_->Now()));
+  MPILEARN_RETURN_IF_ERROR(CheckIncomingSet(
+      header.weights(), absl::StrCat("the initial weights for job ", header.job_id())));
+  return PendingTensors::ForCall(header);
+}
+
+absl::Status MasterCore::CheckIncomingSet(const v1::TensorSetHeader& weights,
+                                          const std::string& what) const {
   // Everything is known from the header alone: refuse before allocating.
-  const v1::TensorSetHeader& weights = header.weights();
   if (weights.tensors_size() > limits_.max_tensors_per_set) {
     return LimitError(absl::StrCat(
-        "the initial weights for job ", header.job_id(), " list ",
-        weights.tensors_size(), " tensors; this master takes at most ",
-        limits_.max_tensors_per_set,
-        " per set (mpilearn-master --max_tensors_per_set)"));
+        what, " list ", weights.tensors_size(), " tensors; this master takes at most ",
+        limits_.max_tensors_per_set, " per set (mpilearn-master --max_tensors_per_set)"));
   }
   MPILEARN_ASSIGN_OR_RETURN(const uint64_t bytes, Float32Bytes(weights));
   if (bytes > limits_.max_model_bytes) {
     return LimitError(absl::StrCat(
-        "the initial weights for job ", header.job_id(), " are ",
-        bytes == UINT64_MAX ? "more than 16 EiB" : HumanBytes(bytes),
-        " as fp32; ", ModelLimitText(limits_.max_model_bytes),
-        ": make the model smaller"));
+        what, " are ", bytes == UINT64_MAX ? "more than 16 EiB" : HumanBytes(bytes),
+        " as fp32; ", ModelLimitText(limits_.max_model_bytes), ": make the model smaller"));
   }
   // Tensor names are kept in the job's checkpoints.
-  MPILEARN_RETURN_IF_ERROR(
-      CheckStringFields(weights, "weights", limits_.max_string_bytes));
-  return PendingTensors::ForCall(header);
+  return CheckStringFields(weights, "weights", limits_.max_string_bytes);
 }
 
 absl::StatusOr<v1::InitWeightsResponse> MasterCore::CommitInitWeights(
@@ -350,10 +357,10 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
   }
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job,
                             registry_->FindJob(request.job_id()));
-  MPILEARN_RETURN_IF_ERROR(NotOnShards(request.job_id(), "pulled from"));
   if (!request.group_id().empty()) {
     MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), registry_->Now()));
   }
+  if (OnShards(request.job_id())) return GatherWeights(request.job_id(), job->spec());
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
       job->Weights();
   if (!weights.ok() && job->MemoryReleased()) {
@@ -433,7 +440,6 @@ MasterCore::SubscribeSnapshots(const Caller& caller,
                                    request.job_ids().end());
   for (const std::string& job_id : job_ids) {
     MPILEARN_RETURN_IF_ERROR(registry_->FindJob(job_id).status());
-    MPILEARN_RETURN_IF_ERROR(NotOnShards(job_id, "followed by a validation pool of"));
   }
   // The subscription handed out owns a Counted, so the count drops, and the
   // caller stops following its jobs, when the last reference to it goes.

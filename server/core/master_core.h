@@ -48,10 +48,12 @@
 #include "server/core/job_values.h"
 #include "server/core/snapshot_hub.h"
 #include "server/shard/shard_table.h"
+#include "server/shard/slice_gather.h"
 
 namespace mpilearn::server {
 
-// The tensors of one InitWeights or PushGradient call while they arrive:
+// The tensors of one InitWeights, PushGradient or ReportSlice call while
+// they arrive:
 // fp32 buffers sized from the call's header, filled by the transport either
 // chunk by chunk (AddChunk, the gRPC stream) or whole (CopyFrom, in
 // process), then handed to the matching Commit. Move-only; not thread-safe.
@@ -79,7 +81,8 @@ class PendingTensors {
  private:
   friend class MasterCore;
   using CallHeader = std::variant<v1::InitWeightsRequest::Header,
-                                  v1::PushGradientRequest::Header>;
+                                  v1::PushGradientRequest::Header,
+                                  v1::ReportSliceRequest::Header>;
 
   explicit PendingTensors(CallHeader call) : call_(std::move(call)) {}
 
@@ -172,6 +175,7 @@ class MasterCore {
 
   MasterCore(const MasterCore&) = delete;
   MasterCore& operator=(const MasterCore&) = delete;
+  ~MasterCore();
 
   // Jobs and groups.
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
@@ -199,7 +203,8 @@ class MasterCore {
   // The job's current weights; a group named in the request is marked as
   // seen (and must be an active group of the job). For an ended job whose
   // memory was released, the weights of its newest checkpoint, read from
-  // disk (JobRegistry::EndedWeights).
+  // disk (JobRegistry::EndedWeights). A lead gathers a sharded job's
+  // weights from its shards (GatherWeights).
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> PullWeights(
       const Caller& caller, const v1::PullWeightsRequest& request);
 
@@ -269,6 +274,21 @@ class MasterCore {
   // out (a slice created from its spec, or stopped). Errors name the job.
   std::vector<v1::ShardSliceStatus> SliceReports() const;
   absl::Status ServeSliceOrders(const v1::ShardSyncResponse& orders);
+  // Sharding, the shard's side: its slice of a job the lead wants
+  // (SliceWanted), to send with ReportSlice: the header (job id, request,
+  // shard index, layout; `error` set when it has none to send) and the
+  // weights. The caller sets the header's address.
+  struct SliceForLead {
+    v1::ReportSliceRequest::Header header;
+    std::shared_ptr<const WeightsSnapshot> weights;
+  };
+  SliceForLead SliceFor(const v1::SliceWanted& wanted) const;
+  // Sharding, the lead's side: a shard's slice arriving (ReportSlice).
+  // Begin checks the header (a lead only; the bounds of initial weights)
+  // before anything is sized; Commit hands the slice to the gather waiting
+  // for it (SliceGather::Deliver's errors).
+  absl::StatusOr<PendingTensors> BeginSliceReport(const v1::ReportSliceRequest::Header& header);
+  absl::Status CommitSliceReport(PendingTensors pending);
 
   // Periodic work (lost groups, time-based checkpoints); call at least
   // every TickPeriod().
@@ -280,7 +300,7 @@ class MasterCore {
   void CheckpointAll();
 
  private:
-  MasterCore() = default;
+  MasterCore();  // master_shards.cc, where ShardSnapshots is complete
 
   // The model bound of MasterLimits, checked on a normalized spec.
   absl::Status CheckModelBound(const v1::JobSpec& spec) const;
@@ -290,11 +310,25 @@ class MasterCore {
   // again if they do not come).
   absl::Status CheckShardRegistration(const v1::RegisterGroupRequest& request) const;
   absl::Status PlaceOnShards(v1::RegisterGroupResponse& response);
-  // FAILED_PRECONDITION naming the shards when the job's weights live on
-  // shards (the lead has none to give).
-  absl::Status NotOnShards(const std::string& job_id, const char* what) const;
   // GetJobStatus' shards, version and parameters of a sharded job.
   void FillShards(v1::JobStatus& status) const;
+  // Whether the job's weights live on shards (a lead's placement of it).
+  bool OnShards(const std::string& job_id) const;
+  // A sharded job's whole weights, its shards' slices gathered and joined
+  // (docs/sharding.md, "Whole-model views"). With `sync` the gather is
+  // repeated (a few times at most) until every slice is at the same
+  // version, so the view is one state of the model.
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> GatherWeights(
+      const std::string& job_id, const v1::JobSpec& spec);
+  // The bounds of a tensor set arriving (InitWeights, ReportSlice): tensor
+  // count, fp32 bytes, names. `what` names it in errors.
+  absl::Status CheckIncomingSet(const v1::TensorSetHeader& weights, const std::string& what) const;
+
+  // Publishes sharded jobs' snapshots at their epoch ends: the hub's
+  // observer in front of it (master_shards.cc).
+  class ShardSnapshots;
+  void StartShardSnapshots();
+  JobObserver* ShardSnapshotsObserver();
 
   MasterLimits limits_;
   // Declared before the hub: its subscriptions hold records of it.
@@ -304,6 +338,11 @@ class MasterCore {
       std::make_shared<std::atomic<int>>(0);
   // Declared before the registry, whose observer it is, so it outlives it.
   std::unique_ptr<SnapshotHub> snapshots_;
+  // A lead's gathers of sharded jobs' slices.
+  std::unique_ptr<SliceGather> gather_;
+  // The registry's observer in front of the hub; outlives the registry
+  // too, its thread stopped first (~MasterCore).
+  std::unique_ptr<ShardSnapshots> shard_snapshots_;
   std::unique_ptr<JobRegistry> registry_;
   std::string shard_of_;
   std::unique_ptr<ShardTable> shard_table_;

@@ -3,7 +3,9 @@
 // the table); a shard carries out the lead's orders on its own registry.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,8 +27,138 @@ constexpr absl::Duration kSliceWait = absl::Seconds(5);
 // Bounds of a shard's report.
 constexpr int kMaxReportedSlices = 10000;
 constexpr double kMaxSyncWaitSeconds = 10.0;
+// A whole-model view: how long the lead waits for its shards' slices (a
+// long-polling shard answers within a round trip and the slice's
+// transfer), and how often a sync job's gather is repeated to find every
+// slice at one version.
+constexpr absl::Duration kGatherWait = absl::Seconds(30);
+constexpr int kSyncGatherTries = 5;
 
 }  // namespace
+
+// The registry's observer in front of the snapshot hub: every call goes on
+// to the hub, except a sharded job's epoch end, which has no weights on the
+// lead: a thread gathers them from the shards and publishes them then. A
+// job's end (or deletion) waits behind its gathers, so the hub hears of
+// them in the order they happened.
+class MasterCore::ShardSnapshots final : public JobObserver {
+ public:
+  explicit ShardSnapshots(MasterCore& core) : core_(core) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~ShardSnapshots() override { Stop(); }
+
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void OnUpdateApplied(const std::string& job_id, const v1::JobSpec& spec,
+                       const AppliedUpdate& update) override {
+    core_.snapshots_->OnUpdateApplied(job_id, spec, update);
+  }
+  void OnEpochEnd(const std::string& job_id, const v1::JobSpec& spec,
+                  const std::shared_ptr<const WeightsSnapshot>& weights,
+                  int epochs_done) override {
+    const bool wanted =
+        !spec.snapshots().has_at_epoch_end() || spec.snapshots().at_epoch_end();
+    if (weights != nullptr || !wanted || !core_.OnShards(job_id)) {
+      core_.snapshots_->OnEpochEnd(job_id, spec, weights, epochs_done);
+      return;
+    }
+    Enqueue(Task{Task::kEpochEnd, job_id, spec, epochs_done}, /*always=*/true);
+  }
+  void OnJobEnded(const std::string& job_id) override {
+    if (!Enqueue(Task{Task::kEnded, job_id, {}, 0}, /*always=*/false)) {
+      core_.snapshots_->OnJobEnded(job_id);
+    }
+  }
+  void OnJobDeleted(const std::string& job_id) override {
+    if (!Enqueue(Task{Task::kDeleted, job_id, {}, 0}, /*always=*/false)) {
+      core_.snapshots_->OnJobDeleted(job_id);
+    }
+  }
+
+ private:
+  struct Task {
+    enum Kind { kEpochEnd, kEnded, kDeleted } kind;
+    std::string job_id;
+    v1::JobSpec spec;
+    int epochs_done = 0;
+  };
+
+  // Queues `task` when `always`, or when the job has tasks queued; returns
+  // whether it did.
+  bool Enqueue(Task task, bool always) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    int& queued = queued_[task.job_id];
+    if (!always && queued == 0) {
+      queued_.erase(task.job_id);
+      return false;
+    }
+    ++queued;
+    tasks_.push_back(std::move(task));
+    return true;
+  }
+
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    while (true) {
+      Task task;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || !tasks_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      SnapshotHub& hub = *core_.snapshots_;
+      if (task.kind == Task::kEpochEnd) {
+        absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
+            core_.GatherWeights(task.job_id, task.spec);
+        if (weights.ok()) {
+          hub.OnEpochEnd(task.job_id, task.spec, *weights, task.epochs_done);
+        } else {
+          LOG(WARNING) << "job " << task.job_id << ": no snapshot of epoch " << task.epochs_done
+                       << " for validation pools: " << weights.status();
+        }
+      } else if (task.kind == Task::kEnded) {
+        hub.OnJobEnded(task.job_id);
+      } else {
+        hub.OnJobDeleted(task.job_id);
+      }
+      absl::MutexLock lock(&mu_);
+      if (--queued_[task.job_id] == 0) queued_.erase(task.job_id);
+    }
+  }
+
+  MasterCore& core_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  // Tasks queued or running, by job.
+  std::map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+void MasterCore::StartShardSnapshots() {
+  shard_snapshots_ = std::make_unique<ShardSnapshots>(*this);
+}
+
+JobObserver* MasterCore::ShardSnapshotsObserver() { return shard_snapshots_.get(); }
+
+MasterCore::MasterCore() = default;
+
+MasterCore::~MasterCore() {
+  // A gather under way ends at once; then the thread stops.
+  if (gather_ != nullptr) gather_->Close();
+  if (shard_snapshots_ != nullptr) shard_snapshots_->Stop();
+}
 
 absl::Status MasterCore::CheckShardRegistration(const v1::RegisterGroupRequest& request) const {
   if (shard_of_.empty()) {
@@ -73,13 +205,31 @@ absl::Status MasterCore::PlaceOnShards(v1::RegisterGroupResponse& response) {
   return absl::OkStatus();
 }
 
-absl::Status MasterCore::NotOnShards(const std::string& job_id, const char* what) const {
+bool MasterCore::OnShards(const std::string& job_id) const {
   const std::optional<v1::ShardPlacement> placement = shard_table_->PlacementOf(job_id);
-  if (!placement.has_value() || placement->addresses_size() == 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "job ", job_id, "'s weights live on its parameter shards (",
-      absl::StrJoin(placement->addresses(), ", "), "), not on this lead: they cannot be ", what,
-      " the lead yet (docs/sharding.md)"));
+  return placement.has_value() && placement->addresses_size() > 0;
+}
+
+absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::GatherWeights(
+    const std::string& job_id, const v1::JobSpec& spec) {
+  const std::optional<v1::ShardPlacement> placement = shard_table_->PlacementOf(job_id);
+  if (!placement.has_value() || placement->addresses_size() == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "job ", job_id, "'s placement on its shards is not known yet (they report after a "
+        "lead restart); retry"));
+  }
+  const std::vector<std::string> addresses(placement->addresses().begin(),
+                                           placement->addresses().end());
+  const int tries = spec.algorithm() == "sync" ? kSyncGatherTries : 1;
+  absl::StatusOr<SliceGather::Gathered> gathered;
+  for (int attempt = 1; attempt <= tries; ++attempt) {
+    const SliceGather::Ticket ticket = gather_->Begin(job_id, addresses);
+    MPILEARN_RETURN_IF_ERROR(shard_table_->WantSlices(job_id, ticket.request()));
+    gathered = gather_->Await(ticket, kGatherWait);
+    if (!gathered.ok()) return gathered.status();
+    if (gathered->oldest_slice == gathered->newest_slice) break;
+  }
+  return gathered->weights;
 }
 
 void MasterCore::FillShards(v1::JobStatus& status) const {
@@ -164,7 +314,69 @@ absl::StatusOr<v1::ShardSyncResponse> MasterCore::ShardSync(const v1::ShardSyncR
   for (const std::string& job_id : orders.unplaced) {
     stop(job_id, "the lead placed no slice of this job on this shard");
   }
+  for (const auto& [job_id, request] : orders.send) {
+    v1::SliceWanted* wanted = response.add_send();
+    wanted->set_job_id(job_id);
+    wanted->set_request(request);
+  }
   return response;
+}
+
+MasterCore::SliceForLead MasterCore::SliceFor(const v1::SliceWanted& wanted) const {
+  SliceForLead slice;
+  slice.header.set_job_id(wanted.job_id());
+  slice.header.set_request(wanted.request());
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->FindJob(wanted.job_id());
+  if (!job.ok() || !(*job)->spec().has_slice()) {
+    slice.header.set_error("this shard holds no slice of the job");
+    return slice;
+  }
+  slice.header.set_shard((*job)->spec().slice().shard());
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights = (*job)->Weights();
+  if (!weights.ok() && (*job)->MemoryReleased()) weights = registry_->EndedWeights(**job);
+  if (!weights.ok()) {
+    slice.header.set_error(std::string(weights.status().message()));
+    return slice;
+  }
+  *slice.header.mutable_weights() = (*weights)->header;
+  SetWireDType(slice.header.mutable_weights(), v1::DTYPE_FLOAT32);
+  slice.weights = *std::move(weights);
+  return slice;
+}
+
+absl::StatusOr<PendingTensors> MasterCore::BeginSliceReport(
+    const v1::ReportSliceRequest::Header& header) {
+  if (!shard_of_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this master is itself a shard of ", shard_of_, "; a shard sends slices to its lead"));
+  }
+  MPILEARN_RETURN_IF_ERROR(CheckStringField("job_id", header.job_id(), limits_.max_string_bytes));
+  MPILEARN_RETURN_IF_ERROR(
+      CheckStringField("address", header.address(), limits_.max_string_bytes));
+  MPILEARN_RETURN_IF_ERROR(CheckIncomingSet(
+      header.weights(), absl::StrCat("shard ", header.shard(), "'s slice of job ", header.job_id())));
+  if (!header.error().empty() && header.weights().tensors_size() > 0) {
+    return InvalidRequestError("a slice report with an error carries no tensors");
+  }
+  v1::ReportSliceRequest::Header bounded = header;
+  bounded.set_error(SanitizeText(header.error(), limits_.max_string_bytes));
+  return PendingTensors::ForCall(std::move(bounded));
+}
+
+absl::Status MasterCore::CommitSliceReport(PendingTensors pending) {
+  MPILEARN_RETURN_IF_ERROR(pending.Finish());
+  const auto* header = std::get_if<v1::ReportSliceRequest::Header>(&pending.call_);
+  if (header == nullptr) {
+    return WithReason(absl::InternalError("CommitSliceReport of another call"),
+                      v1::ERROR_REASON_INTERNAL);
+  }
+  ShardSliceWeights slice;
+  slice.shard = header->shard();
+  slice.address = header->address();
+  slice.header = header->weights();
+  slice.values = std::move(pending.values_);
+  return gather_->Deliver(header->job_id(), header->request(), std::move(slice),
+                          header->error());
 }
 
 std::vector<v1::ShardSliceStatus> MasterCore::SliceReports() const {

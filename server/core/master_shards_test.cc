@@ -2,9 +2,9 @@
 // the test (ShardSync on the lead, ServeSliceOrders on the shard, as the
 // shard's agent does over gRPC): a job is placed on the shards when its
 // first group registers, the group registers on each shard under the lead's
-// id, the lead shows the slices and refuses what only the shards hold, and
-// the slices stop when the lead's job ends. The refusals of a shard's and a
-// lead's misuse come first.
+// id, the lead shows the slices, gathers them into the whole model for a
+// pull, and the slices stop when the lead's job ends. The refusals of a
+// shard's and a lead's misuse come first.
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -70,6 +70,37 @@ class MasterShardsTest : public ::testing::Test {
     absl::StatusOr<v1::ShardSyncResponse> orders = lead_->ShardSync(request, wait);
     ASSERT_TRUE(orders.ok()) << orders.status();
     ASSERT_TRUE(shards_[s]->ServeSliceOrders(*orders).ok());
+    // Slices the lead wants, sent as the agent's ReportSlice does.
+    for (const v1::SliceWanted& wanted : orders->send()) {
+      MasterCore::SliceForLead slice = shards_[s]->SliceFor(wanted);
+      slice.header.set_address(Address(s));
+      absl::StatusOr<PendingTensors> pending = lead_->BeginSliceReport(slice.header);
+      ASSERT_TRUE(pending.ok()) << pending.status();
+      if (slice.weights != nullptr) {
+        std::vector<absl::Span<const float>> spans;
+        for (const std::vector<float>& v : slice.weights->values) spans.emplace_back(v);
+        ASSERT_TRUE(pending->CopyFrom(spans).ok());
+      }
+      ASSERT_TRUE(lead_->CommitSliceReport(*std::move(pending)).ok());
+    }
+  }
+
+  // `call` in a thread while the shards' agents sync (long polls, so each
+  // round returns as soon as there is an order); its answer.
+  template <typename Call>
+  auto WhileSyncing(const Call& call) {
+    decltype(call()) answer = absl::UnknownError("not called");
+    std::atomic<bool> answered{false};
+    std::thread caller([&] {
+      answer = call();
+      answered = true;
+    });
+    // A bound, not a schedule.
+    for (int round = 0; round < 100 && !answered; ++round) {
+      for (int s = 0; s < 2; ++s) Sync(s, absl::Milliseconds(200));
+    }
+    caller.join();
+    return answer;
   }
 
   std::string Submit() {
@@ -104,6 +135,16 @@ TEST_F(MasterShardsTest, AShardTakesGroupsOnlyUnderTheLeadsIds) {
   status = lead_->RegisterGroup(kCaller, request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("group_id"), std::string::npos) << status;
+  // Slices go to a lead, and only when it asked for them.
+  v1::ReportSliceRequest::Header slice;
+  slice.set_job_id(job_id);
+  slice.set_request(1);
+  EXPECT_EQ(shards_[0]->BeginSliceReport(slice).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<PendingTensors> unasked = lead_->BeginSliceReport(slice);
+  ASSERT_TRUE(unasked.ok()) << unasked.status();
+  EXPECT_EQ(lead_->CommitSliceReport(*std::move(unasked)).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(MasterShardsTest, TheLeadRefusesSlicesInASpecAndBadReports) {
@@ -143,23 +184,14 @@ TEST_F(MasterShardsTest, AJobLivesOnItsShardsFromItsFirstGroupToItsEnd) {
   Sync(1);
   const std::string job_id = Submit();
   // The registration waits for the shards' slices: their agents' next
-  // syncs (long polls here) bring the orders.
-  absl::StatusOr<v1::RegisterGroupResponse> registered;
-  std::atomic<bool> answered{false};
-  std::thread group([&] {
+  // syncs bring the orders.
+  absl::StatusOr<v1::RegisterGroupResponse> registered = WhileSyncing([&] {
     v1::RegisterGroupRequest request;
     request.set_job_id(job_id);
     request.set_ranks(1);
     request.set_host("node7");
-    registered = lead_->RegisterGroup(kCaller, request);
-    answered = true;
+    return lead_->RegisterGroup(kCaller, request);
   });
-  // The agents sync until the group has its answer (a bound, not a
-  // schedule: each round returns as soon as there is an order).
-  for (int round = 0; round < 100 && !answered; ++round) {
-    for (int s = 0; s < 2; ++s) Sync(s, absl::Milliseconds(200));
-  }
-  group.join();
   ASSERT_TRUE(registered.ok()) << registered.status();
   ASSERT_EQ(registered->shards().addresses_size(), 2);
   EXPECT_EQ(registered->shards().addresses(0), Address(0));
@@ -181,30 +213,41 @@ TEST_F(MasterShardsTest, AJobLivesOnItsShardsFromItsFirstGroupToItsEnd) {
     absl::StatusOr<v1::RegisterGroupResponse> on_shard = shards_[s]->RegisterGroup(kCaller, request);
     ASSERT_TRUE(on_shard.ok()) << on_shard.status();
     EXPECT_EQ(on_shard->group_id(), registered->group_id());
-    // The slice's weights: 3 values on each.
+    // The slice's weights: 3 values of the 6 of "w" (shape 2 x 3) on each.
     v1::InitWeightsRequest::Header header;
     header.set_job_id(job_id);
     header.set_group_id(registered->group_id());
     *header.mutable_weights() = MakeFloat32Header(0, {absl::StrCat("w[", 3 * s, ":", 3 * s + 3, "]")},
                                                   {{3}});
+    v1::SliceOf* of = header.mutable_weights()->mutable_tensors(0)->mutable_slice_of();
+    of->set_index(0);
+    of->add_shape(2);
+    of->add_shape(3);
     absl::StatusOr<PendingTensors> pending = shards_[s]->BeginInitWeights(kCaller, header);
     ASSERT_TRUE(pending.ok()) << pending.status();
-    const std::vector<float> values = {1, 2, 3};
+    const std::vector<float> values = {3.0f * s + 1, 3.0f * s + 2, 3.0f * s + 3};
     const std::vector<absl::Span<const float>> spans = {values};
     ASSERT_TRUE(pending->CopyFrom(spans).ok());
     ASSERT_TRUE(shards_[s]->CommitInitWeights(*std::move(pending)).ok());
   }
 
-  // The lead has none of the weights: a pull or a pool is sent to the shards.
+  // The lead has none of the weights: a pull gathers the shards' slices
+  // and joins them into the whole model.
   v1::PullWeightsRequest pull;
   pull.set_job_id(job_id);
-  const absl::Status pulled = lead_->PullWeights(kCaller, pull).status();
-  EXPECT_EQ(pulled.code(), absl::StatusCode::kFailedPrecondition) << pulled;
-  EXPECT_NE(pulled.message().find(Address(1)), std::string::npos) << pulled;
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> pulled =
+      WhileSyncing([&] { return lead_->PullWeights(kCaller, pull); });
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  ASSERT_EQ((*pulled)->header.tensors_size(), 1);
+  EXPECT_EQ((*pulled)->header.tensors(0).name(), "w");
+  ASSERT_EQ((*pulled)->header.tensors(0).shape_size(), 2);
+  EXPECT_EQ((*pulled)->header.tensors(0).shape(1), 3);
+  EXPECT_EQ((*pulled)->values[0], (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  // A validation pool may follow the job (its snapshots are gathered the
+  // same way at epoch ends).
   v1::SubscribeSnapshotsRequest subscribe;
   subscribe.add_job_ids(job_id);
-  EXPECT_EQ(lead_->SubscribeSnapshots(kCaller, subscribe, "pool").status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(lead_->SubscribeSnapshots(kCaller, subscribe, "pool").ok());
   // Its status shows each shard's slice as last reported, and the sums.
   for (int s = 0; s < 2; ++s) Sync(s);
   v1::GetJobStatusRequest status_request;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 
@@ -33,6 +34,35 @@ void ShardAgent::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+absl::Status ShardAgent::SendSlice(const v1::SliceWanted& wanted) {
+  MasterCore::SliceForLead slice = core_.SliceFor(wanted);
+  slice.header.set_address(options_.advertise);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::ReportSliceResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::ReportSliceRequest>> writer =
+      stub_->ReportSlice(&context, &response);
+  v1::ReportSliceRequest message;
+  *message.mutable_header() = std::move(slice.header);
+  bool open = writer->Write(message);
+  if (open && slice.weights != nullptr) {
+    std::vector<absl::Span<const char>> bytes;
+    for (const std::vector<float>& values : slice.weights->values) {
+      bytes.emplace_back(reinterpret_cast<const char*>(values.data()),
+                         values.size() * sizeof(float));
+    }
+    (void)ForEachChunk(bytes, kDefaultChunkBytes, [&](v1::TensorChunk& chunk) -> absl::Status {
+      message.Clear();
+      message.mutable_chunk()->Swap(&chunk);
+      open = writer->Write(message);
+      // A closed stream ends the loop; Finish says why.
+      return open ? absl::OkStatus() : absl::CancelledError("stream closed");
+    });
+  }
+  writer->WritesDone();
+  return FromGrpcStatus(writer->Finish());
+}
+
 void ShardAgent::Run() {
   LOG(INFO) << "shard: syncing with the lead at " << options_.lead << "; groups reach this shard at "
             << options_.advertise;
@@ -51,6 +81,15 @@ void ShardAgent::Run() {
     const grpc::Status status = stub_->ShardSync(&context, request, &response);
     absl::Status outcome = FromGrpcStatus(status);
     if (outcome.ok()) outcome = core_.ServeSliceOrders(response);
+    // Slices the lead wants for a whole-model view; a failure is the lead's
+    // to report (its gather names this shard), and logged here.
+    for (const v1::SliceWanted& wanted : response.send()) {
+      const absl::Status sent = SendSlice(wanted);
+      if (!sent.ok()) {
+        LOG(WARNING) << "shard: sending the slice of job " << wanted.job_id()
+                     << " to the lead: " << sent;
+      }
+    }
     if (!outcome.ok()) {
       const std::string error = std::string(outcome.message());
       if (error != last_error) {

@@ -2,7 +2,8 @@
 // (mpilearn-master --shard_of LEAD; docs/sharding.md): a thread that keeps
 // syncing with the lead (ShardSync, a long poll of about a second) and
 // carries out its orders on this master's core: a slice created for each
-// job the lead places here, a slice stopped when the lead's job ends.
+// job the lead places here, a slice stopped when the lead's job ends, a
+// slice's weights sent when the lead wants a whole-model view.
 // Groups then register, push and pull here directly.
 //
 //   ShardAgent::Options options;
@@ -59,6 +60,8 @@ class ShardAgent {
  private:
   ShardAgent(Options options, MasterCore& core) : options_(std::move(options)), core_(core) {}
   void Run();
+  // Sends this shard's slice of a job the lead wants (ReportSlice).
+  absl::Status SendSlice(const v1::SliceWanted& wanted);
 
   const Options options_;
   MasterCore& core_;

@@ -39,6 +39,8 @@ bool ShardTable::HasNewOrderLocked(const std::string& address) const {
     for (const std::string& placed : placement.addresses) {
       if (placed != address) continue;
       if (shard == shards_.end() || shard->second.slices.count(job_id) == 0) return true;
+      const auto sent = placement.sent.find(address);
+      if (placement.wanted > (sent == placement.sent.end() ? 0 : sent->second)) return true;
     }
   }
   return false;
@@ -98,13 +100,18 @@ ShardTable::Orders ShardTable::Sync(
     mu_.AwaitWithTimeout(absl::Condition(&has_order), wait);
   }
   Orders orders;
-  for (const auto& [job_id, placement] : placements_) {
+  for (auto& [job_id, placement] : placements_) {
     for (size_t s = 0; s < placement.addresses.size(); ++s) {
       if (placement.addresses[s] != address) continue;
       v1::ShardSlice slice;
       slice.set_shard(static_cast<int>(s));
       slice.set_shards(static_cast<int>(placement.addresses.size()));
       orders.hold.emplace_back(job_id, slice);
+      uint64_t& sent = placement.sent[address];
+      if (placement.wanted > sent) {
+        sent = placement.wanted;
+        orders.send.emplace_back(job_id, placement.wanted);
+      }
     }
   }
   for (const auto& [job_id, slice] : shards_[address].slices) {
@@ -219,6 +226,17 @@ std::vector<v1::ShardSliceStatus> ShardTable::SlicesOf(const std::string& job_id
     slices.push_back(std::move(slice));
   }
   return slices;
+}
+
+absl::Status ShardTable::WantSlices(const std::string& job_id, uint64_t request) {
+  absl::MutexLock lock(&mu_);
+  const auto found = placements_.find(job_id);
+  if (found == placements_.end() || !found->second.complete() ||
+      found->second.addresses.empty()) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " is not placed on shards"));
+  }
+  found->second.wanted = std::max(found->second.wanted, request);
+  return absl::OkStatus();
 }
 
 void ShardTable::Forget(const std::string& job_id) {

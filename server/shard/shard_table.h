@@ -67,6 +67,8 @@ class ShardTable {
     // Slices it reported that are not placed on it (a job placed again
     // elsewhere, or forgotten): to stop.
     std::vector<std::string> unplaced;
+    // Slices the lead wants sent now (WantSlices): job id and request.
+    std::vector<std::pair<std::string, uint64_t>> send;
   };
 
   // Records a shard's report (its address, its slices) and returns its
@@ -110,6 +112,12 @@ class ShardTable {
   std::vector<v1::ShardSliceStatus> SlicesOf(const std::string& job_id,
                                              absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Asks every shard of the job's placement to send its slice under
+  // `request` (a whole-model view; SliceGather collects them): each shard's
+  // next sync, or its long poll now, carries the order once. NOT_FOUND for
+  // a job without a complete placement.
+  absl::Status WantSlices(const std::string& job_id, uint64_t request) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Drops the job's placement (a deleted job): its shards are told to stop
   // their slices.
   void Forget(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -126,6 +134,10 @@ class ShardTable {
   struct JobPlacement {
     // Shard i's address; empty while a rebuilt placement misses shard i.
     std::vector<std::string> addresses;
+    // The newest WantSlices request, and the newest handed to each shard
+    // (by address).
+    uint64_t wanted = 0;
+    std::map<std::string, uint64_t> sent;
     bool complete() const;
   };
 
@@ -133,7 +145,8 @@ class ShardTable {
   int LiveCountLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // UNAVAILABLE: `job_id` waits for --min_shards, `live` being live.
   absl::Status MinShardsError(const std::string& job_id, int live) const;
-  // Whether `address` has a slice placed on it that it did not report.
+  // Whether `address` has a slice placed on it that it did not report, or
+  // a slice wanted that it was not asked for yet.
   bool HasNewOrderLocked(const std::string& address) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Shards of the job's placement that do not report its slice.
   std::vector<std::string> MissingLocked(const std::string& job_id) const

@@ -171,5 +171,39 @@ TEST(ShardTableTest, ARestartedLeadRebuildsAPlacementFromTheShardsReports) {
   EXPECT_EQ(orders.unplaced, std::vector<std::string>{"job-9"});
 }
 
+TEST(ShardTableTest, AWantedSliceIsAskedOfEachShardOnceAndWakesItsPoll) {
+  ShardTable table({});
+  EXPECT_EQ(table.WantSlices("job-1", 1).code(), absl::StatusCode::kNotFound);
+  for (const char* address : {"a:1", "b:1"}) {
+    table.Sync(Report(address), kStart, absl::ZeroDuration(), Always(true));
+  }
+  ASSERT_EQ(table.Place("job-1", 0, kStart)->addresses_size(), 2);
+  // Both take their slices.
+  for (int s = 0; s < 2; ++s) {
+    v1::ShardSyncRequest report = Report(s == 0 ? "a:1" : "b:1");
+    AddSlice(report, "job-1", s, 2);
+    EXPECT_TRUE(table.Sync(report, kStart, absl::ZeroDuration(), Always(true)).send.empty());
+  }
+  // A shard long-polling hears of a wanted slice at once (a bound, not a
+  // schedule: unwoken, the poll would outlast the test's timeout), and once.
+  v1::ShardSyncRequest report = Report("a:1");
+  AddSlice(report, "job-1", 0, 2);
+  ShardTable::Orders polled;
+  std::thread poll([&] { polled = table.Sync(report, kStart, absl::Minutes(10), Always(true)); });
+  ASSERT_TRUE(table.WantSlices("job-1", 7).ok());
+  poll.join();
+  ASSERT_EQ(polled.send.size(), 1u);
+  EXPECT_EQ(polled.send[0], (std::pair<std::string, uint64_t>{"job-1", 7}));
+  EXPECT_TRUE(table.Sync(report, kStart, absl::ZeroDuration(), Always(true)).send.empty());
+  // The other shard is asked at its next sync; an older request is not
+  // asked again after a newer one.
+  v1::ShardSyncRequest other = Report("b:1");
+  AddSlice(other, "job-1", 1, 2);
+  ASSERT_TRUE(table.WantSlices("job-1", 6).ok());
+  const ShardTable::Orders orders = table.Sync(other, kStart, absl::ZeroDuration(), Always(true));
+  ASSERT_EQ(orders.send.size(), 1u);
+  EXPECT_EQ(orders.send[0].second, 7u);
+}
+
 }  // namespace
 }  // namespace mpilearn::server

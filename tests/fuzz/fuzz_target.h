@@ -38,6 +38,15 @@ std::vector<std::string> Seeds();
 inline long accepted_inputs = 0;
 inline void Accepted() { ++accepted_inputs; }
 
+// `body` after its length in 2 bytes, little-endian: how targets whose
+// inputs are sequences of messages frame each (bodies under 64 KiB).
+inline std::string LengthPrefixed(const std::string& body) {
+  std::string framed;
+  framed.push_back(static_cast<char>(body.size() & 0xff));
+  framed.push_back(static_cast<char>((body.size() >> 8) & 0xff));
+  return framed + body;
+}
+
 // Protobuf logs every string field with invalid UTF-8 it refuses; a fuzzer
 // makes millions. Targets that parse protobuf call this on each input.
 void QuietProtobufLogs();

@@ -38,7 +38,7 @@ const mpilearn::server::Caller kCaller;
 enum Op : uint8_t {
   kSubmit, kRegister, kInitWeights, kPush, kPull, kNextUnit, kReportEpoch,
   kHeartbeat, kLeave, kReportValidation, kStatus, kList, kSubscribe, kStop,
-  kOpCount
+  kReportSlice, kOpCount
 };
 
 float Pattern(uint8_t kind, size_t i) {
@@ -212,6 +212,19 @@ void Call(MasterCore& core, uint8_t op, const std::string& body, uint8_t extra) 
     case kStop:
       Note("StopJob", core.StopJob(body, "fuzz"));
       break;
+    case kReportSlice: {
+      // A shard's slice (no gather waits for it here: its header's bounds
+      // and the refusal are what is reached).
+      v1::ReportSliceRequest::Header header;
+      if (!header.ParseFromString(body)) break;
+      FillAndCommit(core.BeginSliceReport(header), header.weights(), extra,
+                    [&](PendingTensors pending) {
+                      const absl::Status done = core.CommitSliceReport(std::move(pending));
+                      Note("ReportSlice", done);
+                      return done.ok();
+                    });
+      break;
+    }
     default:
       break;
   }
@@ -221,9 +234,7 @@ std::string Frame(Op op, const std::string& body, uint8_t extra = 7) {
   std::string framed;
   framed.push_back(static_cast<char>(op));
   framed.push_back(static_cast<char>(extra));
-  framed.push_back(static_cast<char>(body.size() & 0xff));
-  framed.push_back(static_cast<char>(body.size() >> 8));
-  return framed + body;
+  return framed + mpilearn::fuzz::LengthPrefixed(body);
 }
 
 }  // namespace
@@ -298,6 +309,18 @@ std::vector<std::string> Seeds() {
   v1::SubscribeSnapshotsRequest subscribe;
   subscribe.add_job_ids(job);
   ended += Frame(kSubscribe, subscribe.SerializeAsString());
+  // A slice nobody asked for, with a tensor cut from a whole one.
+  v1::ReportSliceRequest::Header slice;
+  slice.set_job_id(job);
+  slice.set_request(1);
+  slice.set_address("shard:1");
+  v1::TensorInfo* piece = slice.mutable_weights()->add_tensors();
+  piece->set_name("w[0:4]");
+  piece->set_dtype(v1::DTYPE_FLOAT32);
+  piece->add_shape(4);
+  piece->mutable_slice_of()->add_shape(2);
+  piece->mutable_slice_of()->add_shape(4);
+  ended += Frame(kReportSlice, slice.SerializeAsString());
   seeds.push_back(ended);
   return seeds;
 }
