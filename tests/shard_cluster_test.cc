@@ -12,7 +12,10 @@
 // host loses every process mid-training and the shard is started again from
 // its state directory: the job completes within a point of the undisturbed
 // sharded run.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -255,6 +258,24 @@ TEST_F(ShardClusterTest, ShardedJobTrainsAsOneMasterDoes) {
   }
   EXPECT_TRUE(sharded_weights.values == single_weights.values)
       << "the lead's joined weights differ from one master's";
+  // The lead's last checkpoint of the job, gathered from the shards, left
+  // the final weights where a master leaves a job's (weights.pb, which
+  // mpilearn-export reads): the same ones. It is written once the job's end
+  // reached the lead's gathering thread: a bound, not a schedule.
+  const std::string final_path = dir_ + "/lead/jobs/" + job_id_ + "/weights.pb";
+  for (int i = 0; i < 300 && access(final_path.c_str(), F_OK) != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  v1::TensorSet final_weights;
+  ASSERT_TRUE(final_weights.ParseFromString(ReadFileOrDie(final_path))) << final_path;
+  ASSERT_EQ(final_weights.data_size(), static_cast<int>(single_weights.values.size()));
+  for (int t = 0; t < final_weights.data_size(); ++t) {
+    const std::vector<float>& want = single_weights.values[static_cast<size_t>(t)];
+    ASSERT_EQ(final_weights.data(t).size(), want.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(final_weights.data(t).data(), want.data(), final_weights.data(t).size()),
+              0)
+        << "tensor " << t << " of the lead's weights.pb";
+  }
   EXPECT_NEAR(sharded.test_accuracy(), single.test_accuracy(), 0.01);
   // More: one group of one thread per rank trains deterministically, and
   // each shard applies Adam to its slice as one master applies it to the
@@ -309,17 +330,20 @@ TEST_F(ShardClusterTest, ShardKilledAndRestartedTheJobCompletes) {
 // The lead's host loses every process mid-training and the lead is started
 // again on its address and state directory: it rebuilds the job's
 // placement from its shards' reports (it places nothing before both are
-// live, --min_shards), the group registers again, and the job completes
-// on the same two shards. The lead keeps no weights of a sharded job, so
-// its data queue starts again; the weights on the shards are kept.
+// live, --min_shards), resumes the job's data queue from its own
+// checkpoint (the weights gathered from the shards), the group registers
+// again, and the job completes on the same two shards.
 TEST_F(ShardClusterTest, LeadRestartedFindsItsShardsAgain) {
   StartLeadAndShards();
-  std::unique_ptr<ChildProcess> workers =
-      StartJob("lead_killed", FashionMnistSubset("sync", kTrainLimit, kEpochs));
+  v1::JobSpec spec = FashionMnistSubset("sync", kTrainLimit, kEpochs);
+  spec.mutable_checkpoint()->set_every_seconds(1);
+  std::unique_ptr<ChildProcess> workers = StartJob("lead_killed", spec);
   ASSERT_NE(workers, nullptr);
+  // Killed once the lead has a checkpoint of the job.
   absl::StatusOr<v1::JobStatus> training = WaitForStatus(
       *client_, job_id_, absl::Seconds(120), [](const v1::JobStatus& s) {
-        return s.updates_applied() >= 40 || s.state() == v1::JOB_STATE_COMPLETED;
+        return (s.updates_applied() >= 40 && s.checkpoint_version() > 0) ||
+               s.state() == v1::JOB_STATE_COMPLETED;
       });
   ASSERT_TRUE(training.ok()) << training.status();
   ASSERT_NE(training->state(), v1::JOB_STATE_COMPLETED) << "the job ended before the fault";
@@ -335,6 +359,10 @@ TEST_F(ShardClusterTest, LeadRestartedFindsItsShardsAgain) {
   ExpectOnShards(done);
   // From the shards' reports, not placed anew.
   EXPECT_NE(master_->process().Log().find("job " + job_id_ + ": placement on 2 shard(s) rebuilt"),
+            std::string::npos)
+      << master_->process().Log();
+  // Its data queue from the lead's checkpoint, not from the first unit.
+  EXPECT_NE(master_->process().Log().find("job " + job_id_ + " loaded from checkpoint"),
             std::string::npos)
       << master_->process().Log();
   // The shards' versions went on from where they were: nothing started

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "server/core/store/job_checkpoint.h"
 
 namespace mpilearn::server {
@@ -348,19 +349,32 @@ absl::Status Job::Restore(const JobCheckpoint& checkpoint) {
   return absl::OkStatus();
 }
 
-bool Job::CheckpointDue(CheckpointTrigger trigger, absl::Time now) const {
+bool Job::CheckpointDue(CheckpointTrigger trigger, absl::Time now,
+                        std::optional<uint64_t> on_shards) const {
   absl::MutexLock lock(&mu_);
-  return weights_ != nullptr &&
-         checkpoints_.Due(trigger, weights_->header.version(), EndedLocked(),
-                          now);
+  if (weights_ == nullptr && !on_shards.has_value()) return false;
+  const uint64_t version = weights_ != nullptr ? weights_->header.version() : *on_shards;
+  return checkpoints_.Due(trigger, version, EndedLocked(), now);
 }
 
-absl::StatusOr<v1::JobCheckpointFile> Job::SaveCheckpoint(absl::Time now) {
+absl::StatusOr<v1::JobCheckpointFile> Job::SaveCheckpoint(
+    absl::Time now, std::shared_ptr<const WeightsSnapshot> on_shards) {
   absl::MutexLock lock(&mu_);
-  MPILEARN_ASSIGN_OR_RETURN(JobCheckpoint tensors, CheckpointLocked());
-  checkpoints_.Taken(weights_->header.version(), now);
-  return MakeCheckpointFile(StatusLocked(/*with_history=*/true, now),
-                            std::move(tensors), queue_.Save(), stats_, now);
+  JobCheckpoint tensors;
+  if (on_shards == nullptr) {
+    MPILEARN_ASSIGN_OR_RETURN(tensors, CheckpointLocked());
+  } else if (weights_ != nullptr) {
+    return FailedPrecondition(v1::ERROR_REASON_JOB_STATE,
+                              absl::StrCat("job ", id_, " has weights of its own, not on shards"));
+  } else {
+    tensors.weights = ToTensorSet(on_shards->header, on_shards->values);
+    tensors.optimizer_state = ToTensorSet(MakeFloat32Header(stats_.applied, {}, {}), {});
+  }
+  checkpoints_.Taken(tensors.weights.header().version(), now);
+  v1::JobCheckpointFile file = MakeCheckpointFile(StatusLocked(/*with_history=*/true, now),
+                                                  std::move(tensors), queue_.Save(), stats_, now);
+  file.set_weights_on_shards(on_shards != nullptr);
+  return file;
 }
 
 void Job::CheckpointWritten(uint64_t version) {
@@ -369,7 +383,11 @@ void Job::CheckpointWritten(uint64_t version) {
 }
 
 absl::Status Job::Resume(v1::JobCheckpointFile checkpoint) {
-  MPILEARN_RETURN_IF_ERROR(Restore(TakeCheckpointTensors(checkpoint)));
+  const uint64_t version = checkpoint.weights().header().version();
+  // A lead's checkpoint of weights on shards: they stay there.
+  if (!checkpoint.weights_on_shards()) {
+    MPILEARN_RETURN_IF_ERROR(Restore(TakeCheckpointTensors(checkpoint)));
+  }
   const v1::JobStatus& status = checkpoint.status();
   absl::MutexLock lock(&mu_);
   MPILEARN_RETURN_IF_ERROR(queue_.Resume(checkpoint.queue(), status));
@@ -379,7 +397,7 @@ absl::Status Job::Resume(v1::JobCheckpointFile checkpoint) {
   ReplayValidationsLocked(status);
   ResumeOutcomeLocked(status);
   if (!EndedLocked()) state_ = v1::JOB_STATE_QUEUED;
-  checkpoints_.Resumed(weights_->header.version());
+  checkpoints_.Resumed(version);
   return absl::OkStatus();
 }
 

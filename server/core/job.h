@@ -185,14 +185,20 @@ class Job {
   absl::StatusOr<JobCheckpoint> Checkpoint() const;
 
   // Whether the job's CheckpointSpec makes a checkpoint due now; never
-  // before InitWeights.
-  bool CheckpointDue(CheckpointTrigger trigger, absl::Time now) const;
+  // before InitWeights. A job whose weights live on parameter shards (a
+  // lead's) has none here: `on_shards` gives their version then.
+  bool CheckpointDue(CheckpointTrigger trigger, absl::Time now,
+                     std::optional<uint64_t> on_shards = std::nullopt) const;
 
   // The whole job at one moment, copied under its mutex so the caller
   // writes the file after releasing it: status (with history, validations
   // and groups), weights, optimizer state, data queue. Counts as the last
   // checkpoint for CheckpointDue. FAILED_PRECONDITION before InitWeights.
-  absl::StatusOr<v1::JobCheckpointFile> SaveCheckpoint(absl::Time now);
+  // A lead's sharded job saves `on_shards`, the weights gathered from its
+  // shards, without optimizer state (JobCheckpointFile.weights_on_shards);
+  // FAILED_PRECONDITION when the job has weights of its own.
+  absl::StatusOr<v1::JobCheckpointFile> SaveCheckpoint(
+      absl::Time now, std::shared_ptr<const WeightsSnapshot> on_shards = nullptr);
 
   // The checkpoint of weight version `version` is on disk
   // (JobStatus.checkpoint_version).
@@ -202,7 +208,8 @@ class Job {
   // `checkpoint` was taken of: weights, optimizer state, version, counters,
   // history, validations (replayed through the stop rules), test result,
   // data queue. A job that had ended comes back as it was, any other
-  // QUEUED. INVALID_ARGUMENT / DATA_LOSS when the checkpoint does not fit
+  // QUEUED. A checkpoint of weights on shards brings back everything but
+  // the weights (the job gets them from its shards again). INVALID_ARGUMENT / DATA_LOSS when the checkpoint does not fit
   // the spec; the job is then unusable (build a new one).
   absl::Status Resume(v1::JobCheckpointFile checkpoint);
 

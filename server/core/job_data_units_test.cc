@@ -276,5 +276,41 @@ TEST_F(JobDataUnitsTest, CheckpointRoundTripKeepsFileUnits) {
   EXPECT_EQ(resumed.Status(false, now_).units_requeued(), 2u);
 }
 
+// A lead's checkpoint of a sharded job: the job holds no weights, the
+// checkpoint the ones gathered from the shards; resumed, the job gets its
+// units back but no weights (they stay on the shards).
+TEST_F(JobDataUnitsTest, CheckpointOfWeightsOnShardsKeepsUnitsNotWeights) {
+  MakeJob(2, {"a"});
+  Client a{"a"};
+  ASSERT_TRUE(a.Ask(*job_, now_).ok());
+  const v1::DataUnit held = a.Ask(*job_, now_)->unit();  // 0 done
+  EXPECT_FALSE(job_->SaveCheckpoint(now_).ok());         // no weights here
+  auto gathered = std::make_shared<WeightsSnapshot>();
+  gathered->header = MakeFloat32Header(6, {"w"}, {{2}});
+  gathered->values = {{1.0f, 2.0f}};
+  EXPECT_FALSE(job_->CheckpointDue(CheckpointTrigger::kChanges, now_));
+  EXPECT_TRUE(job_->CheckpointDue(CheckpointTrigger::kChanges, now_, 6));
+  auto file = job_->SaveCheckpoint(now_, gathered);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->weights_on_shards());
+  EXPECT_EQ(file->weights().header().version(), 6u);
+  EXPECT_EQ(file->optimizer_state().header().tensors_size(), 0);
+
+  Job resumed("job-1", JobConfig::FromNormalized(FileSpec(2)));
+  ASSERT_TRUE(resumed.Resume(*file).ok());
+  EXPECT_FALSE(resumed.Weights().ok());
+  ASSERT_TRUE(resumed.AddGroup("b", 1, "test", now_).ok());
+  Client b{"b", /*read_ahead=*/false};
+  auto again = b.Ask(resumed, now_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->unit().SerializeAsString(), held.SerializeAsString());
+
+  // A job with weights of its own takes no gathered ones.
+  Job own("job-2", JobConfig::FromNormalized(FileSpec(2)));
+  ASSERT_TRUE(own.InitWeights(MakeFloat32Header(0, {"w"}, {{2}}), {{1.0f, 2.0f}}).value());
+  EXPECT_EQ(own.SaveCheckpoint(now_, gathered).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace mpilearn::server

@@ -539,6 +539,22 @@ int JobRegistry::ReapLostGroups() {
   return lost;
 }
 
+absl::Status JobRegistry::CheckpointFromShards(const std::string& job_id,
+                                              std::shared_ptr<const WeightsSnapshot> weights,
+                                              bool final) {
+  MPILEARN_ASSIGN_OR_RETURN(const Entry entry, FindEntry(job_id));
+  absl::Status error;
+  const std::optional<v1::JobCheckpointFile> written = entry.journal->WriteCheckpoint(
+      final ? CheckpointTrigger::kChanges : CheckpointTrigger::kSeconds, /*wait=*/true,
+      /*best=*/false, &error, std::move(weights));
+  // A completed job's final weights, as a job with its own weights leaves
+  // them (mpilearn-export reads weights.pb).
+  if (final && written.has_value() && written->status().state() == v1::JOB_STATE_COMPLETED) {
+    error = entry.journal->WriteFinalFiles(*written);
+  }
+  return error;
+}
+
 void JobRegistry::Tick() {
   ReapLostGroups();
   for (const Entry& entry : AllEntries()) {

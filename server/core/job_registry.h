@@ -148,6 +148,14 @@ class JobRegistry {
   // QUEUED or RUNNING.
   absl::Status Delete(const std::string& job_id);
 
+  // A lead's checkpoint of a sharded job, `weights` gathered from its
+  // shards (Job::SaveCheckpoint): written when checkpoint.every_seconds
+  // makes one due, or with `final` (the job's end) whenever anything
+  // changed, and then for a COMPLETED job weights.pb too. NOT_FOUND for an
+  // unknown job; the write's error.
+  absl::Status CheckpointFromShards(const std::string& job_id,
+                                    std::shared_ptr<const WeightsSnapshot> weights, bool final);
+
   // The weights of an ended job whose memory was released, decoded from
   // its newest checkpoint on disk. FAILED_PRECONDITION (JOB_ENDED) naming
   // the checkpoint directory when none reads.

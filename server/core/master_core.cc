@@ -181,10 +181,11 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
   core->gather_ = std::make_unique<SliceGather>();
   // In front of the hub: it passes every call on, and gathers a sharded
   // job's weights for its epoch-end snapshot.
-  core->StartShardSnapshots();
+  core->CreateShardSnapshots();
   options.registry.observers.push_back(core->ShardSnapshotsObserver());
   MPILEARN_ASSIGN_OR_RETURN(core->registry_,
                             JobRegistry::Create(std::move(options.registry)));
+  core->StartShardSnapshots();
   return core;
 }
 

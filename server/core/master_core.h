@@ -327,6 +327,7 @@ class MasterCore {
   // Publishes sharded jobs' snapshots at their epoch ends: the hub's
   // observer in front of it (master_shards.cc).
   class ShardSnapshots;
+  void CreateShardSnapshots();
   void StartShardSnapshots();
   JobObserver* ShardSnapshotsObserver();
 

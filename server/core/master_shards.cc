@@ -40,12 +40,15 @@ constexpr int kSyncGatherTries = 5;
 // to the hub, except a sharded job's epoch end, which has no weights on the
 // lead: a thread gathers them from the shards and publishes them then. A
 // job's end (or deletion) waits behind its gathers, so the hub hears of
-// them in the order they happened.
+// them in the order they happened. The same thread takes the lead's
+// checkpoints of sharded jobs (their data queue with the gathered weights)
+// when checkpoint.every_seconds makes one due, and a last one at the end.
 class MasterCore::ShardSnapshots final : public JobObserver {
  public:
-  explicit ShardSnapshots(MasterCore& core) : core_(core) {
-    thread_ = std::thread([this] { Run(); });
-  }
+  explicit ShardSnapshots(MasterCore& core) : core_(core) {}
+  // Once the core's registry exists (it is the registry's observer, so it
+  // is made first).
+  void Start() { thread_ = std::thread([this] { Run(); }); }
   ~ShardSnapshots() override { Stop(); }
 
   void Stop() {
@@ -72,7 +75,8 @@ class MasterCore::ShardSnapshots final : public JobObserver {
     Enqueue(Task{Task::kEpochEnd, job_id, spec, epochs_done}, /*always=*/true);
   }
   void OnJobEnded(const std::string& job_id) override {
-    if (!Enqueue(Task{Task::kEnded, job_id, {}, 0}, /*always=*/false)) {
+    // A sharded job's last checkpoint is gathered first.
+    if (!Enqueue(Task{Task::kEnded, job_id, {}, 0}, /*always=*/core_.OnShards(job_id))) {
       core_.snapshots_->OnJobEnded(job_id);
     }
   }
@@ -84,7 +88,7 @@ class MasterCore::ShardSnapshots final : public JobObserver {
 
  private:
   struct Task {
-    enum Kind { kEpochEnd, kEnded, kDeleted } kind;
+    enum Kind { kEpochEnd, kEnded, kDeleted, kScan } kind = kScan;
     std::string job_id;
     v1::JobSpec spec;
     int epochs_done = 0;
@@ -104,7 +108,35 @@ class MasterCore::ShardSnapshots final : public JobObserver {
     return true;
   }
 
+  // The lead's checkpoints of sharded jobs that are due.
+  void CheckpointShardedJobs() {
+    const absl::Time now = core_.registry_->Now();
+    for (const std::string& job_id : core_.shard_table_->PlacedJobs()) {
+      absl::StatusOr<std::shared_ptr<Job>> job = core_.registry_->FindJob(job_id);
+      if (!job.ok() || JobStateEnded((*job)->state())) continue;
+      uint64_t version = 0;
+      for (const v1::ShardSliceStatus& slice : core_.shard_table_->SlicesOf(job_id, now)) {
+        version += slice.version();
+      }
+      if (!(*job)->CheckpointDue(CheckpointTrigger::kSeconds, now, version)) continue;
+      Checkpoint(job_id, (*job)->spec(), /*final=*/false);
+    }
+  }
+
+  void Checkpoint(const std::string& job_id, const v1::JobSpec& spec, bool final) {
+    absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
+        core_.GatherWeights(job_id, spec);
+    absl::Status written = weights.status();
+    if (written.ok()) written = core_.registry_->CheckpointFromShards(job_id, *weights, final);
+    std::string& last = last_errors_[job_id];
+    if (!written.ok() && last != written.message()) {
+      LOG(WARNING) << "job " << job_id << ": no checkpoint of its weights on shards: " << written;
+    }
+    last = written.ok() ? "" : std::string(written.message());
+  }
+
   void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::Time last_scan = absl::InfinitePast();
     while (true) {
       Task task;
       {
@@ -112,11 +144,20 @@ class MasterCore::ShardSnapshots final : public JobObserver {
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return stop_ || !tasks_.empty();
         };
-        mu_.Await(absl::Condition(&ready));
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
         if (stop_) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
+        if (tasks_.empty()) {
+          task.kind = Task::kScan;
+        } else {
+          task = std::move(tasks_.front());
+          tasks_.pop_front();
+        }
       }
+      if (absl::Now() - last_scan >= absl::Seconds(1)) {
+        last_scan = absl::Now();
+        CheckpointShardedJobs();
+      }
+      if (task.kind == Task::kScan) continue;
       SnapshotHub& hub = *core_.snapshots_;
       if (task.kind == Task::kEpochEnd) {
         absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
@@ -128,6 +169,11 @@ class MasterCore::ShardSnapshots final : public JobObserver {
                        << " for validation pools: " << weights.status();
         }
       } else if (task.kind == Task::kEnded) {
+        if (core_.OnShards(task.job_id)) {
+          absl::StatusOr<std::shared_ptr<Job>> job = core_.registry_->FindJob(task.job_id);
+          if (job.ok()) Checkpoint(task.job_id, (*job)->spec(), /*final=*/true);
+          last_errors_.erase(task.job_id);
+        }
         hub.OnJobEnded(task.job_id);
       } else {
         hub.OnJobDeleted(task.job_id);
@@ -143,12 +189,16 @@ class MasterCore::ShardSnapshots final : public JobObserver {
   std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
   // Tasks queued or running, by job.
   std::map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
+  // The thread's own: the last checkpoint error logged, by job.
+  std::map<std::string, std::string> last_errors_;
   std::thread thread_;
 };
 
-void MasterCore::StartShardSnapshots() {
+void MasterCore::CreateShardSnapshots() {
   shard_snapshots_ = std::make_unique<ShardSnapshots>(*this);
 }
+
+void MasterCore::StartShardSnapshots() { shard_snapshots_->Start(); }
 
 JobObserver* MasterCore::ShardSnapshotsObserver() { return shard_snapshots_.get(); }
 

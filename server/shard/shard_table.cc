@@ -244,6 +244,15 @@ void ShardTable::Forget(const std::string& job_id) {
   placements_.erase(job_id);
 }
 
+std::vector<std::string> ShardTable::PlacedJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> jobs;
+  for (const auto& [job_id, placement] : placements_) {
+    if (!placement.addresses.empty() && placement.complete()) jobs.push_back(job_id);
+  }
+  return jobs;
+}
+
 int ShardTable::LiveShards(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   return LiveCountLocked(now);

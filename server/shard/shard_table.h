@@ -122,6 +122,9 @@ class ShardTable {
   // their slices.
   void Forget(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Jobs with a complete placement on shards.
+  std::vector<std::string> PlacedJobs() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Shards that synced within Options::lost_after.
   int LiveShards(absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
 

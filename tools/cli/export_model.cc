@@ -21,11 +21,12 @@
 // must fit that model exactly (count, names, shapes) before they are copied
 // in.
 //
-// A job whose weights lived on parameter shards (docs/sharding.md) has no
-// weights under the lead's --state_dir: --shard_state_dirs names the
-// shards' state directories (copies of them will do), and the export joins
-// the slices of their final weights (each slice tensor is named
-// "NAME[BEGIN:END]") into the model's tensors, every element exactly once.
+// A job whose weights lived on parameter shards (docs/sharding.md): the
+// lead gathers a completed job's final weights into its own weights.pb;
+// without them, --shard_state_dirs names the shards' state directories
+// (copies of them will do), and the export joins the slices of their final
+// weights (each slice tensor is named "NAME[BEGIN:END]") into the model's
+// tensors, every element exactly once.
 //
 // --format tensors writes a LibTorch archive of named tensors instead, one
 // entry per parameter and float buffer ("fc1.weight", "fc1_bn.running_mean",

@@ -145,7 +145,7 @@ void JobJournal::AppendRecords(const JobStore::Records& records) {
 
 std::optional<v1::JobCheckpointFile> JobJournal::WriteCheckpoint(
     std::optional<CheckpointTrigger> trigger, bool wait, bool best,
-    absl::Status* error) {
+    absl::Status* error, std::shared_ptr<const WeightsSnapshot> on_shards) {
   if (wait) {
     checkpoint_mu_.Lock();
   } else if (!checkpoint_mu_.TryLock()) {
@@ -154,11 +154,13 @@ std::optional<v1::JobCheckpointFile> JobJournal::WriteCheckpoint(
   UnlockOnExit unlock(checkpoint_mu_);
   if (Closed()) return std::nullopt;
   Job& job = *job_;
-  if (trigger.has_value() && !job.CheckpointDue(*trigger, Now())) {
+  std::optional<uint64_t> shards_version;
+  if (on_shards != nullptr) shards_version = on_shards->header.version();
+  if (trigger.has_value() && !job.CheckpointDue(*trigger, Now(), shards_version)) {
     return std::nullopt;
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::JobCheckpointFile> checkpoint = job.SaveCheckpoint(Now());
+  absl::StatusOr<v1::JobCheckpointFile> checkpoint = job.SaveCheckpoint(Now(), on_shards);
   if (!checkpoint.ok()) return std::nullopt;  // no weights yet
   const uint64_t version = checkpoint->weights().header().version();
   absl::Status written = context_.store->WriteCheckpoint(

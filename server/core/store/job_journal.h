@@ -72,10 +72,14 @@ class JobJournal {
   // previous write is done; without `wait`, not at all while another write
   // is under way. Returns what was written; nothing when no checkpoint was
   // taken (not due, busy, no weights yet, closed) or the write failed
-  // (logged, or with `error` returned there instead).
+  // (logged, or with `error` returned there instead). `on_shards`: a
+  // lead's sharded job, whose weights were gathered from its shards
+  // (Job::SaveCheckpoint).
   std::optional<v1::JobCheckpointFile> WriteCheckpoint(
       std::optional<CheckpointTrigger> trigger, bool wait, bool best,
-      absl::Status* error = nullptr) ABSL_LOCKS_EXCLUDED(checkpoint_mu_);
+      absl::Status* error = nullptr,
+      std::shared_ptr<const WeightsSnapshot> on_shards = nullptr)
+      ABSL_LOCKS_EXCLUDED(checkpoint_mu_);
 
   // After the job ended (`ended_now`) or got the test result after a stop
   // rule ended it: final checkpoint (and best.pb with `best`), weights.pb
@@ -83,6 +87,10 @@ class JobJournal {
   // `ended_now`. What fails becomes pending; the tensors are released once
   // the final checkpoint is on disk.
   void WriteJobEnd(bool ended_now, bool best);
+
+  // weights.pb and optimizer.pb from a COMPLETED job's final checkpoint
+  // (also a lead's of a sharded job, whose weights it gathered).
+  absl::Status WriteFinalFiles(const v1::JobCheckpointFile& checkpoint) const;
 
   // Acts on what a validation did: best.pb, or the job's end.
   void AfterValidation(const ValidationEffect& effect);
@@ -139,8 +147,6 @@ class JobJournal {
 
   void AppendRecords(const JobStore::Records& records)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  // weights.pb and optimizer.pb from a COMPLETED job's final checkpoint.
-  absl::Status WriteFinalFiles(const v1::JobCheckpointFile& checkpoint) const;
 
   const std::shared_ptr<Job> job_;
   const Context& context_;
