@@ -306,6 +306,46 @@ TEST_F(JobRegistryTest, LostGroupRequeuesJobKeepingWeights) {
   EXPECT_TRUE(next.weights_initialized());
 }
 
+// A lead's sharded job: its checkpoints hold the weights gathered from its
+// shards, no optimizer state; a completed one leaves them in weights.pb, and
+// they are what the job's ended weights read back (adam here, whose own
+// checkpoints would need its moments).
+TEST_F(JobRegistryTest, CheckpointsOfWeightsOnShards) {
+  v1::JobSpec spec = SgdSpec();
+  spec.mutable_optimizer()->set_name("adam");
+  spec.set_epochs(1);
+  const std::string job_id = registry_->Submit(Normalized(spec)).value();
+  const auto group = Register(job_id);
+  auto gathered = std::make_shared<WeightsSnapshot>();
+  gathered->header = MakeFloat32Header(7, {"w", "b"}, {{3}, {1}});
+  gathered->values = {{1, 2, 3}, {10}};
+  // Nothing changed yet: a periodic checkpoint is not due.
+  auto unit = NextUnit(job_id, group.group_id(), 1000, {});
+  ASSERT_TRUE(unit.ok()) << unit.status();
+  ASSERT_TRUE(registry_->CheckpointFromShards(job_id, gathered, /*final=*/false).ok());
+  auto done = NextUnit(job_id, group.group_id(), 1000, {unit->unit()});
+  ASSERT_TRUE(done.ok()) << done.status();
+  v1::LeaveRequest leave;
+  leave.set_job_id(job_id);
+  leave.set_group_id(group.group_id());
+  leave.set_completed(true);
+  leave.set_test_loss(0.5);
+  ASSERT_EQ(registry_->Leave(leave).value(), v1::JOB_STATE_COMPLETED);
+  ASSERT_TRUE(registry_->CheckpointFromShards(job_id, gathered, /*final=*/true).ok());
+  EXPECT_TRUE(std::filesystem::exists(state_dir_ + "/jobs/" + job_id + "/weights.pb"));
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ended =
+      registry_->EndedWeights(*registry_->FindJob(job_id).value());
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ((*ended)->header.version(), 7u);
+  EXPECT_EQ((*ended)->values, gathered->values);
+  // A restarted registry loads the job from that checkpoint, without
+  // weights of its own.
+  registry_ = MakeRegistry();
+  const v1::JobStatus reloaded = registry_->Status(job_id).value();
+  EXPECT_EQ(reloaded.state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(reloaded.checkpoint_version(), 7u);
+}
+
 TEST_F(JobRegistryTest, CompletionWritesHistoryAndWeights) {
   v1::JobSpec spec = SgdSpec();
   spec.set_epochs(1);

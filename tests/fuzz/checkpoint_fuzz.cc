@@ -8,6 +8,7 @@
 //   - no file crashes the master's loader;
 //   - a file that resumes a job can be saved again (SaveCheckpoint), and
 //     that file resumes a fresh job at the same version.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,16 @@ std::vector<std::string> Seeds() {
     seeds.push_back(std::string(1, '\0') +         // a payload
                     bytes->substr(0, bytes->size() - kCheckpointTrailerBytes));
   }
+  // A lead's checkpoint of weights on shards (no optimizer state).
+  auto gathered = std::make_shared<server::WeightsSnapshot>();
+  gathered->header = MakeFloat32Header(3, {"w[0:6]"}, {{6}});
+  gathered->values = values;
+  gathered->values.pop_back();
+  Job lead("job-1", JobConfig::FromNormalized(Spec()));
+  absl::StatusOr<v1::JobCheckpointFile> file = lead.SaveCheckpoint(Now(), gathered);
+  absl::StatusOr<std::string> bytes =
+      file.ok() ? EncodeCheckpoint(*file) : absl::StatusOr<std::string>(file.status());
+  if (bytes.ok()) seeds.push_back(std::string(1, '\1') + *bytes);
   return seeds;
 }
 
@@ -95,6 +106,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
+  // A lead's checkpoint of weights on shards resumes without weights; it
+  // is saved again with weights as gathered from shards (none here).
+  std::shared_ptr<mpilearn::server::WeightsSnapshot> gathered;
+  if (file->weights_on_shards()) {
+    gathered = std::make_shared<mpilearn::server::WeightsSnapshot>();
+    gathered->header = mpilearn::MakeFloat32Header(0, {}, {});
+  }
   Job job("job-1", JobConfig::FromNormalized(Spec()));
   const absl::Status resumed = job.Resume(*std::move(file));
   if (!resumed.ok()) {
@@ -105,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const v1::JobStatus status = job.Status(/*with_history=*/true, Now());
 
-  absl::StatusOr<v1::JobCheckpointFile> saved = job.SaveCheckpoint(Now());
+  absl::StatusOr<v1::JobCheckpointFile> saved = job.SaveCheckpoint(Now(), gathered);
   FUZZ_CHECK(saved.ok(), "a resumed job checkpoints");
   absl::StatusOr<std::string> again = mpilearn::EncodeCheckpoint(*saved);
   FUZZ_CHECK(again.ok(), "its checkpoint encodes");

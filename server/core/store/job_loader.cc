@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
+#include "common/tensor_codec.h"
 #include "glog/logging.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/store/job_checkpoint.h"
@@ -168,6 +169,15 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> ReadEndedWeights(
   for (const std::string& path : store.CheckpointPaths(job.id())) {
     absl::StatusOr<v1::JobCheckpointFile> file = JobStore::ReadCheckpoint(path);
     if (!file.ok()) continue;
+    if (file->weights_on_shards()) {
+      // A lead's: the weights gathered from the shards, no optimizer state.
+      absl::StatusOr<Float32Tensors> weights = FromTensorSet(file->weights());
+      if (!weights.ok()) continue;
+      auto snapshot = std::make_shared<WeightsSnapshot>();
+      snapshot->header = std::move(weights->header);
+      snapshot->values = std::move(weights->values);
+      return std::shared_ptr<const WeightsSnapshot>(std::move(snapshot));
+    }
     absl::StatusOr<DecodedCheckpoint> decoded = DecodeJobCheckpoint(
         TakeCheckpointTensors(*file), job.spec(), EngineOptions{}, job.id());
     if (!decoded.ok()) continue;
