@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/schedule/lr_schedule.h"
 #include "common/spec_kinds.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
@@ -610,6 +611,14 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
     return UnknownName("algorithm", "algorithm", spec->algorithm(),
                        AlgorithmNames());
   }
+  if (spec->optimizer().has_schedule()) {
+    v1::LrScheduleSpec* schedule = spec->mutable_optimizer()->mutable_schedule();
+    MPILEARN_RETURN_IF_ERROR(NormalizeLrSchedule(schedule));
+    if (schedule->name() == "plateau") {
+      MPILEARN_RETURN_IF_ERROR(CheckMetric("optimizer.schedule.metric", schedule->metric(), *spec,
+                                           /*none_ok=*/false));
+    }
+  }
   if (!spec->has_epochs()) spec->set_epochs(5);
   MPILEARN_RETURN_IF_ERROR(CheckIntRange("epochs", spec->epochs(), 1, 100000));
   if (!spec->has_batch_size()) spec->set_batch_size(64);
@@ -650,6 +659,11 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   }
   // The algorithms' own sections are filled in and checked only for the
   // algorithm that uses them; the others are left as given.
+  if ((algorithm == v1::ALGORITHM_EASGD || algorithm == v1::ALGORITHM_GEM) &&
+      spec->optimizer().has_schedule() && spec->optimizer().schedule().name() != "constant") {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.schedule: algorithm '",
+        spec->algorithm(), "' applies its own rule on the master, not the optimizer; remove it"));
+  }
   if (algorithm == v1::ALGORITHM_EASGD) {
     MPILEARN_RETURN_IF_ERROR(NormalizeEasgd(spec->mutable_easgd()));
   } else if (algorithm == v1::ALGORITHM_GEM) {

@@ -806,5 +806,31 @@ TEST(JobSpecTest, MinModelParametersOfAHugeModelIsAtLeastItsLargestLayer) {
   EXPECT_GE(MinModelParameters(lstm), uint64_t{15} * 4 * (1 << 16) * (1 << 17));
 }
 
+// A learning-rate schedule in JSON: its defaults, and what the job's
+// algorithm and loss allow.
+TEST(JobSpecTest, ScheduleGetsDefaultsAndFitsTheJob) {
+  auto spec = ParseJobSpecJson(R"({
+    "data": {"train_images": "i.gz", "train_labels": "l.gz"},
+    "optimizer": {"schedule": {"name": "cosine", "tMax": 500, "warmup": 50}}
+  })");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::LrScheduleSpec& schedule = spec->optimizer().schedule();
+  EXPECT_EQ(schedule.unit(), "updates");
+  EXPECT_EQ(schedule.t_max(), 500);
+  EXPECT_DOUBLE_EQ(schedule.warmup_start_factor(), 0.1);
+  EXPECT_EQ(schedule.min_lr(), 0);
+  const std::string data = R"("data": {"train_images": "i.gz", "train_labels": "l.gz"})";
+  ExpectRefused({
+      {absl::StrCat("{", data, R"(, "algorithm": "easgd",
+          "optimizer": {"schedule": {"name": "step", "step_size": 10}}})"),
+       "optimizer.schedule: algorithm 'easgd'"},
+      {absl::StrCat("{", data, R"(, "loss": "mse",
+          "optimizer": {"schedule": {"name": "plateau", "metric": "val_accuracy"}}})"),
+       "optimizer.schedule.metric: val_accuracy needs a classification loss"},
+      {absl::StrCat("{", data, R"(, "optimizer": {"schedule": {"name": "exponential"}}})"),
+       "gamma is required"},
+  });
+}
+
 }  // namespace
 }  // namespace mpilearn

@@ -425,6 +425,10 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
   Built job_shards("mpilearn_job_shards",
                    "Parameter shards holding the job's weights (0: this master holds them).",
                    MetricType::Gauge);
+  Built job_learning_rate("mpilearn_job_learning_rate",
+                          "The master optimizer's learning rate for the job's next update "
+                          "(its optimizer.schedule's).",
+                          MetricType::Gauge);
   Built published("mpilearn_job_snapshots_published_total",
                   "Weight snapshots published for validation pools.",
                   MetricType::Counter);
@@ -528,6 +532,7 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
     job_groups.Add({job}, alive);
     job_ranks.Add({job}, ranks);
     job_shards.Add({job}, status.shards_size());
+    job_learning_rate.Add({job}, status.learning_rate());
   }
 
   std::vector<MetricFamily> out;
@@ -536,7 +541,7 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
        {&info, &updates, &samples, &epochs_completed, &epochs, &progress,
         &train_loss, &val_loss, &val_accuracy, &validations, &test_loss,
         &test_accuracy, &stale_rejected, &requeued, &update_rejected,
-        &storage_pending, &job_groups, &job_ranks, &job_shards,
+        &storage_pending, &job_groups, &job_ranks, &job_shards, &job_learning_rate,
         &published, &skipped, &step_seconds, &group_samples, &group_units,
         &group_updates, &group_cpu, &group_memory, &group_ranks}) {
     family->MoveTo(out);

@@ -632,6 +632,7 @@ TEST_F(MasterMetricsTest, ValuesMatchTheRegistry) {
   EXPECT_EQ(Value(e, "mpilearn_job_groups", j), 1.0);
   EXPECT_EQ(Value(e, "mpilearn_job_ranks", j), 3.0);
   EXPECT_EQ(Value(e, "mpilearn_job_shards", j), 0.0);  // on this master
+  EXPECT_DOUBLE_EQ(Value(e, "mpilearn_job_learning_rate", j), 0.1);  // constant
   EXPECT_EQ(Value(e, "mpilearn_job_snapshots_published_total", j), 0.0);
   EXPECT_EQ(Value(e, "mpilearn_job_received_bytes_total", j), 1024.0);
   EXPECT_EQ(Value(e, "mpilearn_job_sent_bytes_total", j), 4096.0);

@@ -63,6 +63,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
+#include "common/schedule/lr_schedule.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/data_queue.h"
 #include "server/core/group_table.h"
@@ -367,9 +368,14 @@ class Job {
   // State, message, stop reason and test result as `status` says.
   void ResumeOutcomeLocked(const v1::JobStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends the validations of `status`, fed to the stop rules.
+  // Appends the validations of `status`, fed to the stop rules and the
+  // schedule (so a plateau's state comes back with them).
   void ReplayValidationsLocked(const v1::JobStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The schedule's rate for the coming step, set on the optimizer; and the
+  // rate in use (the base rate without an optimizer here).
+  void ApplyScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double LearningRateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // What the group that finished the job measured on the test set.
   struct TestResult {
@@ -431,6 +437,10 @@ class Job {
   // Every validation, in arrival order, and the rules they drive.
   std::vector<v1::ValidationRecord> validations_ ABSL_GUARDED_BY(mu_);
   StopRules rules_ ABSL_GUARDED_BY(mu_);
+  // optimizer.schedule: the rate of each step (ApplyScheduleLocked), its
+  // plateau fed by the validations of its metric.
+  const StopRules::Metric schedule_metric_;
+  LrSchedule schedule_ ABSL_GUARDED_BY(mu_);
   // Set when a stop rule ended the job (then state_ is COMPLETED).
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   // A group left with completed = true after the stop, or Stop ended the

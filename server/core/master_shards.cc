@@ -236,6 +236,10 @@ absl::Status MasterCore::PlaceOnShards(v1::RegisterGroupResponse& response) {
   // A shard's slices are not sharded again; a job whose weights are here
   // already stays here.
   if (!shard_of_.empty() || response.weights_initialized()) return absl::OkStatus();
+  // A schedule that follows the lead's epochs or validations cannot run on
+  // shards, which see neither: such a job stays on the lead.
+  const v1::LrScheduleSpec& schedule = response.spec().optimizer().schedule();
+  if (schedule.unit() == "epochs" || schedule.name() == "plateau") return absl::OkStatus();
   absl::StatusOr<v1::ShardPlacement> placement =
       shard_table_->Place(response.job_id(), response.spec().max_shards(), registry_->Now());
   absl::Status ready = placement.status();
@@ -301,6 +305,9 @@ void MasterCore::FillShards(v1::JobStatus& status) const {
   status.set_parameters(parameters);
   status.set_updates_applied(applied);
   status.set_stale_rejected(stale);
+  // Each shard schedules its own slice's rate; the first shard's stands
+  // for them (with sync they agree).
+  status.set_learning_rate(status.shards(0).learning_rate());
 }
 
 absl::StatusOr<v1::ShardSyncResponse> MasterCore::ShardSync(const v1::ShardSyncRequest& request,
@@ -442,6 +449,7 @@ std::vector<v1::ShardSliceStatus> MasterCore::SliceReports() const {
     slice.set_version(status.version());
     slice.set_updates_applied(status.updates_applied());
     slice.set_updates_stale(status.stale_rejected());
+    slice.set_learning_rate(status.learning_rate());
     slices.push_back(std::move(slice));
   }
   return slices;

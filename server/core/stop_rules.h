@@ -62,15 +62,18 @@ class StopRules {
   std::optional<double> best_value() const { return best_; }
   uint64_t best_version() const { return best_version_; }
 
- private:
+  // A validation metric by name (empty: `fallback`), and a record's value
+  // of it (none when the record lacks it): also what a plateau schedule
+  // observes.
   struct Metric {
     std::string name;  // "val_loss", "val_accuracy", "val_mae", ...
     bool lower_is_better = true;
   };
   static Metric MetricNamed(const std::string& name, const char* fallback);
-  // The record's value of `metric`; none when the record lacks it.
   static std::optional<double> ValueOf(const Metric& metric,
                                        const v1::ValidationRecord& record);
+
+ private:
 
   // Early stopping.
   bool early_stopping_ = false;

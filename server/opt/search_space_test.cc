@@ -170,6 +170,27 @@ TEST(SearchSpaceTest, ApplySetsEachKindAndCreatesNestedMessages) {
   EXPECT_TRUE(low->inband_validation());
 }
 
+// A learning-rate schedule's fields are spec fields like any other.
+TEST(SearchSpaceTest, ScheduleFieldsAreSearchable) {
+  v1::JobSpec base = Base();
+  base.mutable_optimizer()->mutable_schedule()->set_name("cosine");
+  base.mutable_optimizer()->mutable_schedule()->set_t_max(1000);  // the base is a job too
+  const auto space = SearchSpace::Create(
+      base, Params({
+                R"({"path": "optimizer.schedule.warmup", "int": {"low": 0, "high": 500}})",
+                R"({"path": "optimizer.schedule.tMax", "int": {"low": 100, "high": 2000}})",
+                R"({"path": "optimizer.schedule.min_lr",
+                    "real": {"low": 1e-6, "high": 1e-3, "log": true}})",
+            }));
+  ASSERT_TRUE(space.ok()) << space.status();
+  const auto job = space->Apply({120, 900, 1e-5});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->optimizer().schedule().name(), "cosine");
+  EXPECT_EQ(job->optimizer().schedule().warmup(), 120);
+  EXPECT_EQ(job->optimizer().schedule().t_max(), 900);
+  EXPECT_DOUBLE_EQ(job->optimizer().schedule().min_lr(), 1e-5);
+}
+
 TEST(SearchSpaceTest, ValuesAreWhatUsersRead) {
   const auto space = SearchSpace::Create(
       Base(),

@@ -208,6 +208,14 @@ std::string SummaryBlock(const v1::JobStatus& job) {
   }
   summary.AddRow({"train_loss", LatestTrainLoss(job)});
   summary.AddRow({"version", absl::StrCat(job.version())});
+  if (job.learning_rate() > 0) {
+    const v1::LrScheduleSpec& schedule = spec.optimizer().schedule();
+    summary.AddRow({"learning_rate",
+                    absl::StrFormat("%.6g%s", job.learning_rate(),
+                                    schedule.name().empty() || schedule.name() == "constant"
+                                        ? ""
+                                        : absl::StrCat(" (", schedule.name(), " schedule)"))});
+  }
   summary.AddRow(
       {"updates", absl::StrFormat("%d applied, %d units requeued",
                                   job.updates_applied(),

@@ -520,6 +520,7 @@ class CpuOptimizer final : public Optimizer {
   int64_t steps() const override { return state_.steps; }
   std::string name() const override { return OptimizerKindName(config_.kind); }
   const OptimizerConfig& config() const override { return config_; }
+  void SetLearningRate(double rate) override { config_.learning_rate = rate; }
   absl::StatusOr<OptimizerState> SaveState() const override { return state_; }
 
   absl::Status RestoreState(const OptimizerState& state) override {
@@ -602,7 +603,7 @@ class CpuOptimizer final : public Optimizer {
     }
   }
 
-  const OptimizerConfig config_;
+  OptimizerConfig config_;  // learning_rate changes with a schedule
   const std::vector<size_t> tensor_sizes_;
   // Kernel operands s0..s2 as indices into state_.buffers (-1: none).
   const std::array<int, 3> operands_;

@@ -100,6 +100,10 @@ class Optimizer {
   // The resolved hyperparameters this optimizer applies.
   virtual const OptimizerConfig& config() const = 0;
 
+  // The learning rate of the steps from now on (a schedule's, set before
+  // each step's PrepareStep; config().learning_rate is the rate in use).
+  virtual void SetLearningRate(double rate) = 0;
+
   // A copy of the step count and every state buffer.
   virtual absl::StatusOr<OptimizerState> SaveState() const = 0;
 

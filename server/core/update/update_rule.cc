@@ -43,6 +43,7 @@ class GradientRule final : public UpdateRule {
 
   v1::UpdateKind kind() const override { return v1::UPDATE_KIND_GRADIENT; }
   const Optimizer* optimizer() const override { return optimizer_.get(); }
+  void SetLearningRate(double rate) override { optimizer_->SetLearningRate(rate); }
 
   absl::StatusOr<Result> ApplyGuarded(
       absl::FunctionRef<Writable(bool undoable)> writable,

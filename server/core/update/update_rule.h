@@ -69,6 +69,9 @@ class UpdateRule {
   // The job's optimizer (gradient rules), else null: its state is part of
   // the job's checkpoint.
   virtual const Optimizer* optimizer() const { return nullptr; }
+  // The learning rate of the optimizer's steps from now on (a schedule's);
+  // rules without an optimizer ignore it.
+  virtual void SetLearningRate(double /*rate*/) {}
 
   // The weights an ApplyGuarded changes: `values` in place, with the
   // weights as they were in `original` (kept by the caller until

@@ -518,6 +518,9 @@ std::string CudaEngine::name() const {
 
 const OptimizerConfig& CudaEngine::config() const { return impl_->config; }
 
+// LaunchStep computes each step's scalars from the config.
+void CudaEngine::SetLearningRate(double rate) { impl_->config.learning_rate = rate; }
+
 int CudaEngine::device_index() const { return impl_->device; }
 
 absl::StatusOr<OptimizerState> CudaEngine::SaveState() const {

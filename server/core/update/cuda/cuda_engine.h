@@ -89,6 +89,7 @@ class CudaEngine final : public Optimizer {
   int64_t steps() const override;
   std::string name() const override;
   const OptimizerConfig& config() const override;
+  void SetLearningRate(double rate) override;
   absl::StatusOr<OptimizerState> SaveState() const override;
   absl::Status RestoreState(const OptimizerState& state) override;
   // Guarded steps: the engine tracks no magnitudes (its state stays on the

@@ -58,6 +58,8 @@ std::string CudaEngine::name() const {
 
 const OptimizerConfig& CudaEngine::config() const { return impl_->config; }
 
+void CudaEngine::SetLearningRate(double rate) { impl_->config.learning_rate = rate; }
+
 int CudaEngine::device_index() const { return -1; }
 
 absl::StatusOr<OptimizerState> CudaEngine::SaveState() const {
