@@ -322,6 +322,11 @@ absl::Status DataQueue::MergeEpochReport(const v1::EpochRecord& record) {
   return absl::OkStatus();
 }
 
+void DataQueue::SetEpochLearningRate(int32_t epoch, double rate) {
+  if (epoch < 1 || epoch > epochs_done()) return;
+  history_[static_cast<size_t>(epoch - 1)].set_learning_rate(rate);
+}
+
 v1::JobProgress DataQueue::Progress() const {
   v1::JobProgress progress;
   progress.set_epochs_done(epochs_done());

@@ -151,6 +151,10 @@ class DataQueue {
   // < 1, NOT_FOUND (ERROR_REASON_JOB_STATE) for one not finished yet.
   absl::Status MergeEpochReport(const v1::EpochRecord& record);
 
+  // Records `rate` as the learning rate of finished epoch `epoch`
+  // (1-based); no-op for an epoch not finished.
+  void SetEpochLearningRate(int32_t epoch, double rate);
+
   int32_t epochs_done() const { return static_cast<int32_t>(history_.size()); }
   // One record per finished epoch, in order: history()[e] is epoch e + 1.
   const std::vector<v1::EpochRecord>& history() const { return history_; }

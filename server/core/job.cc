@@ -568,8 +568,13 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   group->last_seen = now;
   if (request.has_telemetry()) group->telemetry = request.telemetry();
   v1::NextDataUnitResponse response;
+  // The rate of the updates just made, for the epochs they finish.
+  const double rate = LearningRateLocked();
   const DataQueue::Completed completed = queue_.Accept(
       request, now, stats_.applied, response.mutable_finished_epochs());
+  for (const int32_t epoch : response.finished_epochs()) {
+    queue_.SetEpochLearningRate(epoch + 1, rate);  // finished_epochs are 0-based
+  }
   if (completed.units > 0) group->held_unit = GroupTable::kNoUnit;
   group->units_completed += completed.units;
   group->samples_trained += completed.samples;

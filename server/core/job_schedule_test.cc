@@ -2,7 +2,8 @@
 // the weights by the scheduled rate (plain SGD, so the step is the rate
 // times the gradient, checked against rates written out by hand), the
 // status shows the rate of the next update, a plateau lowers it after its
-// patience, and a job resumed from a checkpoint goes on with the same rate.
+// patience, a schedule by epochs moves at epoch ends and is in the
+// history, and a job resumed from a checkpoint goes on with the same rate.
 // The schedules themselves are checked against PyTorch in
 // common/schedule/lr_schedule_test.
 #include <cmath>
@@ -91,6 +92,44 @@ TEST(JobScheduleTest, APlateauLowersTheRateAndAResumedJobKeepsIt) {
   Job resumed("job-1", job->config());
   ASSERT_TRUE(resumed.Resume(*file).ok());
   EXPECT_DOUBLE_EQ(resumed.Status(false, absl::Now()).learning_rate(), kBase / 2);
+}
+
+// Unit "epochs": the rate changes when an epoch's last unit completes, and
+// each epoch's record keeps the rate its updates used.
+TEST(JobScheduleTest, AnEpochScheduleMovesAtEpochEndsAndIsInTheHistory) {
+  v1::JobSpec spec;
+  v1::LrScheduleSpec* schedule = spec.mutable_optimizer()->mutable_schedule();
+  schedule->set_name("step");
+  schedule->set_unit("epochs");
+  schedule->set_step_size(1);
+  schedule->set_gamma(0.5);
+  spec.set_epochs(3);
+  spec.set_data_unit_size(8);  // one unit per epoch of 8 samples
+  std::unique_ptr<Job> job = NewJob(spec);
+  v1::NextDataUnitRequest request;
+  request.set_job_id("job-1");
+  request.set_group_id("g");
+  request.set_train_samples(8);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    absl::StatusOr<v1::NextDataUnitResponse> next = job->NextDataUnit(request, absl::Now());
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_EQ(next->action(), v1::NextDataUnitResponse::TRAIN);
+    const double want = kBase * std::pow(0.5, epoch);
+    EXPECT_NEAR(Step(*job), want, 1e-6) << "epoch " << epoch;
+    EXPECT_NEAR(Step(*job), want, 1e-6) << "epoch " << epoch;
+    request.clear_completed();
+    v1::CompletedUnit* done = request.add_completed();
+    done->set_unit_id(next->unit().unit_id());
+    done->set_samples(8);
+    done->set_loss_sum(8);
+  }
+  ASSERT_TRUE(job->NextDataUnit(request, absl::Now()).ok());
+  const v1::JobStatus status = job->Status(/*with_history=*/true, absl::Now());
+  ASSERT_EQ(status.history_size(), 3);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    EXPECT_DOUBLE_EQ(status.history(epoch).learning_rate(), kBase * std::pow(0.5, epoch));
+  }
+  EXPECT_DOUBLE_EQ(status.learning_rate(), kBase / 8);
 }
 
 }  // namespace
