@@ -475,17 +475,15 @@ absl::Status NormalizeExchange(v1::JobSpec* spec) {
 absl::Status CheckMetric(absl::string_view field, const std::string& metric,
                          const v1::JobSpec& spec, bool none_ok) {
   const bool classification = IsClassificationLoss(spec.loss());
+  // binary_crossentropy also reports val_auc (a single-output model's).
+  const bool binary = spec.loss() == "binary_crossentropy";
   std::vector<std::string> reported = {"'val_loss'"};
-  if (classification) {
-    reported.push_back("'val_accuracy'");
-  } else {
-    reported.push_back("'val_mae'");
-    reported.push_back("'val_mse'");
-  }
+  if (classification) reported.push_back("'val_accuracy'");
+  if (binary) reported.push_back("'val_auc'");
+  if (!classification) reported.insert(reported.end(), {"'val_mae'", "'val_mse'"});
   const std::string reports =
-      absl::StrCat("loss '", spec.loss(), "' reports ",
-                   absl::StrJoin(reported, ", "));
-  if (metric == "val_loss" || (none_ok && metric == "none")) {
+      absl::StrCat("loss '", spec.loss(), "' reports ", absl::StrJoin(reported, ", "));
+  if (metric == "val_loss" || (none_ok && metric == "none") || (binary && metric == "val_auc")) {
     return absl::OkStatus();
   }
   if (metric == "val_accuracy") {

@@ -829,7 +829,14 @@ TEST(JobSpecTest, ScheduleGetsDefaultsAndFitsTheJob) {
        "optimizer.schedule.metric: val_accuracy needs a classification loss"},
       {absl::StrCat("{", data, R"(, "optimizer": {"schedule": {"name": "exponential"}}})"),
        "gamma is required"},
+      {absl::StrCat("{", data, R"(, "early_stopping": {"metric": "val_auc"}})"),
+       "early_stopping.metric: unknown metric 'val_auc'"},
   });
+  // val_auc is binary_crossentropy's.
+  EXPECT_TRUE(ParseJobSpecJson(absl::StrCat(
+                  "{", data, R"(, "loss": "binary_crossentropy",
+                  "early_stopping": {"metric": "val_auc"}})"))
+                  .ok());
 }
 
 }  // namespace

@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+
+#include "absl/types/span.h"
 
 #include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
@@ -17,7 +20,9 @@
 
 namespace mpilearn::worker {
 
-// A data set's loss and metrics, reduced over the group.
+// A data set's loss and metrics, reduced over the group. A single-output
+// binary_crossentropy also reports val_auc, the set's exact ROC AUC (every
+// rank's scores gathered on rank 0; absent when the set holds one class).
 struct Evaluation {
   double loss = 0.0;      // metrics["val_loss"]
   double accuracy = 0.0;  // metrics["val_accuracy"]; 0 for regression losses
@@ -53,6 +58,14 @@ absl::StatusOr<Evaluation> EvaluateShare(Collectives& group, Model& model,
                                          const Loss& loss, int64_t rows,
                                          const ShareReader& read,
                                          int64_t batch_size);
+
+// The area under the ROC curve of `scores` (higher: more likely positive)
+// for `positive` labels, exactly: the probability that a positive scores
+// above a negative, ties counting one half (the Mann-Whitney statistic, as
+// scikit-learn's roc_auc_score computes it). None without both a positive
+// and a negative. Precondition: equal lengths.
+std::optional<double> ExactRocAuc(absl::Span<const float> scores,
+                                  absl::Span<const uint8_t> positive);
 
 // The metrics as printed: "val_loss=0.4123  val_acc=0.8512" for
 // classification, "val_loss=0.0102  val_mae=0.0801  val_mse=0.0102" for

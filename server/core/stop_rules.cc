@@ -21,7 +21,7 @@ StopRules::Metric StopRules::MetricNamed(const std::string& name,
                                          const char* fallback) {
   Metric metric;
   metric.name = name.empty() ? fallback : name;
-  metric.lower_is_better = metric.name != "val_accuracy";
+  metric.lower_is_better = metric.name != "val_accuracy" && metric.name != "val_auc";
   return metric;
 }
 

@@ -45,6 +45,26 @@ TEST(StopRulesTest, EarlyStoppingOnValMaeIgnoresValLoss) {
                          "than 0 for 2 validations (best 0.25 at version 2)"}));
 }
 
+// val_auc, like val_accuracy, improves upwards.
+TEST(StopRulesTest, AucImprovesUpwards) {
+  v1::JobSpec spec;
+  spec.mutable_early_stopping()->set_metric("val_auc");
+  spec.mutable_early_stopping()->set_patience(1);
+  spec.mutable_checkpoint()->set_best_metric("val_auc");
+  StopRules rules(spec);
+  std::vector<std::string> reasons;
+  for (const double auc : {0.7, 0.8, 0.75}) {
+    v1::ValidationRecord record = Record(reasons.size() + 1, 0.5, std::nan(""));
+    (*record.mutable_metrics())["val_auc"] = auc;
+    reasons.push_back(rules.Add(record).stop_reason);
+  }
+  EXPECT_EQ(reasons, (std::vector<std::string>{
+                         "", "",
+                         "early stopping: val_auc did not improve by more "
+                         "than 0 for 1 validations (best 0.8 at version 2)"}));
+  EXPECT_EQ(rules.best_value(), 0.8);
+}
+
 TEST(StopRulesTest, RecordWithoutTheMetricDoesNotCount) {
   v1::JobSpec spec;
   spec.mutable_early_stopping()->set_metric("val_mae");

@@ -52,9 +52,10 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
   v1::Objective& objective = *spec->mutable_objective();
   if (objective.metric().empty()) objective.set_metric("val_accuracy");
   const bool classification = base.classification();
-  const std::vector<std::string> metrics =
+  std::vector<std::string> metrics =
       classification ? std::vector<std::string>{"val_accuracy", "val_loss"}
                      : std::vector<std::string>{"val_loss", "val_mae", "val_mse"};
+  if (base.loss() == LossKind::kBinaryCrossentropy) metrics.push_back("val_auc");
   if (std::find(metrics.begin(), metrics.end(), objective.metric()) ==
       metrics.end()) {
     return Invalid("objective.metric",
@@ -64,8 +65,8 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
                                 absl::StrJoin(metrics, ", ")));
   }
   if (objective.direction().empty()) {
-    objective.set_direction(objective.metric() == "val_accuracy" ? "maximize"
-                                                                 : "minimize");
+    const bool higher = objective.metric() == "val_accuracy" || objective.metric() == "val_auc";
+    objective.set_direction(higher ? "maximize" : "minimize");
   }
   if (objective.direction() != "maximize" &&
       objective.direction() != "minimize") {

@@ -146,6 +146,9 @@ TEST_F(StudyTableTest, BadSpecsNameTheField) {
       cases = {
           {[](v1::StudySpec& s) { s.mutable_objective()->set_metric("val_mae"); },
            "objective.metric"},
+          // val_auc is reported by binary_crossentropy only.
+          {[](v1::StudySpec& s) { s.mutable_objective()->set_metric("val_auc"); },
+           "objective.metric"},
           {[](v1::StudySpec& s) {
              s.mutable_objective()->set_direction("up");
            },
@@ -178,6 +181,12 @@ TEST_F(StudyTableTest, BadSpecsNameTheField) {
   }
   EXPECT_TRUE(jobs_.jobs.empty());
   EXPECT_EQ(table->ListStudies().studies_size(), 0);
+  // With binary_crossentropy it is, maximized by default.
+  v1::StudySpec auc = BaseStudy();
+  auc.mutable_base()->set_loss("binary_crossentropy");
+  auc.mutable_objective()->set_metric("val_auc");
+  ASSERT_TRUE(NormalizeStudySpec(&auc).ok());
+  EXPECT_EQ(auc.objective().direction(), "maximize");
 }
 
 TEST_F(StudyTableTest, TrialsAreJobsWithTheirValuesApplied) {

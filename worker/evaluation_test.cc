@@ -1,0 +1,97 @@
+// The exact ROC AUC of a binary classifier's validation: ExactRocAuc
+// against a brute-force count of every (positive, negative) pair in double
+// precision, ties counting one half; and EvaluateShare over a group of three
+// ranks reports the AUC of the whole set, the same on every rank.
+#include "worker/evaluation.h"
+
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/fake_collectives.h"
+
+namespace mpilearn::worker {
+namespace {
+
+// The probability that a positive scores above a negative, ties one half.
+double PairCount(const std::vector<float>& scores, const std::vector<uint8_t>& positive) {
+  double wins = 0;
+  double pairs = 0;
+  for (size_t p = 0; p < scores.size(); ++p) {
+    if (!positive[p]) continue;
+    for (size_t n = 0; n < scores.size(); ++n) {
+      if (positive[n]) continue;
+      pairs += 1;
+      wins += scores[p] > scores[n] ? 1.0 : scores[p] == scores[n] ? 0.5 : 0.0;
+    }
+  }
+  return wins / pairs;
+}
+
+TEST(EvaluationTest, ExactRocAucEqualsThePairCount) {
+  std::mt19937 rng(7);
+  for (const int levels : {0, 5}) {  // continuous scores, then heavy ties
+    std::normal_distribution<float> noise;
+    std::vector<float> scores;
+    std::vector<uint8_t> positive;
+    for (int i = 0; i < 800; ++i) {
+      const bool signal = i % 3 == 0;
+      float score = noise(rng) + (signal ? 0.8f : 0.0f);
+      if (levels > 0) score = static_cast<float>(static_cast<int>(score * levels)) / levels;
+      scores.push_back(score);
+      positive.push_back(signal ? 1 : 0);
+    }
+    const std::optional<double> auc = ExactRocAuc(scores, positive);
+    ASSERT_TRUE(auc.has_value());
+    EXPECT_NEAR(*auc, PairCount(scores, positive), 1e-12) << "levels " << levels;
+    EXPECT_GT(*auc, 0.6);  // the signal scores higher
+  }
+  // Perfect, reversed, and undefined.
+  EXPECT_DOUBLE_EQ(*ExactRocAuc(std::vector<float>{0.1f, 0.9f}, std::vector<uint8_t>{0, 1}), 1.0);
+  EXPECT_DOUBLE_EQ(*ExactRocAuc(std::vector<float>{0.9f, 0.1f}, std::vector<uint8_t>{0, 1}), 0.0);
+  EXPECT_FALSE(ExactRocAuc(std::vector<float>{0.1f, 0.9f}, std::vector<uint8_t>{1, 1}).has_value());
+}
+
+TEST(EvaluationTest, AGroupReportsTheWholeSetsAuc) {
+  torch::manual_seed(3);
+  v1::ModelSpec spec;
+  spec.set_name("mlp");
+  spec.add_hidden(8);
+  absl::StatusOr<Model> built = Model::Build(spec, std::vector<int64_t>{4}, 1);
+  ASSERT_TRUE(built.ok()) << built.status();
+  Model model = *std::move(built);
+  model.SetTraining(false);
+  absl::StatusOr<Loss> loss = Loss::Create(LossKind::kBinaryCrossentropy, 1.0);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  // 90 samples whose label follows the first feature, split 40 / 30 / 20.
+  const torch::Tensor features = torch::randn({90, 4});
+  const torch::Tensor labels = features.select(1, 0).gt(0).to(torch::kFloat).unsqueeze(1);
+  const torch::Tensor scores = model.Forward(features).reshape({-1}).contiguous();
+  std::vector<float> all(scores.data_ptr<float>(), scores.data_ptr<float>() + 90);
+  std::vector<uint8_t> positive;
+  for (int64_t i = 0; i < 90; ++i) positive.push_back(labels[i][0].item<float>() > 0.5f);
+  const double want = PairCount(all, positive);
+
+  const std::vector<std::pair<int64_t, int64_t>> shares = {{0, 40}, {40, 70}, {70, 90}};
+  std::vector<Evaluation> results(3);
+  FakeGroup group(3);
+  // Each rank evaluates its share with its own copy of the model's weights
+  // (Forward is per thread).
+  std::vector<Model> models(3, model);
+  group.Run([&](Collectives& rank) {
+    const int r = rank.rank();
+    Dataset share;
+    share.features = features.slice(0, shares[r].first, shares[r].second);
+    share.labels = labels.slice(0, shares[r].first, shares[r].second);
+    results[r] = EvaluateShard(rank, models[r], *loss, share, /*batch_size=*/16);
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(results[r].metrics.count("val_auc"), 1u) << "rank " << r;
+    EXPECT_NEAR(results[r].metrics.at("val_auc"), want, 1e-12) << "rank " << r;
+    EXPECT_EQ(results[r].samples, 90);
+  }
+  EXPECT_NE(FormatMetrics(results[0]).find("val_auc="), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mpilearn::worker
