@@ -480,10 +480,12 @@ absl::Status CheckMetric(absl::string_view field, const std::string& metric,
   std::vector<std::string> reported = {"'val_loss'"};
   if (classification) reported.push_back("'val_accuracy'");
   if (binary) reported.push_back("'val_auc'");
+  if (classification && !binary) reported.push_back("'val_top5_accuracy' (over 5+ classes)");
   if (!classification) reported.insert(reported.end(), {"'val_mae'", "'val_mse'"});
   const std::string reports =
       absl::StrCat("loss '", spec.loss(), "' reports ", absl::StrJoin(reported, ", "));
-  if (metric == "val_loss" || (none_ok && metric == "none") || (binary && metric == "val_auc")) {
+  if (metric == "val_loss" || (none_ok && metric == "none") || (binary && metric == "val_auc") ||
+      (classification && !binary && metric == "val_top5_accuracy")) {
     return absl::OkStatus();
   }
   if (metric == "val_accuracy") {

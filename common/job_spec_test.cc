@@ -702,8 +702,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "checkpoint.keep"},
         Rejection{R"({"checkpoint": {"best_metric": "train_loss"}, )" DATA "}",
                   "checkpoint.best_metric: unknown metric 'train_loss'; "
-                  "available: 'val_loss', 'val_accuracy' (the metrics loss "
-                  "'categorical_crossentropy' reports) or 'none'"},
+                  "available: 'val_loss', 'val_accuracy', 'val_top5_accuracy' (over 5+ "
+                  "classes) (the metrics loss 'categorical_crossentropy' reports) or 'none'"},
         Rejection{R"({"snapshots": {"every_updates": -5}, )" DATA "}",
                   "snapshots.every_updates must be in [0, 1099511627776], "
                   "got -5"},

@@ -177,6 +177,7 @@ std::string FormatMetrics(const Evaluation& evaluation, const std::string& prefi
   for (const auto& [metric, short_name] :
        {std::pair<const char*, const char*>{"val_accuracy",
                                             prefix == "val" ? "acc" : "accuracy"},
+        {"val_top5_accuracy", "top5_acc"},
         {"val_auc", "auc"},
         {"val_mae", "mae"},
         {"val_mse", "mse"}}) {

@@ -21,7 +21,8 @@ StopRules::Metric StopRules::MetricNamed(const std::string& name,
                                          const char* fallback) {
   Metric metric;
   metric.name = name.empty() ? fallback : name;
-  metric.lower_is_better = metric.name != "val_accuracy" && metric.name != "val_auc";
+  metric.lower_is_better = metric.name != "val_accuracy" && metric.name != "val_auc" &&
+                           metric.name != "val_top5_accuracy";
   return metric;
 }
 

@@ -253,7 +253,9 @@ std::string ObjectiveText(const v1::StudySpec& spec) {
                                  : spec.objective().metric();
   std::string direction = spec.objective().direction();
   if (direction.empty()) {
-    direction = metric == "val_accuracy" || metric == "val_auc" ? "maximize" : "minimize";
+    direction = metric == "val_accuracy" || metric == "val_auc" || metric == "val_top5_accuracy"
+                    ? "maximize"
+                    : "minimize";
   }
   return absl::StrCat(metric, " (", direction, ")");
 }

@@ -48,7 +48,7 @@ double Ratio(double sum, double count) { return count > 0 ? sum / count : 0.0; }
 }  // namespace
 
 std::array<double, MetricSums::kSize> MetricSums::ToArray() const {
-  return {loss, correct, abs_error, sq_error, samples, elements};
+  return {loss, correct, abs_error, sq_error, samples, elements, top5_correct, top5_samples};
 }
 
 MetricSums MetricSums::FromArray(const std::array<double, kSize>& values) {
@@ -59,6 +59,8 @@ MetricSums MetricSums::FromArray(const std::array<double, kSize>& values) {
   sums.sq_error = values[3];
   sums.samples = values[4];
   sums.elements = values[5];
+  sums.top5_correct = values[6];
+  sums.top5_samples = values[7];
   return sums;
 }
 
@@ -213,6 +215,11 @@ void Loss::Accumulate(const torch::Tensor& output, const torch::Tensor& labels,
         labels.scalar_type() == torch::kLong ? labels : labels.argmax(1);
     sums->correct += out.argmax(1).eq(classes).sum().item<double>();
     sums->elements += static_cast<double>(out.size(0));
+    if (out.size(1) > 5) {
+      const torch::Tensor top5 = std::get<1>(out.topk(5, /*dim=*/1));
+      sums->top5_correct += top5.eq(classes.unsqueeze(1)).any(1).sum().item<double>();
+      sums->top5_samples += static_cast<double>(out.size(0));
+    }
   } else if (kind_ == LossKind::kBinaryCrossentropy) {
     const torch::Tensor targets = Targets(labels, out);
     sums->correct += out.gt(0).eq(targets.gt(0.5)).sum().item<double>();
@@ -231,6 +238,9 @@ std::map<std::string, double> Loss::Metrics(const MetricSums& sums) const {
   metrics["val_loss"] = Ratio(sums.loss, sums.samples);
   if (classification()) {
     metrics["val_accuracy"] = Ratio(sums.correct, sums.elements);
+    if (sums.top5_samples > 0) {
+      metrics["val_top5_accuracy"] = Ratio(sums.top5_correct, sums.top5_samples);
+    }
   } else {
     metrics["val_mae"] = Ratio(sums.abs_error, sums.elements);
     metrics["val_mse"] = Ratio(sums.sq_error, sums.elements);

@@ -52,7 +52,7 @@ namespace mpilearn::worker {
 // Per-batch sums from which the validation metrics follow; plain doubles so
 // a group can add its ranks' sums with one AllreduceSum over ToArray().
 struct MetricSums {
-  static constexpr size_t kSize = 6;
+  static constexpr size_t kSize = 8;
 
   double loss = 0;       // Loss::Summed over every batch
   double correct = 0;    // correct predictions (classification)
@@ -60,6 +60,10 @@ struct MetricSums {
   double sq_error = 0;   // sum of (output - target)^2 (regression)
   double samples = 0;
   double elements = 0;  // predictions: what accuracy, MAE, MSE divide by
+  // categorical_crossentropy over more than 5 classes: samples whose class
+  // is among the 5 highest outputs, and the samples counted.
+  double top5_correct = 0;
+  double top5_samples = 0;
 
   std::array<double, kSize> ToArray() const;
   static MetricSums FromArray(const std::array<double, kSize>& values);
@@ -109,7 +113,9 @@ class Loss {
                        const torch::Tensor& labels) const;
 
   // The metrics this loss reports besides val_loss: {"val_accuracy"} for
-  // classification, {"val_mae", "val_mse"} for regression.
+  // classification (and val_top5_accuracy for categorical_crossentropy over
+  // more than 5 classes, val_auc for a single-output binary_crossentropy:
+  // worker/evaluation.h), {"val_mae", "val_mse"} for regression.
   std::vector<std::string> MetricNames() const;
 
   // Adds one batch's loss, sample count and metric sums to `sums` (no

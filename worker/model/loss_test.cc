@@ -292,6 +292,32 @@ TEST(LossTest, SumsAddUpOverBatchesAndRoundTripAsArray) {
   EXPECT_EQ(empty.at("val_mae"), 0.0);
 }
 
+// Top-5 accuracy over more than 5 classes: a sample counts when fewer than
+// 5 outputs exceed its class's output (counted here element by element).
+TEST(LossTest, TopFiveAccuracyCountsTheClassAmongTheFiveHighest) {
+  const Loss ce = Named("categorical_crossentropy");
+  torch::manual_seed(5);
+  const torch::Tensor output = torch::randn({200, 12});
+  const torch::Tensor labels = torch::randint(0, 12, {200}, torch::kLong);
+  double want = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    const float mine = output[i][labels[i].item<int64_t>()].item<float>();
+    int above = 0;
+    for (int64_t c = 0; c < 12; ++c) above += output[i][c].item<float>() > mine ? 1 : 0;
+    want += above < 5 ? 1 : 0;
+  }
+  MetricSums sums;
+  ce.Accumulate(output.slice(0, 0, 120), labels.slice(0, 0, 120), &sums);
+  ce.Accumulate(output.slice(0, 120, 200), labels.slice(0, 120, 200), &sums);
+  const std::map<std::string, double> metrics = ce.Metrics(MetricSums::FromArray(sums.ToArray()));
+  EXPECT_DOUBLE_EQ(metrics.at("val_top5_accuracy"), want / 200);
+  EXPECT_GT(metrics.at("val_top5_accuracy"), metrics.at("val_accuracy"));
+  // Five classes or fewer: no top-5 metric.
+  MetricSums few;
+  ce.Accumulate(output.slice(1, 0, 5), torch::randint(0, 5, {200}, torch::kLong), &few);
+  EXPECT_EQ(ce.Metrics(few).count("val_top5_accuracy"), 0u);
+}
+
 TEST(LossTest, OutputShapeErrorsNameBothShapesAndTheLoss) {
   const Loss ce = Named("categorical_crossentropy");
   const torch::Tensor labels = torch::zeros({64}, torch::kLong);
