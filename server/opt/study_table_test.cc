@@ -329,8 +329,13 @@ TEST_F(StudyTableTest, TargetEndsTheStudyAndCancelsTrialsInFlight) {
   EXPECT_EQ(status.state(), v1::STUDY_STATE_COMPLETED);
   EXPECT_THAT(status.message(), HasSubstr("target val_accuracy 0.85 reached by trial 0"));
   EXPECT_EQ(status.trials_size(), 2);
+  // The trial that reached the target completes (it is the study's best,
+  // whether or not its job had ended); the other is cancelled. Both jobs
+  // are stopped.
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_COMPLETED);
+  EXPECT_EQ(status.trials(1).state(), v1::TRIAL_STATE_CANCELLED);
+  EXPECT_EQ(status.best_trial(), 0);
   for (const v1::Trial& trial : status.trials()) {
-    EXPECT_EQ(trial.state(), v1::TRIAL_STATE_CANCELLED);
     EXPECT_EQ(jobs_.jobs.at(trial.job_id()).state(), v1::JOB_STATE_COMPLETED);
   }
   table->Refresh();

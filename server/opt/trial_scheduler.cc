@@ -96,7 +96,8 @@ void TrialScheduler::Refresh(Study& study) {
         EndStudy(study, v1::STUDY_STATE_COMPLETED,
                  absl::StrFormat("target %s %g reached by trial %d (%g)",
                                  spec.objective().metric(), spec.target(),
-                                 trial.number(), trial.value()));
+                                 trial.number(), trial.value()),
+                 trial.number());
         return;
       }
     }
@@ -376,11 +377,13 @@ void TrialScheduler::EndTrial(Study& study, v1::Trial& trial,
 }
 
 void TrialScheduler::EndStudy(Study& study, v1::StudyState state,
-                              const std::string& message) {
+                              const std::string& message, int reached) {
   for (v1::Trial& trial : *study.status.mutable_trials()) {
-    if (TrialInFlight(trial)) {
-      EndTrial(study, trial, v1::TRIAL_STATE_CANCELLED,
-               absl::StrCat("study ended: ", message));
+    if (!TrialInFlight(trial)) continue;
+    if (trial.number() == reached) {
+      EndTrial(study, trial, v1::TRIAL_STATE_COMPLETED, "reached the study's target");
+    } else {
+      EndTrial(study, trial, v1::TRIAL_STATE_CANCELLED, absl::StrCat("study ended: ", message));
     }
   }
   study.status.set_state(state);

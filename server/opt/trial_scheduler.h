@@ -113,8 +113,11 @@ class TrialScheduler {
   // Ends a trial in `state`; stops its job if it still runs.
   void EndTrial(Study& study, v1::Trial& trial, v1::TrialState state,
                 const std::string& message);
-  // Cancels the trials in flight and ends the study in `state`.
-  void EndStudy(Study& study, v1::StudyState state, const std::string& message);
+  // Cancels the trials in flight and ends the study in `state`; trial
+  // `reached` (its value reached the study's target) ends COMPLETED, so it
+  // counts as the study's best even while its job was still running.
+  void EndStudy(Study& study, v1::StudyState state, const std::string& message,
+                int reached = -1);
   // Best trial, counts and epochs from the trials.
   void Summarize(Study& study) const;
   // Writes the study's file if it changed (failures are logged and retried
