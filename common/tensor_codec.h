@@ -101,6 +101,28 @@ absl::Status ForEachChunk(
     size_t max_chunk_bytes,
     const std::function<absl::Status(v1::TensorChunk&)>& emit);
 
+// Writes a client stream whose Request is a oneof of a header and a
+// TensorChunk `chunk` (InitWeights, ReportSlice): `set_header(request)`
+// fills the first message, then `values` follow as fp32 chunks through
+// `writer` (a grpc::ClientWriter). UNAVAILABLE once the writer refuses a
+// message (the master closed the stream: its Finish says why).
+template <typename Request, typename Writer, typename SetHeader>
+absl::Status WriteTensorStream(Writer& writer, SetHeader set_header,
+                               absl::Span<const absl::Span<const float>> values) {
+  Request request;
+  set_header(request);
+  if (!writer.Write(request)) return absl::UnavailableError("master closed the stream");
+  request.Clear();
+  return ForEachChunk(values, v1::DTYPE_FLOAT32, kDefaultChunkBytes,
+                      [&](v1::TensorChunk& chunk) -> absl::Status {
+                        request.mutable_chunk()->Swap(&chunk);
+                        if (!writer.Write(request)) {
+                          return absl::UnavailableError("master closed the stream");
+                        }
+                        return absl::OkStatus();
+                      });
+}
+
 // Reassembles chunks into caller-owned fp32 buffers, decoding each
 // tensor's wire dtype, and checks that chunks arrive in order, fit their
 // tensor, and cover it exactly. Chunk data may be cut anywhere, even inside

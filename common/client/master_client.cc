@@ -15,27 +15,6 @@
 namespace mpilearn {
 namespace {
 
-// Sends header-then-chunks messages of type Request through `writer`.
-template <typename Request, typename Writer, typename SetHeader>
-absl::Status WriteTensorStream(Writer& writer, SetHeader set_header,
-                               absl::Span<const absl::Span<const float>> values) {
-  Request request;
-  set_header(request);
-  if (!writer.Write(request)) {
-    return absl::UnavailableError("master closed the stream");
-  }
-  request.Clear();
-  return ForEachChunk(values, v1::DTYPE_FLOAT32, kDefaultChunkBytes,
-                      [&](v1::TensorChunk& chunk) -> absl::Status {
-                        request.mutable_chunk()->Swap(&chunk);
-                        if (!writer.Write(request)) {
-                          return absl::UnavailableError(
-                              "master closed the stream");
-                        }
-                        return absl::OkStatus();
-                      });
-}
-
 // Reads a raw WeightsPart stream (header, then chunks) into `weights`,
 // decoding the wire dtype the header names; returns the version. A stream
 // that does not fit `weights` (another layout, bad bytes) is cancelled

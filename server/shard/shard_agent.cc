@@ -42,25 +42,17 @@ absl::Status ShardAgent::SendSlice(const v1::SliceWanted& wanted) {
   v1::ReportSliceResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::ReportSliceRequest>> writer =
       stub_->ReportSlice(&context, &response);
-  v1::ReportSliceRequest message;
-  *message.mutable_header() = std::move(slice.header);
-  bool open = writer->Write(message);
-  if (open && slice.weights != nullptr) {
-    std::vector<absl::Span<const char>> bytes;
-    for (const std::vector<float>& values : slice.weights->values) {
-      bytes.emplace_back(reinterpret_cast<const char*>(values.data()),
-                         values.size() * sizeof(float));
-    }
-    (void)ForEachChunk(bytes, kDefaultChunkBytes, [&](v1::TensorChunk& chunk) -> absl::Status {
-      message.Clear();
-      message.mutable_chunk()->Swap(&chunk);
-      open = writer->Write(message);
-      // A closed stream ends the loop; Finish says why.
-      return open ? absl::OkStatus() : absl::CancelledError("stream closed");
-    });
+  std::vector<absl::Span<const float>> values;
+  if (slice.weights != nullptr) {
+    for (const std::vector<float>& tensor : slice.weights->values) values.emplace_back(tensor);
   }
+  const absl::Status sent = WriteTensorStream<v1::ReportSliceRequest>(
+      *writer, [&](v1::ReportSliceRequest& request) { *request.mutable_header() = slice.header; },
+      values);
   writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
+  // A closed stream: Finish says why.
+  MPILEARN_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+  return sent;
 }
 
 void ShardAgent::Run() {
