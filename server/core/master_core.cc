@@ -283,13 +283,9 @@ absl::Status MasterCore::CheckIncomingSet(const v1::TensorSetHeader& weights,
 
 absl::StatusOr<v1::InitWeightsResponse> MasterCore::CommitInitWeights(
     PendingTensors pending) {
-  MPILEARN_RETURN_IF_ERROR(pending.Finish());
-  const auto* header =
-      std::get_if<v1::InitWeightsRequest::Header>(&pending.call_);
-  if (header == nullptr) {
-    return WithReason(absl::InternalError("CommitInitWeights of a push"),
-                      v1::ERROR_REASON_INTERNAL);
-  }
+  MPILEARN_ASSIGN_OR_RETURN(
+      const v1::InitWeightsRequest::Header* header,
+      pending.Finished<v1::InitWeightsRequest::Header>("CommitInitWeights"));
   return registry_->InitWeights(header->job_id(), header->group_id(),
                                 header->weights(), std::move(pending.values_));
 }
@@ -326,11 +322,11 @@ absl::StatusOr<PendingTensors> MasterCore::BeginPush(
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::CommitPush(
     PendingTensors pending) {
-  MPILEARN_RETURN_IF_ERROR(pending.Finish());
-  const auto* header =
-      std::get_if<v1::PushGradientRequest::Header>(&pending.call_);
-  if (header == nullptr || pending.job_ == nullptr) {
-    return WithReason(absl::InternalError("CommitPush of initial weights"),
+  MPILEARN_ASSIGN_OR_RETURN(
+      const v1::PushGradientRequest::Header* header,
+      pending.Finished<v1::PushGradientRequest::Header>("CommitPush"));
+  if (pending.job_ == nullptr) {
+    return WithReason(absl::InternalError("CommitPush without its job"),
                       v1::ERROR_REASON_INTERNAL);
   }
   GradientUpdate update;
@@ -362,11 +358,13 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
     MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), registry_->Now()));
   }
   if (OnShards(request.job_id())) return GatherWeights(request.job_id(), job->spec());
-  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights =
-      job->Weights();
-  if (!weights.ok() && job->MemoryReleased()) {
-    return registry_->EndedWeights(*job);
-  }
+  return WeightsOf(*job);
+}
+
+absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::WeightsOf(
+    const Job& job) const {
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights = job.Weights();
+  if (!weights.ok() && job.MemoryReleased()) return registry_->EndedWeights(job);
   return weights;
 }
 

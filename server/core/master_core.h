@@ -39,8 +39,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/error_reason.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/caller_bindings.h"
@@ -95,6 +98,18 @@ class PendingTensors {
   const v1::TensorSetHeader& tensors() const;
   // OK once every tensor arrived in full (by chunks or CopyFrom).
   absl::Status Finish() const;
+  // Finish's status, then the call's header for `commit` (the Commit
+  // method's name): INTERNAL when the call began as another kind.
+  template <typename Header>
+  absl::StatusOr<const Header*> Finished(const char* commit) const {
+    MPILEARN_RETURN_IF_ERROR(Finish());
+    const Header* header = std::get_if<Header>(&call_);
+    if (header == nullptr) {
+      return WithReason(absl::InternalError(absl::StrCat(commit, " of another call")),
+                        v1::ERROR_REASON_INTERNAL);
+    }
+    return header;
+  }
 
   // The call's header, for Commit; it holds the tensors' header too.
   CallHeader call_;
@@ -312,6 +327,9 @@ class MasterCore {
   absl::Status PlaceOnShards(v1::RegisterGroupResponse& response);
   // GetJobStatus' shards, version and parameters of a sharded job.
   void FillShards(v1::JobStatus& status) const;
+  // The job's weights: in memory, or an ended job's from its newest
+  // checkpoint on disk (JobRegistry::EndedWeights) once they were released.
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> WeightsOf(const Job& job) const;
   // Whether the job's weights live on shards (a lead's placement of it).
   bool OnShards(const std::string& job_id) const;
   // A sharded job's whole weights, its shards' slices gathered and joined

@@ -389,8 +389,7 @@ MasterCore::SliceForLead MasterCore::SliceFor(const v1::SliceWanted& wanted) con
     return slice;
   }
   slice.header.set_shard((*job)->spec().slice().shard());
-  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights = (*job)->Weights();
-  if (!weights.ok() && (*job)->MemoryReleased()) weights = registry_->EndedWeights(**job);
+  absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights = WeightsOf(**job);
   if (!weights.ok()) {
     slice.header.set_error(std::string(weights.status().message()));
     return slice;
@@ -421,12 +420,9 @@ absl::StatusOr<PendingTensors> MasterCore::BeginSliceReport(
 }
 
 absl::Status MasterCore::CommitSliceReport(PendingTensors pending) {
-  MPILEARN_RETURN_IF_ERROR(pending.Finish());
-  const auto* header = std::get_if<v1::ReportSliceRequest::Header>(&pending.call_);
-  if (header == nullptr) {
-    return WithReason(absl::InternalError("CommitSliceReport of another call"),
-                      v1::ERROR_REASON_INTERNAL);
-  }
+  MPILEARN_ASSIGN_OR_RETURN(
+      const v1::ReportSliceRequest::Header* header,
+      pending.Finished<v1::ReportSliceRequest::Header>("CommitSliceReport"));
   ShardSliceWeights slice;
   slice.shard = header->shard();
   slice.address = header->address();
