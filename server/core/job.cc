@@ -11,7 +11,6 @@
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
-#include "common/tensor_codec.h"
 #include "glog/logging.h"
 #include "server/core/store/job_checkpoint.h"
 

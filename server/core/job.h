@@ -372,8 +372,10 @@ class Job {
   // schedule (so a plateau's state comes back with them).
   void ReplayValidationsLocked(const v1::JobStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The schedule's rate for the coming step, set on the optimizer; and the
-  // rate in use (the base rate without an optimizer here).
+  // The schedule's position for the coming step (epochs finished, or the
+  // optimizer's steps); its rate there, set on the optimizer; and that rate
+  // as the status shows it.
+  int64_t SchedulePositionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double LearningRateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

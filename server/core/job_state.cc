@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
-#include "common/tensor_codec.h"
 #include "server/core/job.h"
 #include "server/core/store/job_checkpoint.h"
 
@@ -61,8 +60,7 @@ absl::StatusOr<v1::JobCheckpointFile> Job::SaveCheckpoint(
     return FailedPrecondition(v1::ERROR_REASON_JOB_STATE,
                               absl::StrCat("job ", id_, " has weights of its own, not on shards"));
   } else {
-    tensors.weights = ToTensorSet(on_shards->header, on_shards->values);
-    tensors.optimizer_state = ToTensorSet(MakeFloat32Header(stats_.applied, {}, {}), {});
+    tensors = WeightsOnlyCheckpoint(*on_shards, stats_.applied);
   }
   checkpoints_.Taken(tensors.weights.header().version(), now);
   v1::JobCheckpointFile file = MakeCheckpointFile(StatusLocked(/*with_history=*/true, now),
@@ -127,21 +125,19 @@ void Job::ReplayValidationsLocked(const v1::JobStatus& status) {
   }
 }
 
-void Job::ApplyScheduleLocked() {
+int64_t Job::SchedulePositionLocked() const {
+  if (schedule_.by_epochs()) return queue_.epochs_done();
+  // Without an optimizer here (released at the job's end, or one that
+  // never had weights) the updates applied stand for its steps.
   const Optimizer* optimizer = rule_ != nullptr ? rule_->optimizer() : nullptr;
-  if (schedule_.constant() || optimizer == nullptr) return;
-  const int64_t position = schedule_.by_epochs() ? queue_.epochs_done() : optimizer->steps();
-  rule_->SetLearningRate(schedule_.RateAt(position));
+  return optimizer != nullptr ? optimizer->steps() : static_cast<int64_t>(stats_.applied);
 }
 
-double Job::LearningRateLocked() const {
-  // The rate of the coming step; without an optimizer here (released at
-  // the job's end, or one that never had weights) the updates applied
-  // stand for its steps.
-  const Optimizer* optimizer = rule_ != nullptr ? rule_->optimizer() : nullptr;
-  const int64_t steps =
-      optimizer != nullptr ? optimizer->steps() : static_cast<int64_t>(stats_.applied);
-  return schedule_.RateAt(schedule_.by_epochs() ? queue_.epochs_done() : steps);
+void Job::ApplyScheduleLocked() {
+  if (schedule_.constant() || rule_ == nullptr || rule_->optimizer() == nullptr) return;
+  rule_->SetLearningRate(schedule_.RateAt(SchedulePositionLocked()));
 }
+
+double Job::LearningRateLocked() const { return schedule_.RateAt(SchedulePositionLocked()); }
 
 }  // namespace mpilearn::server

@@ -108,17 +108,21 @@ void CheckpointSchedule::Resumed(uint64_t version) {
   changes_at_checkpoint_ = changes_;
 }
 
+JobCheckpoint WeightsOnlyCheckpoint(const WeightsSnapshot& weights, uint64_t updates_applied) {
+  JobCheckpoint checkpoint;
+  checkpoint.weights = ToTensorSet(weights.header, weights.values);
+  checkpoint.optimizer_state = ToTensorSet(MakeFloat32Header(updates_applied, {}, {}), {});
+  return checkpoint;
+}
+
 absl::StatusOr<JobCheckpoint> EncodeJobCheckpoint(const WeightsSnapshot& weights,
                                                   const UpdateRule& rule,
                                                   uint64_t updates_applied) {
+  const Optimizer* optimizer = rule.optimizer();
+  // easgd, gem: no master optimizer state.
+  if (optimizer == nullptr) return WeightsOnlyCheckpoint(weights, updates_applied);
   JobCheckpoint checkpoint;
   checkpoint.weights = ToTensorSet(weights.header, weights.values);
-  const Optimizer* optimizer = rule.optimizer();
-  if (optimizer == nullptr) {  // easgd, gem: no master optimizer state
-    checkpoint.optimizer_state =
-        ToTensorSet(MakeFloat32Header(updates_applied, {}, {}), {});
-    return checkpoint;
-  }
   absl::StatusOr<OptimizerState> state = optimizer->SaveState();
   if (!state.ok()) return WithReason(state.status(), v1::ERROR_REASON_INTERNAL);
   const std::vector<std::string> buffers = StateBufferNames(optimizer->config());

@@ -80,6 +80,11 @@ class CheckpointSchedule {
   uint64_t written_version_ = 0;
 };
 
+// `weights` with an optimizer state of no tensors whose version is
+// `updates_applied`: a rule without an optimizer (easgd, gem), or a lead's
+// checkpoint of weights gathered from its shards.
+JobCheckpoint WeightsOnlyCheckpoint(const WeightsSnapshot& weights, uint64_t updates_applied);
+
 // `weights` and the state of `rule` (its optimizer's, if any), with
 // `updates_applied` as the version of an empty optimizer state. Errors
 // (a device optimizer failing to save) carry ERROR_REASON_INTERNAL.
