@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/client/master_client.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "tests/test_process.h"

@@ -19,7 +19,7 @@
 #include "common/client/master_client.h"
 #include "common/error_reason.h"
 #include "common/grpc_status.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"

@@ -64,7 +64,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/client/master_connection.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "common/trace.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/dataset.h"

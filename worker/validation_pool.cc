@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"

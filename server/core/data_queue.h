@@ -53,7 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/file_units.h"
 

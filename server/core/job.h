@@ -62,7 +62,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "common/schedule/lr_schedule.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/data_queue.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/error_reason.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "server/core/job.h"

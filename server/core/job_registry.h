@@ -39,7 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/job.h"
 #include "server/core/job_observer.h"

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "common/job_config.h"
-#include "common/job_spec.h"
+#include "common/spec/job_config.h"
+#include "common/spec/job_spec.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "server/core/job.h"

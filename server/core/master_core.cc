@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bounded_text.h"
 #include "common/error_reason.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

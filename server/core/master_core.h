@@ -133,7 +133,7 @@ struct MasterLimits {
   // --max_model_mib: a job's weights as fp32 (parameters and buffers):
   // the tensors an InitWeights header announces, in any wire dtype, and the
   // least a submitted spec's built-in model needs (MinModelParameters in
-  // common/job_spec.h). Bounds each tensor too. The default keeps a
+  // common/spec/job_spec.h). Bounds each tensor too. The default keeps a
   // checkpoint (weights plus Adam's two moments, 3x the model) under
   // protobuf's 2 GiB message limit (common/checkpoint_file.h).
   uint64_t max_model_bytes = uint64_t{512} << 20;

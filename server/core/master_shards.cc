@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/bounded_text.h"
 #include "common/error_reason.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/core/master_core.h"

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "common/tensor_codec.h"
 
 namespace mpilearn::server {

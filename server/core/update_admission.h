@@ -31,7 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "server/core/update/finite_bound.h"
 #include "server/core/group_table.h"

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "server/opt/job_spec_path.h"
 
 namespace mpilearn::opt {

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/error_reason.h"
-#include "common/job_config.h"
-#include "common/job_spec.h"
+#include "common/spec/job_config.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_file.h"
 #include "common/error_reason.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -14,7 +14,7 @@
 
 #include "common/checkpoint_file.h"
 #include "common/tensor_codec.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "server/core/job.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "zlib.h"

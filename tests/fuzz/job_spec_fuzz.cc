@@ -1,11 +1,11 @@
-// Fuzz target: the job spec JSON parser (common/job_spec), which every spec
+// Fuzz target: the job spec JSON parser (common/spec/job_spec), which every spec
 // a user submits goes through. Properties, for any input that parses:
 //   - the normalized spec normalizes to itself (defaults are idempotent);
 //   - its JSON (JobSpecToJson) parses back to the same spec.
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tests/fuzz/fuzz_target.h"
 

@@ -14,7 +14,7 @@ conv 3x3 'same' 32, relu, max pool 2, conv 3x3 'same' 64, relu, max pool 2,
 flatten, dense 128, relu, dense 10. Like the worker: uint8 pixels scaled by
 1/255, the first `--train` of the first train + validation_count training
 images trained and the next validation_count held out, cross entropy on
-the logits, Adam with the job spec's default rate (common/job_spec.cc:
+the logits, Adam with the job spec's default rate (common/spec/job_spec.cc:
 1e-3, betas 0.9/0.999, eps 1e-8).
 
 Same seed, same run: the initial weights come from torch.manual_seed(seed)

@@ -9,8 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "common/job_spec.h"
-#include "common/spec_kinds.h"
+#include "common/spec/job_spec.h"
+#include "common/spec/spec_kinds.h"
 
 namespace mpilearn::ctl {
 namespace {

@@ -69,7 +69,7 @@
 #include "absl/types/span.h"
 #include "common/checkpoint_file.h"
 #include "common/cli_flags.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/shard/sharded_connection.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"

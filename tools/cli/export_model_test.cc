@@ -23,7 +23,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
 #include "common/checkpoint_file.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/shard/placement.h"
 #include "common/shard/sharded_connection.h"
 #include "common/tensor_codec.h"

@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "common/cli_flags.h"
 #include "common/grpc_status.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/client/master_client.h"
 #include "google/protobuf/struct.pb.h"
 #include "grpcpp/grpcpp.h"

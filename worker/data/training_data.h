@@ -24,7 +24,7 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/data_stream.h"
 #include "worker/data/dataset.h"

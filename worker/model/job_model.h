@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/dataset.h"
 #include "worker/model/loss.h"

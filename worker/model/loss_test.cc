@@ -376,7 +376,7 @@ TEST(LossTest, RegressionRefusesClassIndices) {
 }
 
 // Unknown names never get this far: JobConfig::Create refuses them
-// (common/job_config_test.cc).
+// (common/spec/job_config_test.cc).
 TEST(LossTest, BadDeltaIsRefused) {
   for (const double delta : {0.0, -1.0, std::nan("")}) {
     const absl::Status refused = Loss::Create(LossKind::kHuber, delta).status();

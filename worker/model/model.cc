@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/spec_kinds.h"
+#include "common/spec/spec_kinds.h"
 #include "common/status_macros.h"
 
 namespace mpilearn::worker {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/error_reason.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 

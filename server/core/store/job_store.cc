@@ -20,7 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "common/bounded_text.h"
 #include "common/checkpoint_file.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/struct.pb.h"

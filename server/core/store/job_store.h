@@ -61,7 +61,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/checkpoint_file.h"
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::server {

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/status/status.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 
 namespace mpilearn::server {

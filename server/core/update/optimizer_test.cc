@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "gtest/gtest.h"
 #include "server/core/update/cuda/cuda_engine.h"
 #include "proto/mpilearn.pb.h"
@@ -817,7 +817,7 @@ TEST(OptimizerValidationTest, AcceptsBoundaryValues) {
   EXPECT_TRUE(CreateOptimizer(adagrad, kSmallSizes).ok());
 }
 
-// common/job_spec.cc normalizes a submitted spec with its own copy of the
+// common/spec/job_spec.cc normalizes a submitted spec with its own copy of the
 // defaults and ranges; the master then resolves the normalized spec. Both
 // must accept and reject the same specs, with the same messages, and
 // normalizing must not change what a spec resolves to.

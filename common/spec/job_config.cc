@@ -1,9 +1,9 @@
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 
 #include <optional>
 #include <utility>
 
-#include "common/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

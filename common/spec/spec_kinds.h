@@ -6,8 +6,8 @@
 //
 //   std::optional<LossKind> loss = LossKindFromName("mse");
 //   if (!loss) return UnknownName("loss", "loss", "gelu", LossNames());
-#ifndef MPILEARN_COMMON_SPEC_KINDS_H_
-#define MPILEARN_COMMON_SPEC_KINDS_H_
+#ifndef MPILEARN_COMMON_SPEC_SPEC_KINDS_H_
+#define MPILEARN_COMMON_SPEC_SPEC_KINDS_H_
 
 #include <optional>
 #include <string>
@@ -91,4 +91,4 @@ absl::Status UnknownName(absl::string_view field, absl::string_view what,
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_SPEC_KINDS_H_
+#endif  // MPILEARN_COMMON_SPEC_SPEC_KINDS_H_

@@ -6,8 +6,8 @@
 // Every path that accepts a spec (the master's SubmitJob, mpilearnctl, the
 // worker's --job) calls NormalizeJobSpec, so a spec is checked the same way
 // wherever it enters, and the master stores it with every default explicit.
-#ifndef MPILEARN_COMMON_JOB_SPEC_H_
-#define MPILEARN_COMMON_JOB_SPEC_H_
+#ifndef MPILEARN_COMMON_SPEC_JOB_SPEC_H_
+#define MPILEARN_COMMON_SPEC_JOB_SPEC_H_
 
 #include <cstdint>
 #include <string>
@@ -66,4 +66,4 @@ std::string JobSpecToJson(const v1::JobSpec& spec);
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_JOB_SPEC_H_
+#endif  // MPILEARN_COMMON_SPEC_JOB_SPEC_H_

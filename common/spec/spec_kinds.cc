@@ -1,4 +1,4 @@
-#include "common/spec_kinds.h"
+#include "common/spec/spec_kinds.h"
 
 #include <vector>
 

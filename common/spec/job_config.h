@@ -1,5 +1,5 @@
 // A job's configuration: its spec, normalized once, with every named choice
-// read into an enum (common/spec_kinds.h). The master's core, the workers
+// read into an enum (common/spec/spec_kinds.h). The master's core, the workers
 // and the tools take a JobConfig where they used to compare spec strings.
 //
 //   MPILEARN_ASSIGN_OR_RETURN(JobConfig config, JobConfig::Create(request.spec()));
@@ -9,14 +9,14 @@
 // master's reply, a stored spec.json) becomes a JobConfig: it normalizes
 // and checks it (NormalizeJobSpec). FromNormalized is for a spec this
 // process already normalized.
-#ifndef MPILEARN_COMMON_JOB_CONFIG_H_
-#define MPILEARN_COMMON_JOB_CONFIG_H_
+#ifndef MPILEARN_COMMON_SPEC_JOB_CONFIG_H_
+#define MPILEARN_COMMON_SPEC_JOB_CONFIG_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/spec_kinds.h"
+#include "common/spec/spec_kinds.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn {
@@ -64,4 +64,4 @@ class JobConfig {
 
 }  // namespace mpilearn
 
-#endif  // MPILEARN_COMMON_JOB_CONFIG_H_
+#endif  // MPILEARN_COMMON_SPEC_JOB_CONFIG_H_

@@ -1,11 +1,11 @@
-#include "common/job_config.h"
+#include "common/spec/job_config.h"
 
 #include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_spec.h"
-#include "common/spec_kinds.h"
+#include "common/spec/job_spec.h"
+#include "common/spec/spec_kinds.h"
 #include "gtest/gtest.h"
 
 namespace mpilearn {
