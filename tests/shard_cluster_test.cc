@@ -10,8 +10,11 @@
 // joins its shards' slices), while a validation pool on host 5 validates
 // the snapshots the lead gathers at epoch ends. Then a shard's
 // host loses every process mid-training and the shard is started again from
-// its state directory: the job completes within a point of the undisturbed
-// sharded run.
+// its state directory: the lead rolls the other shard's slice back to the
+// same checkpoint version, and the job completes within a point of the
+// undisturbed sharded run. The shards' checkpoints the lead names as its
+// restore set (shard_manifest.json) join into one master's checkpoint of
+// that version, bit for bit.
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,16 +27,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/strings/str_format.h"
+#include "common/checkpoint_file.h"
 #include "common/client/master_client.h"
 #include "common/tensor_codec.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
+#include "server/shard/slice_gather.h"
 #include "tests/test_process.h"
 #include "tools/cluster/netns_cluster.h"
 
 namespace mpilearn::testing {
 namespace {
 
+using server::JoinSlices;
+using server::ShardSliceWeights;
+using server::WeightsSnapshot;
 using tools::NetnsCluster;
 
 constexpr int64_t kTrainLimit = 12000;  // 10,000 train + 2,000 validation
@@ -171,6 +181,37 @@ class ShardClusterTest : public ::testing::Test {
     return weights;
   }
 
+  // The weights of a checkpoint file.
+  static Float32Tensors CheckpointWeights(const std::string& path) {
+    absl::StatusOr<v1::JobCheckpointFile> file = ReadCheckpointFile(path);
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) return {};
+    absl::StatusOr<Float32Tensors> weights = FromTensorSet(file->weights());
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    return weights.ok() ? *std::move(weights) : Float32Tensors{};
+  }
+
+  // The lead's shard_manifest.json of the job, once it names the set the
+  // job's status does (the lead writes it within a second or so: a bound,
+  // not a schedule).
+  v1::ShardManifest ReadManifest() {
+    const std::string path = dir_ + "/lead/jobs/" + job_id_ + "/shard_manifest.json";
+    v1::ShardManifest manifest;
+    for (int i = 0; i < 300; ++i) {
+      const uint64_t named = client_->GetJobStatus(job_id_).value().shard_set_version();
+      std::string json;
+      if (access(path.c_str(), F_OK) == 0) json = ReadFileOrDie(path);
+      manifest.Clear();
+      if (!json.empty() && google::protobuf::util::JsonStringToMessage(json, &manifest).ok() &&
+          manifest.version() == named) {
+        return manifest;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    ADD_FAILURE() << "no shard_manifest.json naming the job's restore set: " << path;
+    return manifest;
+  }
+
   v1::JobStatus ExpectCompleted(ChildProcess& workers) {
     const std::optional<int> exit_code = workers.Wait(absl::Seconds(300));
     EXPECT_TRUE(exit_code.has_value()) << "workers did not finish in 300 s:\n" << workers.Log();
@@ -221,13 +262,18 @@ class ShardClusterTest : public ::testing::Test {
 // accuracy, the same test loss and the same final weights; a validation
 // pool validates the sharded job's snapshots.
 TEST_F(ShardClusterTest, ShardedJobTrainsAsOneMasterDoes) {
-  const v1::JobSpec spec = FashionMnistSubset("sync", kTrainLimit, kEpochs);
+  v1::JobSpec spec = FashionMnistSubset("sync", kTrainLimit, kEpochs);
+  // Checkpoints of every 20th version, all kept: the single master's of the
+  // restore set's version is there to compare.
+  spec.mutable_checkpoint()->set_every_updates(20);
+  spec.mutable_checkpoint()->set_keep(100);
   StartMaster("single");
   std::unique_ptr<ChildProcess> workers = StartJob("single", spec);
   ASSERT_NE(workers, nullptr);
   const v1::JobStatus single = ExpectCompleted(*workers);
   EXPECT_EQ(single.shards_size(), 0);
   const Weights single_weights = PullWhole();
+  const std::string single_job = job_id_;
   client_.reset();
   master_.reset();
 
@@ -276,15 +322,41 @@ TEST_F(ShardClusterTest, ShardedJobTrainsAsOneMasterDoes) {
               0)
         << "tensor " << t << " of the lead's weights.pb";
   }
+  // The restore set the lead names in shard_manifest.json: each shard's own
+  // checkpoint of one version (slice weights and optimizer state), joined,
+  // is one master's checkpoint of that version, bit for bit.
+  const v1::ShardManifest manifest = ReadManifest();
+  ASSERT_GT(manifest.version(), 0u);
+  EXPECT_EQ(sharded.shard_set_version(), manifest.version());
+  std::vector<ShardSliceWeights> slices;
+  for (const v1::ShardManifest::Slice& entry : manifest.slices()) {
+    int host = 0;
+    for (int k = 0; k < kShards; ++k) {
+      if (shards_[k]->address() == entry.address()) host = k + 1;
+    }
+    ASSERT_NE(host, 0) << entry.ShortDebugString();
+    const Float32Tensors slice =
+        CheckpointWeights(absl::StrCat(dir_, "/shard", host, "/", entry.checkpoint()));
+    ASSERT_EQ(slice.header.version(), manifest.version());
+    slices.push_back({entry.shard(), entry.address(), slice.header, slice.values});
+  }
+  absl::StatusOr<WeightsSnapshot> joined = JoinSlices(std::move(slices));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  const Float32Tensors one_master = CheckpointWeights(absl::StrFormat(
+      "%s/single/jobs/%s/checkpoints/ckpt-%012d.pb", dir_, single_job, manifest.version()));
+  EXPECT_TRUE(joined->values == one_master.values)
+      << "the shards' checkpoints of version " << manifest.version()
+      << " differ from one master's";
   EXPECT_NEAR(sharded.test_accuracy(), single.test_accuracy(), 0.01);
   // More: one group of one thread per rank trains deterministically, and
   // each shard applies Adam to its slice as one master applies it to the
   // whole, so the sharded run ends on the same weights, bit for bit.
   EXPECT_DOUBLE_EQ(sharded.test_loss(), single.test_loss());
   std::printf("one master: test_accuracy=%.4f test_loss=%.6f; lead + %d shards: "
-              "test_accuracy=%.4f test_loss=%.6f, %d pool validations\n",
+              "test_accuracy=%.4f test_loss=%.6f, %d pool validations, restore set of "
+              "version %llu equal to one master's checkpoint\n",
               single.test_accuracy(), single.test_loss(), kShards, sharded.test_accuracy(),
-              sharded.test_loss(), from_pool);
+              sharded.test_loss(), from_pool, static_cast<unsigned long long>(manifest.version()));
 }
 
 // A shard's host loses every process mid-training; the shard is started
@@ -321,6 +393,13 @@ TEST_F(ShardClusterTest, ShardKilledAndRestartedTheJobCompletes) {
   ExpectOnShards(recovered);
   EXPECT_NEAR(recovered.test_accuracy(), undisturbed.test_accuracy(), 0.01);
   EXPECT_NE(workers->Log().find("registering again"), std::string::npos) << workers->Log();
+  // The restarted shard's slice came back at its last checkpoint, and the
+  // lead rolled the other shard's back to the same version (the newest both
+  // hold), so the slices went on from one state of the model.
+  EXPECT_NE(master_->process().Log().find("rolling the job's slices back to version"), std::string::npos)
+      << master_->process().Log();
+  EXPECT_NE(shards_[0]->process().Log().find("rolled back to its checkpoint of version"), std::string::npos)
+      << shards_[0]->process().Log();
   std::printf("shard on host 2 killed after %llu updates and restarted: test_accuracy=%.4f "
               "(undisturbed %.4f)\n",
               static_cast<unsigned long long>(training->updates_applied()),

@@ -128,6 +128,14 @@ int GroupTable::Live() const {
   return live;
 }
 
+std::vector<std::string> GroupTable::LiveIds() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, group] : groups_) {
+    if (group.alive) ids.push_back(id);
+  }
+  return ids;
+}
+
 std::vector<std::string> GroupTable::ReapLost(absl::Time now,
                                               absl::Duration timeout) {
   std::vector<std::string> lost;

@@ -144,6 +144,8 @@ class GroupTable {
 
   // Groups alive.
   int Live() const;
+  // Their ids, in id order.
+  std::vector<std::string> LiveIds() const;
 
   // Declares lost (not alive) the groups silent at `now` for longer than
   // their Liveness::lost_after, or than `timeout` for a group without one,

@@ -220,6 +220,25 @@ class Job {
   // job has no weights (no checkpoint was loaded). No-op for other states.
   void ResumeEnded(const v1::JobStatus& status);
 
+  // A slice of a sharded job on its shard (docs/sharding.md): back to the
+  // state of `checkpoint` (one of its own, weights and optimizer state), as
+  // the lead orders when another shard of the job restarted from the
+  // checkpoint of that version. Every group is dropped (their next call is
+  // GROUP_UNKNOWN: they register again and pull the weights), the counters
+  // are the checkpoint's. INVALID_ARGUMENT / DATA_LOSS when it does not fit,
+  // FAILED_PRECONDITION once the job ended; the job is unchanged then.
+  absl::Status Rollback(v1::JobCheckpointFile checkpoint);
+
+  // The checkpoint version the job's weights were last loaded from
+  // (Resume, Rollback; 0 if never), and a token new at each such load, so
+  // that a lead tells a shard's restart from a slice it already knew
+  // (ShardSliceStatus.restore_token).
+  struct RestoreMark {
+    uint64_t version = 0;
+    uint64_t token = 0;
+  };
+  RestoreMark restored() const;
+
   // Installs weights and optimizer state from a checkpoint (instead of
   // InitWeights): training continues exactly where Checkpoint() was taken.
   // INVALID_ARGUMENT / DATA_LOSS if the checkpoint does not fit the job's
@@ -455,6 +474,7 @@ class Job {
   // its history alone.
   uint64_t resumed_version_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t resumed_parameters_ ABSL_GUARDED_BY(mu_) = 0;
+  RestoreMark restored_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mpilearn::server

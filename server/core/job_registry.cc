@@ -555,6 +555,21 @@ absl::Status JobRegistry::CheckpointFromShards(const std::string& job_id,
   return error;
 }
 
+absl::Status JobRegistry::RollbackSlice(const std::string& job_id, uint64_t version) {
+  MPILEARN_ASSIGN_OR_RETURN(const Entry entry, FindEntry(job_id));
+  return entry.journal->Rollback(version);
+}
+
+std::vector<uint64_t> JobRegistry::CheckpointVersions(const std::string& job_id,
+                                                      size_t limit) const {
+  return store_->CheckpointVersions(job_id, limit);
+}
+
+absl::Status JobRegistry::WriteShardManifest(const v1::ShardManifest& manifest) {
+  MPILEARN_RETURN_IF_ERROR(FindEntry(manifest.job_id()).status());
+  return store_->WriteShardManifest(manifest.job_id(), manifest);
+}
+
 void JobRegistry::Tick() {
   ReapLostGroups();
   for (const Entry& entry : AllEntries()) {

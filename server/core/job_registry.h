@@ -156,6 +156,16 @@ class JobRegistry {
   absl::Status CheckpointFromShards(const std::string& job_id,
                                     std::shared_ptr<const WeightsSnapshot> weights, bool final);
 
+  // A shard's slice of a sharded job rolled back to its own checkpoint of
+  // `version` (JobJournal::Rollback), as the lead orders. NOT_FOUND for an
+  // unknown job or checkpoint.
+  absl::Status RollbackSlice(const std::string& job_id, uint64_t version);
+  // The weight versions of the job's checkpoints on disk, newest first (at
+  // most `limit`).
+  std::vector<uint64_t> CheckpointVersions(const std::string& job_id, size_t limit) const;
+  // A lead's restore set of a sharded job: <job>/shard_manifest.json.
+  absl::Status WriteShardManifest(const v1::ShardManifest& manifest);
+
   // The weights of an ended job whose memory was released, decoded from
   // its newest checkpoint on disk. FAILED_PRECONDITION (JOB_ENDED) naming
   // the checkpoint directory when none reads.

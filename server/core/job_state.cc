@@ -1,6 +1,7 @@
 // Job's saved and restored state (job.h): checkpoints taken and resumed,
 // and the learning-rate schedule, whose plateau state comes back with the
 // validations a checkpoint holds. The rest of Job is job.cc.
+#include <atomic>
 #include <optional>
 #include <utility>
 
@@ -15,6 +16,13 @@ namespace {
 
 absl::Status FailedPrecondition(v1::ErrorReason reason, const std::string& message) {
   return WithReason(absl::FailedPreconditionError(message), reason);
+}
+
+// New at each load of a job's weights from a checkpoint; differs between
+// processes (seeded by the clock) and between loads in one.
+uint64_t NextRestoreToken() {
+  static std::atomic<uint64_t> last{static_cast<uint64_t>(absl::GetCurrentTimeNanos())};
+  return ++last;
 }
 
 }  // namespace
@@ -44,6 +52,13 @@ absl::Status Job::Restore(const JobCheckpoint& checkpoint) {
 
 bool Job::CheckpointDue(CheckpointTrigger trigger, absl::Time now,
                         std::optional<uint64_t> on_shards) const {
+  // A shard's slice with update checkpoints takes only those (and its last
+  // one), so that its checkpoints are of the versions the other shards'
+  // are: a timed one would push the grid's out of the kept set.
+  if (trigger == CheckpointTrigger::kSeconds && spec().has_slice() &&
+      spec().checkpoint().every_updates() > 0) {
+    return false;
+  }
   absl::MutexLock lock(&mu_);
   if (weights_ == nullptr && !on_shards.has_value()) return false;
   const uint64_t version = weights_ != nullptr ? weights_->header.version() : *on_shards;
@@ -90,7 +105,45 @@ absl::Status Job::Resume(v1::JobCheckpointFile checkpoint) {
   ResumeOutcomeLocked(status);
   if (!EndedLocked()) state_ = v1::JOB_STATE_QUEUED;
   checkpoints_.Resumed(version);
+  if (!checkpoint.weights_on_shards()) restored_ = {version, NextRestoreToken()};
   return absl::OkStatus();
+}
+
+absl::Status Job::Rollback(v1::JobCheckpointFile checkpoint) {
+  if (checkpoint.weights_on_shards()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", id_, ": a checkpoint of weights on shards has no slice to roll back to"));
+  }
+  const uint64_t version = checkpoint.weights().header().version();
+  MPILEARN_ASSIGN_OR_RETURN(
+      DecodedCheckpoint decoded,
+      DecodeJobCheckpoint(TakeCheckpointTensors(checkpoint), spec(), engine_, id_));
+  absl::MutexLock lock(&mu_);
+  if (EndedLocked()) {
+    return FailedPrecondition(v1::ERROR_REASON_JOB_ENDED,
+                              absl::StrCat("job ", id_, " has ended; nothing to roll back"));
+  }
+  for (const std::string& group_id : groups_.LiveIds()) {
+    GroupTable::Group* group = groups_.Find(group_id);
+    ReleaseGroupLocked(group_id, *group);
+    group->alive = false;
+  }
+  rule_ = std::move(decoded.rule);
+  weights_ = std::make_shared<WeightsSnapshot>(std::move(decoded.weights));
+  spare_snapshots_.clear();
+  stats_.Resume(checkpoint.status());
+  stats_.staleness_sum = checkpoint.staleness_sum();
+  stats_.staleness_count = checkpoint.staleness_count();
+  rejected_in_a_row_ = 0;
+  checkpoints_.Resumed(version);
+  restored_ = {version, NextRestoreToken()};
+  RequeueIfOrphanedLocked();
+  return absl::OkStatus();
+}
+
+Job::RestoreMark Job::restored() const {
+  absl::MutexLock lock(&mu_);
+  return restored_;
 }
 
 void Job::ResumeEnded(const v1::JobStatus& status) {

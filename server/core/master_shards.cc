@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/core/master_core.h"
+#include "server/core/store/job_store.h"
 
 namespace mpilearn::server {
 namespace {
@@ -27,6 +28,7 @@ constexpr absl::Duration kSliceWait = absl::Seconds(5);
 // Bounds of a shard's report.
 constexpr int kMaxReportedSlices = 10000;
 constexpr double kMaxSyncWaitSeconds = 10.0;
+constexpr int kMaxReportedCheckpoints = 100;
 // A whole-model view: how long the lead waits for its shards' slices (a
 // long-polling shard answers within a round trip and the slice's
 // transfer), and how often a sync job's gather is repeated to find every
@@ -112,6 +114,7 @@ class MasterCore::ShardSnapshots final : public JobObserver {
   void CheckpointShardedJobs() {
     const absl::Time now = core_.registry_->Now();
     for (const std::string& job_id : core_.shard_table_->PlacedJobs()) {
+      WriteManifest(job_id, now);
       absl::StatusOr<std::shared_ptr<Job>> job = core_.registry_->FindJob(job_id);
       if (!job.ok() || JobStateEnded((*job)->state())) continue;
       uint64_t version = 0;
@@ -120,6 +123,30 @@ class MasterCore::ShardSnapshots final : public JobObserver {
       }
       if (!(*job)->CheckpointDue(CheckpointTrigger::kSeconds, now, version)) continue;
       Checkpoint(job_id, (*job)->spec(), /*final=*/false);
+    }
+  }
+
+  // The job's shard_manifest.json, when its restore set has moved on.
+  void WriteManifest(const std::string& job_id, absl::Time now) {
+    const uint64_t version = core_.shard_table_->SetVersion(job_id);
+    uint64_t& written = manifests_[job_id];
+    if (version == 0 || version == written) return;
+    v1::ShardManifest manifest;
+    manifest.set_job_id(job_id);
+    manifest.set_version(version);
+    for (const v1::ShardSliceStatus& slice : core_.shard_table_->SlicesOf(job_id, now)) {
+      manifest.set_shards(slice.shards());
+      v1::ShardManifest::Slice* entry = manifest.add_slices();
+      entry->set_shard(slice.shard());
+      entry->set_address(slice.address());
+      entry->set_checkpoint(JobStore::CheckpointName(job_id, version));
+    }
+    const absl::Status status = core_.registry_->WriteShardManifest(manifest);
+    if (status.ok()) {
+      written = version;
+    } else {
+      LOG(WARNING) << "job " << job_id << ": shard manifest of version " << version
+                   << " not written: " << status;
     }
   }
 
@@ -187,6 +214,9 @@ class MasterCore::ShardSnapshots final : public JobObserver {
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  // The restore set's version in each job's shard_manifest.json (Run's
+  // thread only).
+  std::map<std::string, uint64_t> manifests_;
   // Tasks queued or running, by job.
   std::map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
   // The thread's own: the last checkpoint error logged, by job.
@@ -308,6 +338,7 @@ void MasterCore::FillShards(v1::JobStatus& status) const {
   // Each shard schedules its own slice's rate; the first shard's stands
   // for them (with sync they agree).
   status.set_learning_rate(status.shards(0).learning_rate());
+  status.set_shard_set_version(shard_table_->SetVersion(status.job_id()));
 }
 
 absl::StatusOr<v1::ShardSyncResponse> MasterCore::ShardSync(const v1::ShardSyncRequest& request,
@@ -335,6 +366,11 @@ absl::StatusOr<v1::ShardSyncResponse> MasterCore::ShardSync(const v1::ShardSyncR
   for (const v1::ShardSliceStatus& slice : request.slices()) {
     MPILEARN_RETURN_IF_ERROR(
         CheckStringField("slices.job_id", slice.job_id(), limits_.max_string_bytes));
+    if (slice.checkpoint_versions_size() > kMaxReportedCheckpoints) {
+      return LimitError(absl::StrCat("a slice reports at most ", kMaxReportedCheckpoints,
+                                     " checkpoint versions, got ",
+                                     slice.checkpoint_versions_size()));
+    }
     reported[slice.job_id()] = &slice;
   }
   // A job goes on (and a rebuilt placement adopts its slices) while it is
@@ -370,6 +406,11 @@ absl::StatusOr<v1::ShardSyncResponse> MasterCore::ShardSync(const v1::ShardSyncR
   }
   for (const std::string& job_id : orders.unplaced) {
     stop(job_id, "the lead placed no slice of this job on this shard");
+  }
+  for (const auto& [job_id, version] : orders.restore) {
+    v1::SliceOrder* order = response.add_orders();
+    order->set_job_id(job_id);
+    order->set_restore_version(version);
   }
   for (const auto& [job_id, request] : orders.send) {
     v1::SliceWanted* wanted = response.add_send();
@@ -446,6 +487,16 @@ std::vector<v1::ShardSliceStatus> MasterCore::SliceReports() const {
     slice.set_updates_applied(status.updates_applied());
     slice.set_updates_stale(status.stale_rejected());
     slice.set_learning_rate(status.learning_rate());
+    for (uint64_t version :
+         registry_->CheckpointVersions(status.job_id(), kMaxReportedCheckpoints)) {
+      slice.add_checkpoint_versions(version);
+    }
+    absl::StatusOr<std::shared_ptr<Job>> job = registry_->FindJob(status.job_id());
+    if (job.ok()) {
+      const Job::RestoreMark restored = (*job)->restored();
+      slice.set_restored_version(restored.version);
+      slice.set_restore_token(restored.token);
+    }
     slices.push_back(std::move(slice));
   }
   return slices;
@@ -459,6 +510,13 @@ absl::Status MasterCore::ServeSliceOrders(const v1::ShardSyncResponse& orders) {
       done = registry_->Stop(order.job_id(), absl::StrCat("stopped by the lead: ", order.reason()));
       if (absl::IsFailedPrecondition(done)) done = absl::OkStatus();  // ended already
       if (done.ok()) LOG(INFO) << "slice of job " << order.job_id() << " stopped: " << order.reason();
+    } else if (order.restore_version() > 0) {
+      done = registry_->RollbackSlice(order.job_id(), order.restore_version());
+      if (done.ok()) {
+        LOG(INFO) << "slice of job " << order.job_id() << " rolled back to its checkpoint of "
+                  << "version " << order.restore_version()
+                  << " (another shard restarted from it); its groups register again";
+      }
     } else if (!registry_->FindJob(order.job_id()).ok()) {
       absl::StatusOr<JobConfig> config = JobConfig::Create(order.spec());
       done = config.status();

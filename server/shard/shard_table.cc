@@ -1,6 +1,7 @@
 #include "server/shard/shard_table.h"
 
 #include <algorithm>
+#include <iterator>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -42,8 +43,87 @@ bool ShardTable::HasNewOrderLocked(const std::string& address) const {
       const auto sent = placement.sent.find(address);
       if (placement.wanted > (sent == placement.sent.end() ? 0 : sent->second)) return true;
     }
+    if (placement.restore == 0) continue;
+    for (size_t s = 0; s < placement.addresses.size() && s < placement.pending.size(); ++s) {
+      if (placement.addresses[s] == address && placement.pending[s]) return true;
+    }
   }
   return false;
+}
+
+uint64_t ShardTable::SetVersionLocked(const std::string& job_id, uint64_t at_most) const {
+  const auto placement = placements_.find(job_id);
+  if (placement == placements_.end() || placement->second.addresses.empty()) return 0;
+  std::vector<uint64_t> common;
+  bool first = true;
+  for (const std::string& address : placement->second.addresses) {
+    const auto shard = shards_.find(address);
+    if (shard == shards_.end()) return 0;
+    const auto slice = shard->second.slices.find(job_id);
+    if (slice == shard->second.slices.end()) return 0;
+    std::vector<uint64_t> versions(slice->second.checkpoint_versions().begin(),
+                                   slice->second.checkpoint_versions().end());
+    std::sort(versions.begin(), versions.end());
+    if (first) {
+      common = std::move(versions);
+      first = false;
+      continue;
+    }
+    std::vector<uint64_t> both;
+    std::set_intersection(common.begin(), common.end(), versions.begin(), versions.end(),
+                          std::back_inserter(both));
+    common = std::move(both);
+  }
+  for (auto it = common.rbegin(); it != common.rend(); ++it) {
+    if (*it <= at_most) return *it;
+  }
+  return 0;
+}
+
+void ShardTable::NoteRestoreLocked(const std::string& job_id, JobPlacement& placement,
+                                   size_t index, const v1::ShardSliceStatus& slice) {
+  const size_t count = placement.addresses.size();
+  if (placement.tokens.size() != count) {
+    placement.tokens.assign(count, std::nullopt);
+    placement.pending.assign(count, false);
+    placement.ordered_token.assign(count, 0);
+    placement.restore = 0;
+  }
+  std::optional<uint64_t>& known = placement.tokens[index];
+  const bool changed = known.has_value() && *known != slice.restore_token();
+  known = slice.restore_token();
+  if (!changed) return;
+  if (placement.restore > 0 && placement.pending[index] &&
+      slice.restore_token() != placement.ordered_token[index] &&
+      slice.restored_version() == placement.restore) {
+    placement.pending[index] = false;
+    if (std::none_of(placement.pending.begin(), placement.pending.end(),
+                     [](bool pending) { return pending; })) {
+      LOG(INFO) << "job " << job_id << ": every slice is back at version " << placement.restore;
+      placement.restore = 0;
+    }
+    return;
+  }
+  // The shard loaded its slice from a checkpoint nobody ordered: it restarted.
+  if (slice.restored_version() == 0) return;
+  const uint64_t target = SetVersionLocked(job_id, slice.restored_version());
+  if (target == 0) {
+    LOG(WARNING) << "job " << job_id << ": shard " << index << " restarted from its checkpoint "
+                 << "of version " << slice.restored_version() << ", and no version at or below "
+                 << "it has a checkpoint on every shard: the slices go on from different "
+                 << "versions (set checkpoint.every_updates so that they have)";
+    placement.restore = 0;
+    placement.pending.assign(count, false);
+    return;
+  }
+  placement.restore = target;
+  for (size_t s = 0; s < count; ++s) {
+    placement.pending[s] = !(s == index && slice.restored_version() == target);
+    placement.ordered_token[s] = placement.tokens[s].value_or(0);
+  }
+  LOG(INFO) << "job " << job_id << ": shard " << index << " restarted from its checkpoint of "
+            << "version " << slice.restored_version() << "; rolling the job's slices back to "
+            << "version " << target << ", the newest every shard holds";
 }
 
 std::vector<std::string> ShardTable::MissingLocked(const std::string& job_id) const {
@@ -91,6 +171,15 @@ ShardTable::Orders ShardTable::Sync(
       }
     }
   }
+  for (const v1::ShardSliceStatus& slice : request.slices()) {
+    const auto placed = placements_.find(slice.job_id());
+    if (placed == placements_.end() || !placed->second.complete()) continue;
+    const size_t index = static_cast<size_t>(slice.shard());
+    if (slice.shard() >= 0 && index < placed->second.addresses.size() &&
+        placed->second.addresses[index] == address) {
+      NoteRestoreLocked(slice.job_id(), placed->second, index, slice);
+    }
+  }
   // A long poll: answer when a placement gives this shard a slice it does
   // not hold yet, or after `wait`.
   auto has_order = [this, &address]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -111,6 +200,9 @@ ShardTable::Orders ShardTable::Sync(
       if (placement.wanted > sent) {
         sent = placement.wanted;
         orders.send.emplace_back(job_id, placement.wanted);
+      }
+      if (placement.restore > 0 && s < placement.pending.size() && placement.pending[s]) {
+        orders.restore.emplace_back(job_id, placement.restore);
       }
     }
   }
@@ -226,6 +318,11 @@ std::vector<v1::ShardSliceStatus> ShardTable::SlicesOf(const std::string& job_id
     slices.push_back(std::move(slice));
   }
   return slices;
+}
+
+uint64_t ShardTable::SetVersion(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  return SetVersionLocked(job_id, UINT64_MAX);
 }
 
 absl::Status ShardTable::WantSlices(const std::string& job_id, uint64_t request) {

@@ -9,7 +9,10 @@
 //
 // A job is placed once, when its first group registers, on the live shards
 // holding the fewest placed jobs (the lowest address on ties), and keeps
-// that placement for its life. A shard is live while it synced within
+// that placement for its life. When a shard reports a slice loaded from a
+// checkpoint (a restart), the other shards are ordered to roll their slices
+// back to the newest checkpoint version every shard holds, at or below the
+// one it loaded, so the job's slices are one state again. A shard is live while it synced within
 // Options::lost_after. After a lead restart the table starts empty and
 // rebuilds each placement from the shards' reports (every slice names its
 // shard index and count), so a job goes on with the shards that hold its
@@ -69,6 +72,9 @@ class ShardTable {
     std::vector<std::string> unplaced;
     // Slices the lead wants sent now (WantSlices): job id and request.
     std::vector<std::pair<std::string, uint64_t>> send;
+    // Slices to roll back to their checkpoint of a version (the job's
+    // restore set, after another shard restarted): job id and version.
+    std::vector<std::pair<std::string, uint64_t>> restore;
   };
 
   // Records a shard's report (its address, its slices) and returns its
@@ -112,6 +118,11 @@ class ShardTable {
   std::vector<v1::ShardSliceStatus> SlicesOf(const std::string& job_id,
                                              absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The newest weight version of which every shard of the job's placement
+  // reports a checkpoint (ShardSliceStatus.checkpoint_versions): the set
+  // that restores together. 0 when there is none (or no placement).
+  uint64_t SetVersion(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Asks every shard of the job's placement to send its slice under
   // `request` (a whole-model view; SliceGather collects them): each shard's
   // next sync, or its long poll now, carries the order once. NOT_FOUND for
@@ -141,6 +152,15 @@ class ShardTable {
     // (by address).
     uint64_t wanted = 0;
     std::map<std::string, uint64_t> sent;
+    // Per shard index: the restore token it last reported (unset until its
+    // first report to this lead, which is taken as it is).
+    std::vector<std::optional<uint64_t>> tokens;
+    // A roll-back under way (`restore` > 0): to that version, for the
+    // shards whose pending[i] is set, done when shard i reports a token
+    // other than ordered_token[i] (it loaded a checkpoint since).
+    uint64_t restore = 0;
+    std::vector<bool> pending;
+    std::vector<uint64_t> ordered_token;
     bool complete() const;
   };
 
@@ -151,6 +171,15 @@ class ShardTable {
   // Whether `address` has a slice placed on it that it did not report, or
   // a slice wanted that it was not asked for yet.
   bool HasNewOrderLocked(const std::string& address) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes shard `index`'s report of the job's slice: a new restore token
+  // (the shard restarted from a checkpoint) starts a roll-back of the other
+  // shards to the restore set at or below the version it loaded; a new
+  // token from a shard ordered to roll back ends its order.
+  void NoteRestoreLocked(const std::string& job_id, JobPlacement& placement, size_t index,
+                         const v1::ShardSliceStatus& slice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SetVersion's newest common version, at most `at_most`.
+  uint64_t SetVersionLocked(const std::string& job_id, uint64_t at_most) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Shards of the job's placement that do not report its slice.
   std::vector<std::string> MissingLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -305,7 +305,13 @@ std::string ShardsSection(const v1::JobStatus& job) {
                    absl::StrCat(slice.updates_stale()),
                    absl::StrFormat("%.1fs", slice.seconds_since_seen())});
   }
-  return "SHARDS\n" + shards.Format("  ");
+  std::string text = "SHARDS\n" + shards.Format("  ");
+  // The newest version with a checkpoint on every shard (shard_manifest.json).
+  if (job.shard_set_version() > 0) {
+    absl::StrAppend(&text, "  restore set: the shards' checkpoints of version ",
+                    job.shard_set_version(), "\n");
+  }
+  return text;
 }
 
 // EPOCHS: the per-epoch history.

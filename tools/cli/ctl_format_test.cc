@@ -261,6 +261,12 @@ TEST(FormatJobStatusTest, ShardsOfAShardedJob) {
                       "\nEPOCHS"),
             std::string::npos)
       << text;
+  job.set_shard_set_version(40);
+  EXPECT_NE(FormatJobStatus(job).find("  1/2    10.0.0.3:7070  RUNNING  117573      41       41"
+                                      "       0      0.5s\n"
+                                      "  restore set: the shards' checkpoints of version 40\n"
+                                      "\nEPOCHS"),
+            std::string::npos);
 }
 
 TEST(FormatJobStatusTest, SummaryAndEverySection) {

@@ -83,9 +83,12 @@ bool CheckpointSchedule::Due(CheckpointTrigger trigger, uint64_t version,
                              bool ended, absl::Time now) const {
   switch (trigger) {
     case CheckpointTrigger::kUpdates:
+      // On the grid of multiples of every_updates, whatever other triggers
+      // took in between: every shard of a sharded job then checkpoints the
+      // same versions, which restore together (docs/sharding.md).
       return spec_.every_updates() > 0 &&
-             version - version_at_checkpoint_ >=
-                 static_cast<uint64_t>(spec_.every_updates());
+             version / static_cast<uint64_t>(spec_.every_updates()) >
+                 version_at_checkpoint_ / static_cast<uint64_t>(spec_.every_updates());
     case CheckpointTrigger::kSeconds:
       return spec_.every_seconds() > 0 && !ended &&
              changes_ != changes_at_checkpoint_ &&

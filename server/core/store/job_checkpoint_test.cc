@@ -156,5 +156,22 @@ TEST(CheckpointScheduleTest, DueByUpdatesSecondsAndChanges) {
   EXPECT_TRUE(schedule.Due(CheckpointTrigger::kUpdates, 40, false, t0));
 }
 
+// Update checkpoints stay on the grid of multiples of every_updates when a
+// timed one came in between (what lets shards' checkpoints line up).
+TEST(CheckpointScheduleTest, UpdatesTriggerOnTheGridOfMultiples) {
+  v1::CheckpointSpec spec;
+  spec.set_every_updates(10);
+  spec.set_every_seconds(60);
+  CheckpointSchedule schedule(spec);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  schedule.Taken(13, t0);  // a timed checkpoint between 10 and 20
+  EXPECT_FALSE(schedule.Due(CheckpointTrigger::kUpdates, 19, false, t0));
+  EXPECT_TRUE(schedule.Due(CheckpointTrigger::kUpdates, 20, false, t0));
+  schedule.Taken(20, t0);
+  EXPECT_FALSE(schedule.Due(CheckpointTrigger::kUpdates, 29, false, t0));
+  // A version that jumped past a multiple (several updates at once).
+  EXPECT_TRUE(schedule.Due(CheckpointTrigger::kUpdates, 31, false, t0));
+}
+
 }  // namespace
 }  // namespace mpilearn::server

@@ -143,6 +143,15 @@ void JobJournal::AppendRecords(const JobStore::Records& records) {
   UpdatePending([](PendingWrites& w) { w.records = true; }, appended);
 }
 
+absl::Status JobJournal::Rollback(uint64_t version) {
+  absl::MutexLock lock(&checkpoint_mu_);
+  if (Closed()) return absl::FailedPreconditionError("the job was deleted");
+  const std::string path = context_.store->CheckpointPath(job_->id(), version);
+  MPILEARN_ASSIGN_OR_RETURN(v1::JobCheckpointFile file, JobStore::ReadCheckpoint(path));
+  MPILEARN_RETURN_IF_ERROR(job_->Rollback(std::move(file)));
+  return context_.store->RemoveCheckpointsAfter(job_->id(), version);
+}
+
 std::optional<v1::JobCheckpointFile> JobJournal::WriteCheckpoint(
     std::optional<CheckpointTrigger> trigger, bool wait, bool best,
     absl::Status* error, std::shared_ptr<const WeightsSnapshot> on_shards) {

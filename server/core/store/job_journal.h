@@ -81,6 +81,11 @@ class JobJournal {
       std::shared_ptr<const WeightsSnapshot> on_shards = nullptr)
       ABSL_LOCKS_EXCLUDED(checkpoint_mu_);
 
+  // A slice on its shard rolled back to its own checkpoint of `version`
+  // (Job::Rollback), and its newer checkpoints deleted, between checkpoint
+  // writes. NOT_FOUND naming the file when there is no such checkpoint.
+  absl::Status Rollback(uint64_t version) ABSL_LOCKS_EXCLUDED(checkpoint_mu_);
+
   // After the job ended (`ended_now`) or got the test result after a stop
   // rule ended it: final checkpoint (and best.pb with `best`), weights.pb
   // and optimizer.pb for a COMPLETED job, the observer told with

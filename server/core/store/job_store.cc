@@ -351,10 +351,8 @@ absl::Status JobStore::WriteCheckpoint(const std::string& job_id,
   const std::string dir = CheckpointDir(job_id);
   MPILEARN_RETURN_IF_ERROR(EnsureDir(dir));
   MPILEARN_ASSIGN_OR_RETURN(std::string bytes, EncodeCheckpoint(checkpoint));
-  const std::string name = absl::StrFormat(
-      "%s%0*d%s", kCheckpointPrefix, kVersionDigits,
-      checkpoint.weights().header().version(), kCheckpointSuffix);
-  MPILEARN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + name, bytes));
+  MPILEARN_RETURN_IF_ERROR(WriteFileAtomically(
+      CheckpointPath(job_id, checkpoint.weights().header().version()), bytes));
   const std::vector<std::string> paths = CheckpointPaths(job_id);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < paths.size();
        ++i) {
@@ -391,6 +389,57 @@ std::vector<std::string> JobStore::CheckpointPaths(
     paths.push_back(CheckpointDir(job_id) + "/" + name);
   }
   return paths;
+}
+
+std::vector<uint64_t> JobStore::CheckpointVersions(const std::string& job_id,
+                                                   size_t limit) const {
+  std::vector<uint64_t> versions;
+  const size_t prefix = sizeof(kCheckpointPrefix) - 1;
+  for (const std::string& path : CheckpointPaths(job_id)) {
+    if (versions.size() >= limit) break;
+    const std::string name = fs::path(path).filename().string();
+    uint64_t version = 0;
+    if (absl::SimpleAtoi(name.substr(prefix, kVersionDigits), &version)) {
+      versions.push_back(version);
+    }
+  }
+  return versions;
+}
+
+std::string JobStore::CheckpointName(const std::string& job_id, uint64_t version) {
+  return absl::StrFormat("jobs/%s/checkpoints/%s%0*d%s", job_id, kCheckpointPrefix,
+                         kVersionDigits, version, kCheckpointSuffix);
+}
+
+std::string JobStore::CheckpointPath(const std::string& job_id, uint64_t version) const {
+  return absl::StrFormat("%s/%s%0*d%s", CheckpointDir(job_id), kCheckpointPrefix,
+                         kVersionDigits, version, kCheckpointSuffix);
+}
+
+absl::Status JobStore::RemoveCheckpointsAfter(const std::string& job_id, uint64_t version) {
+  const std::vector<uint64_t> versions = CheckpointVersions(job_id, SIZE_MAX);
+  for (uint64_t newer : versions) {
+    if (newer <= version) break;
+    std::error_code ec;
+    fs::remove(CheckpointPath(job_id, newer), ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("cannot delete checkpoint '",
+                                              CheckpointPath(job_id, newer),
+                                              "': ", ec.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::WriteShardManifest(const std::string& job_id,
+                                          const v1::ShardManifest& manifest) {
+  MPILEARN_RETURN_IF_ERROR(EnsureDir(JobDir(job_id)));
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(manifest, &json, options);
+  return WriteFileAtomically(JobDir(job_id) + "/shard_manifest.json", json);
 }
 
 absl::StatusOr<v1::JobCheckpointFile> JobStore::ReadCheckpoint(

@@ -12,6 +12,10 @@
 //                                            the job's newest checkpoints,
 //                                            <version> the weight version in
 //                                            12 zero-padded digits
+//   <state_dir>/jobs/<job_id>/shard_manifest.json
+//                                            on a lead, a sharded job's set
+//                                            of shard checkpoints that
+//                                            restore together
 //   <state_dir>/jobs/<job_id>/checkpoints/best.pb
 //                                            the checkpoint taken when the
 //                                            best validation arrived
@@ -132,6 +136,20 @@ class JobStore {
                                    const v1::JobCheckpointFile& checkpoint);
   // Paths of the job's ckpt files, newest (highest version) first.
   std::vector<std::string> CheckpointPaths(const std::string& job_id) const;
+  // Weight versions of the job's ckpt files, newest first (at most
+  // `limit`), from their names.
+  std::vector<uint64_t> CheckpointVersions(const std::string& job_id,
+                                           size_t limit) const;
+  // Where the ckpt file of `version` is, relative to the state directory
+  // ("jobs/<id>/checkpoints/ckpt-<version>.pb"; ShardManifest), and on disk.
+  static std::string CheckpointName(const std::string& job_id, uint64_t version);
+  std::string CheckpointPath(const std::string& job_id, uint64_t version) const;
+  // Deletes the ckpt files of versions above `version` (a roll-back to it),
+  // so that a restart never loads one of them.
+  absl::Status RemoveCheckpointsAfter(const std::string& job_id, uint64_t version);
+  // Writes <job>/shard_manifest.json (a lead's restore set of a sharded job).
+  absl::Status WriteShardManifest(const std::string& job_id,
+                                  const v1::ShardManifest& manifest);
   // Reads and checks one checkpoint file: NOT_FOUND if it cannot be read,
   // DATA_LOSS (naming the file) if it is truncated, damaged or not a
   // checkpoint. Same as ReadCheckpointFile (common/checkpoint_file.h).
