@@ -319,5 +319,64 @@ torch.jit.script(Nan()).save(")", nan, R"(")
   EXPECT_TRUE(client_->ListJobs().ok());
 }
 
+// Losses of the user's: class weights with label smoothing and top-3
+// accuracy, and a focal loss scripted by docs/examples/losses/focal_loss.py,
+// each train a model on 2 ranks; a script returning one loss per sample
+// fails its job before training with the cause.
+TEST_F(UserModelTest, WeightedAndScriptedLossesTrain) {
+  StartMaster("user_model_losses");
+  const std::string focal = dir_ + "/focal.pt";
+  const int status_code = std::system(
+      absl::StrCat(kPython, " ", Runfile("docs/examples/losses/focal_loss.py"), " ", focal,
+                   " --gamma 2 >>", dir_, "/python.log 2>&1")
+          .c_str());
+  ASSERT_TRUE(WIFEXITED(status_code) && WEXITSTATUS(status_code) == 0)
+      << ReadFileOrDie(dir_ + "/python.log");
+  const std::string per_sample = dir_ + "/per_sample.pt";
+  ASSERT_EQ(RunPython(dir_, absl::StrCat(R"(
+import torch
+class PerSample(torch.nn.Module):
+    def forward(self, output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(output, labels, reduction="none")
+torch.jit.script(PerSample()).save(")", per_sample, R"(")
+)")),
+            0)
+      << ReadFileOrDie(dir_ + "/python.log");
+
+  v1::JobSpec weighted = FashionMnistSubset("sync", 12000, 2);
+  for (int c = 0; c < 10; ++c) {
+    weighted.mutable_loss_options()->add_class_weights(c == 6 ? 2.0 : 1.0);
+  }
+  weighted.mutable_loss_options()->set_label_smoothing(0.05);
+  weighted.mutable_loss_options()->set_top_k(3);
+  v1::JobSpec scripted = FashionMnistSubset("sync", 12000, 2);
+  scripted.mutable_loss_options()->set_torchscript(focal);
+  for (const v1::JobSpec& spec : {weighted, scripted}) {
+    std::string log;
+    int exit_code = 0;
+    const v1::JobStatus status = Run(spec, 2, &log, &exit_code);
+    ASSERT_EQ(exit_code, 0) << log;
+    ASSERT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
+    EXPECT_GE(status.test_accuracy(), 0.75) << log;
+    if (spec.loss_options().has_top_k()) {
+      // Top-3 is reported, and is at least the accuracy.
+      ASSERT_EQ(status.test_metrics().count("test_top3_accuracy"), 1u) << status.ShortDebugString();
+      EXPECT_GE(status.test_metrics().at("test_top3_accuracy"), status.test_accuracy());
+      EXPECT_THAT(log, HasSubstr("val_top3_acc="));
+    }
+  }
+
+  v1::JobSpec bad = FashionMnistSubset("downpour", 3000, 1);
+  bad.mutable_loss_options()->set_torchscript(per_sample);
+  std::string log;
+  int exit_code = 0;
+  const v1::JobStatus failed = Run(bad, 1, &log, &exit_code);
+  EXPECT_NE(exit_code, 0) << log;
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED) << log;
+  EXPECT_THAT(failed.message(), HasSubstr("the batch's mean loss")) << log;
+  EXPECT_THAT(failed.message(), HasSubstr(per_sample)) << log;
+  EXPECT_EQ(failed.samples_trained(), 0u);
+}
+
 }  // namespace
 }  // namespace mpilearn::testing

@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/types/span.h"
+#include "common/spec/job_spec.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -177,7 +179,6 @@ std::string FormatMetrics(const Evaluation& evaluation, const std::string& prefi
   for (const auto& [metric, short_name] :
        {std::pair<const char*, const char*>{"val_accuracy",
                                             prefix == "val" ? "acc" : "accuracy"},
-        {"val_top5_accuracy", "top5_acc"},
         {"val_auc", "auc"},
         {"val_mae", "mae"},
         {"val_mse", "mse"}}) {
@@ -185,6 +186,15 @@ std::string FormatMetrics(const Evaluation& evaluation, const std::string& prefi
     if (it == evaluation.metrics.end()) continue;
     absl::StrAppend(&line, separator,
                     absl::StrFormat("%s_%s=%.4f", prefix, short_name, it->second));
+    // val_top<K>_accuracy: "topK_acc", after the accuracy.
+    if (std::string(metric) != "val_accuracy") continue;
+    for (const auto& [name, value] : evaluation.metrics) {
+      absl::string_view k = name;
+      if (HigherIsBetter(name) && absl::ConsumePrefix(&k, "val_top") &&
+          absl::ConsumeSuffix(&k, "_accuracy")) {
+        absl::StrAppend(&line, separator, absl::StrFormat("%s_top%s_acc=%.4f", prefix, k, value));
+      }
+    }
   }
   return line;
 }

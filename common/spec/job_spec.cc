@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/schedule/lr_schedule.h"
 #include "common/spec/spec_internal.h"
 #include "common/spec/spec_kinds.h"
@@ -168,6 +170,22 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
                         absl::StrCat(path, ": ", spec.status().message()));
   }
   return spec;
+}
+
+int TopKOf(const v1::JobSpec& spec) {
+  return spec.loss_options().has_top_k() ? spec.loss_options().top_k() : kDefaultTopK;
+}
+
+std::string TopKMetricName(int k) { return absl::StrCat("val_top", k, "_accuracy"); }
+
+bool HigherIsBetter(absl::string_view metric) {
+  if (metric == "val_accuracy" || metric == "val_auc") return true;
+  // val_top<K>_accuracy
+  if (!absl::ConsumePrefix(&metric, "val_top") || !absl::ConsumeSuffix(&metric, "_accuracy")) {
+    return false;
+  }
+  int k = 0;
+  return absl::SimpleAtoi(metric, &k) && k >= 2;
 }
 
 std::string JobSpecToJson(const v1::JobSpec& spec) {

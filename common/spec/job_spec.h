@@ -61,6 +61,16 @@ v1::UpdateKind UpdateKindOf(v1::Algorithm algorithm);
 // --max_model_mib before queueing it.
 uint64_t MinModelParameters(const v1::ModelSpec& model);
 
+// The k of a normalized spec's top-k accuracy (loss_options.top_k, default
+// 5), and its metric's name: "val_top5_accuracy".
+int TopKOf(const v1::JobSpec& spec);
+std::string TopKMetricName(int k);
+
+// Whether a higher value of validation metric `metric` is better:
+// val_accuracy, val_auc and val_top<K>_accuracy; lower is better for the
+// others (val_loss, val_mae, val_mse).
+bool HigherIsBetter(absl::string_view metric);
+
 // Pretty JSON of a spec, with field names as in the .proto.
 std::string JobSpecToJson(const v1::JobSpec& spec);
 

@@ -382,6 +382,72 @@ TEST(JobSpecTest, MetricsFollowTheLoss) {
   EXPECT_EQ(binary->target().metric(), "val_accuracy");
 }
 
+TEST(JobSpecTest, LossOptionsAreKeptAndCheckedAgainstTheLoss) {
+  auto weighted = ParseJobSpecJson(R"({"loss_options": {"class_weights": [1, 0.5, 0],
+    "label_smoothing": 0.1, "top_k": 3}, "early_stopping": {"metric": "val_top3_accuracy"},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(weighted.ok()) << weighted.status();
+  EXPECT_EQ(weighted->loss_options().class_weights_size(), 3);
+  EXPECT_DOUBLE_EQ(weighted->loss_options().label_smoothing(), 0.1);
+  EXPECT_EQ(TopKOf(*weighted), 3);
+  auto plain = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(TopKOf(*plain), 5);
+  EXPECT_FALSE(plain->has_loss_options());  // no default written
+  auto binary = ParseJobSpecJson(R"({"loss": "binary_crossentropy",
+    "loss_options": {"pos_weight": [4]}, "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  auto scripted = ParseJobSpecJson(R"({"loss_options": {"torchscript": "/m/focal.pt"},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(scripted.ok()) << scripted.status();
+  const std::string data = R"("data": {"train_images": "a", "train_labels": "b"})";
+  ExpectRefused({
+      {absl::StrCat(R"({"loss": "mse", "loss_options": {"class_weights": [1]}, )", data, "}"),
+       "loss_options.class_weights applies to categorical_crossentropy only; this job's loss "
+       "is 'mse'"},
+      {absl::StrCat(R"({"loss_options": {"class_weights": [1, -1]}, )", data, "}"),
+       "loss_options.class_weights[1] must be a finite number >= 0, got -1"},
+      {absl::StrCat(R"({"loss_options": {"class_weights": [0, 0]}, )", data, "}"),
+       "loss_options.class_weights are all 0"},
+      {absl::StrCat(R"({"loss_options": {"label_smoothing": 1}, )", data, "}"),
+       "loss_options.label_smoothing must be in [0, 1), got 1"},
+      {absl::StrCat(R"({"loss": "binary_crossentropy", "loss_options": {"label_smoothing": 0.1}, )",
+                    data, "}"),
+       "loss_options.label_smoothing applies to categorical_crossentropy only"},
+      {absl::StrCat(R"({"loss_options": {"pos_weight": [2]}, )", data, "}"),
+       "loss_options.pos_weight applies to binary_crossentropy only"},
+      {absl::StrCat(R"({"loss": "binary_crossentropy", "loss_options": {"pos_weight": [0]}, )",
+                    data, "}"),
+       "loss_options.pos_weight[0] must be a finite number > 0, got 0"},
+      {absl::StrCat(R"({"loss_options": {"top_k": 1}, )", data, "}"),
+       "loss_options.top_k must be in [2, 1000], got 1"},
+      {absl::StrCat(R"({"loss": "huber", "loss_options": {"top_k": 3}, )", data, "}"),
+       "loss_options.top_k applies to categorical_crossentropy only"},
+      {absl::StrCat(R"({"loss_options": {"torchscript": "l.pt", "label_smoothing": 0.1}, )",
+                    data, "}"),
+       "loss_options.torchscript replaces the built-in loss"},
+      {absl::StrCat(R"({"loss_options": {"torchscript": ")", std::string(5000, 'x'), R"("}, )",
+                    data, "}"),
+       "loss_options.torchscript: a path of at most 4096 bytes, got 5000"},
+      // The metric follows the k: top-5 is not reported with top_k 3.
+      {absl::StrCat(R"({"loss_options": {"top_k": 3}, "early_stopping": )",
+                    R"({"metric": "val_top5_accuracy"}, )", data, "}"),
+       "unknown metric 'val_top5_accuracy'; available: 'val_loss', 'val_accuracy', "
+       "'val_top3_accuracy' (over 3+ classes)"},
+  });
+}
+
+TEST(JobSpecTest, HigherIsBetterForAccuraciesAndAuc) {
+  for (const char* metric : {"val_accuracy", "val_auc", "val_top5_accuracy", "val_top12_accuracy"}) {
+    EXPECT_TRUE(HigherIsBetter(metric)) << metric;
+  }
+  for (const char* metric : {"val_loss", "val_mae", "val_mse", "val_top_accuracy",
+                             "val_topx_accuracy", "val_top1_accuracy", "accuracy"}) {
+    EXPECT_FALSE(HigherIsBetter(metric)) << metric;
+  }
+  EXPECT_EQ(TopKMetricName(7), "val_top7_accuracy");
+}
+
 TEST(JobSpecTest, EveryBuiltInModelGetsItsDefaults) {
   auto with_model = [](const std::string& model) {
     return ParseJobSpecJson(absl::StrCat(

@@ -16,9 +16,15 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/repeated_field.h"
+#include "common/spec/spec_kinds.h"
 #include "proto/mpilearn.pb.h"
 
-namespace mpilearn::spec_internal {
+namespace mpilearn {
+
+// loss_options.top_k when left out (TopKOf).
+inline constexpr int kDefaultTopK = 5;
+
+namespace spec_internal {
 
 // "FIELD must be RANGE, got GOT".
 absl::Status RangeError(absl::string_view field, absl::string_view range, double got);
@@ -41,6 +47,8 @@ absl::Status NormalizeData(v1::DataSpec* data);
 // training_spec.cc
 bool IsClassificationLoss(const std::string& loss);
 absl::Status NormalizeLoss(v1::JobSpec* spec);
+// loss_options, for a job whose loss is `loss` (NormalizeLoss).
+absl::Status NormalizeLossOptions(LossKind loss, v1::JobSpec* spec);
 absl::Status NormalizeExchange(v1::JobSpec* spec);
 absl::Status NormalizeEasgd(v1::EasgdSpec* easgd);
 absl::Status NormalizeGem(v1::GemSpec* gem);
@@ -52,6 +60,7 @@ absl::Status NormalizeTarget(const v1::JobSpec& spec, v1::TargetSpec* target);
 absl::Status NormalizeCheckpoint(const v1::JobSpec& spec, v1::CheckpointSpec* checkpoint);
 absl::Status NormalizeSnapshots(v1::SnapshotSpec* snapshots);
 
-}  // namespace mpilearn::spec_internal
+}  // namespace spec_internal
+}  // namespace mpilearn
 
 #endif  // MPILEARN_COMMON_SPEC_SPEC_INTERNAL_H_

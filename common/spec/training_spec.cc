@@ -174,6 +174,82 @@ absl::Status NormalizeLoss(v1::JobSpec* spec) {
     MPILEARN_RETURN_IF_ERROR(
         CheckPositiveFinite("huber_delta", spec->huber_delta()));
   }
+  return NormalizeLossOptions(*loss, spec);
+}
+
+namespace {
+
+// The most class weights or pos_weight values a spec holds (classes or
+// outputs, far above any data set's).
+constexpr int kMaxLossWeights = 100000;
+constexpr int kMaxTopK = 1000;
+constexpr size_t kMaxLossPathBytes = 4096;
+
+// Each of `values` finite and >= `lo` (> lo when `open`); at most
+// kMaxLossWeights of them.
+absl::Status CheckWeights(absl::string_view field,
+                          const google::protobuf::RepeatedField<double>& values, bool open) {
+  if (values.size() > kMaxLossWeights) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " holds at most ", kMaxLossWeights,
+                                                   " values, got ", values.size()));
+  }
+  for (int i = 0; i < values.size(); ++i) {
+    const std::string at = absl::StrCat(field, "[", i, "]");
+    MPILEARN_RETURN_IF_ERROR(open ? CheckPositiveFinite(at, values.Get(i))
+                                  : CheckNonNegativeFinite(at, values.Get(i)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NormalizeLossOptions(LossKind loss, v1::JobSpec* spec) {
+  const v1::LossOptions& options = spec->loss_options();
+  const bool categorical = loss == LossKind::kCategoricalCrossentropy;
+  const bool binary = loss == LossKind::kBinaryCrossentropy;
+  auto only = [&](absl::string_view field, absl::string_view losses) {
+    return absl::InvalidArgumentError(absl::StrCat("loss_options.", field, " applies to ", losses,
+                                                   " only; this job's loss is '", spec->loss(),
+                                                   "'"));
+  };
+  if (options.class_weights_size() > 0) {
+    if (!categorical) return only("class_weights", "categorical_crossentropy");
+    MPILEARN_RETURN_IF_ERROR(
+        CheckWeights("loss_options.class_weights", options.class_weights(), /*open=*/false));
+    bool any = false;
+    for (double weight : options.class_weights()) any = any || weight > 0;
+    if (!any) {
+      return absl::InvalidArgumentError(
+          "loss_options.class_weights are all 0: at least one class must count");
+    }
+  }
+  if (options.has_label_smoothing()) {
+    if (!categorical) return only("label_smoothing", "categorical_crossentropy");
+    MPILEARN_RETURN_IF_ERROR(
+        CheckUnitInterval("loss_options.label_smoothing", options.label_smoothing()));
+  }
+  if (options.pos_weight_size() > 0) {
+    if (!binary) return only("pos_weight", "binary_crossentropy");
+    MPILEARN_RETURN_IF_ERROR(
+        CheckWeights("loss_options.pos_weight", options.pos_weight(), /*open=*/true));
+  }
+  if (options.has_top_k()) {
+    if (!categorical) return only("top_k", "categorical_crossentropy");
+    MPILEARN_RETURN_IF_ERROR(CheckIntRange("loss_options.top_k", options.top_k(), 2, kMaxTopK));
+  }
+  if (!options.torchscript().empty()) {
+    if (options.torchscript().size() > kMaxLossPathBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loss_options.torchscript: a path of at most ", kMaxLossPathBytes, " bytes, got ",
+          options.torchscript().size()));
+    }
+    if (options.class_weights_size() > 0 || options.has_label_smoothing() ||
+        options.pos_weight_size() > 0) {
+      return absl::InvalidArgumentError(
+          "loss_options.torchscript replaces the built-in loss: leave out class_weights, "
+          "label_smoothing and pos_weight (weigh inside the script)");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -218,12 +294,15 @@ absl::Status CheckMetric(absl::string_view field, const std::string& metric,
   std::vector<std::string> reported = {"'val_loss'"};
   if (classification) reported.push_back("'val_accuracy'");
   if (binary) reported.push_back("'val_auc'");
-  if (classification && !binary) reported.push_back("'val_top5_accuracy' (over 5+ classes)");
+  const std::string top_k = TopKMetricName(TopKOf(spec));
+  if (classification && !binary) {
+    reported.push_back(absl::StrCat("'", top_k, "' (over ", TopKOf(spec), "+ classes)"));
+  }
   if (!classification) reported.insert(reported.end(), {"'val_mae'", "'val_mse'"});
   const std::string reports =
       absl::StrCat("loss '", spec.loss(), "' reports ", absl::StrJoin(reported, ", "));
   if (metric == "val_loss" || (none_ok && metric == "none") || (binary && metric == "val_auc") ||
-      (classification && !binary && metric == "val_top5_accuracy")) {
+      (classification && !binary && metric == top_k)) {
     return absl::OkStatus();
   }
   if (metric == "val_accuracy") {

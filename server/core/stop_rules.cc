@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec/job_spec.h"
 
 namespace mpilearn::server {
 namespace {
@@ -21,8 +22,7 @@ StopRules::Metric StopRules::MetricNamed(const std::string& name,
                                          const char* fallback) {
   Metric metric;
   metric.name = name.empty() ? fallback : name;
-  metric.lower_is_better = metric.name != "val_accuracy" && metric.name != "val_auc" &&
-                           metric.name != "val_top5_accuracy";
+  metric.lower_is_better = !HigherIsBetter(metric.name);
   return metric;
 }
 

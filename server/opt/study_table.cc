@@ -56,7 +56,9 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
       classification ? std::vector<std::string>{"val_accuracy", "val_loss"}
                      : std::vector<std::string>{"val_loss", "val_mae", "val_mse"};
   if (base.loss() == LossKind::kBinaryCrossentropy) metrics.push_back("val_auc");
-  if (base.loss() == LossKind::kCategoricalCrossentropy) metrics.push_back("val_top5_accuracy");
+  if (base.loss() == LossKind::kCategoricalCrossentropy) {
+    metrics.push_back(TopKMetricName(TopKOf(base.spec())));
+  }
   if (std::find(metrics.begin(), metrics.end(), objective.metric()) ==
       metrics.end()) {
     return Invalid("objective.metric",
@@ -66,9 +68,7 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
                                 absl::StrJoin(metrics, ", ")));
   }
   if (objective.direction().empty()) {
-    const bool higher = objective.metric() == "val_accuracy" || objective.metric() == "val_auc" ||
-                        objective.metric() == "val_top5_accuracy";
-    objective.set_direction(higher ? "maximize" : "minimize");
+    objective.set_direction(HigherIsBetter(objective.metric()) ? "maximize" : "minimize");
   }
   if (objective.direction() != "maximize" &&
       objective.direction() != "minimize") {

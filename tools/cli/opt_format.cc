@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "common/spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 #include "tools/cli/ctl_format.h"
 #include "tools/cli/json_text.h"
@@ -253,9 +254,7 @@ std::string ObjectiveText(const v1::StudySpec& spec) {
                                  : spec.objective().metric();
   std::string direction = spec.objective().direction();
   if (direction.empty()) {
-    direction = metric == "val_accuracy" || metric == "val_auc" || metric == "val_top5_accuracy"
-                    ? "maximize"
-                    : "minimize";
+    direction = HigherIsBetter(metric) ? "maximize" : "minimize";
   }
   return absl::StrCat(metric, " (", direction, ")");
 }

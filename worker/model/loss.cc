@@ -1,9 +1,12 @@
 #include "worker/model/loss.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/spec/job_spec.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -45,10 +48,48 @@ absl::StatusOr<LabelKind> KindOf(const torch::Tensor& labels) {
 
 double Ratio(double sum, double count) { return count > 0 ? sum / count : 0.0; }
 
+// The first line of a LibTorch error, without its backtrace.
+std::string FirstLine(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+  const size_t end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+constexpr char kScriptHowTo[] =
+    "script a torch.nn.Module whose forward(output, labels) returns the batch's mean loss "
+    "(torch.jit.script, then .save; docs/torchscript.md)";
+
+absl::StatusOr<std::shared_ptr<torch::jit::Module>> LoadScript(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat("loss_options.torchscript: '", path,
+                                            "' does not exist or is not a file"));
+  }
+  if (!std::ifstream(path).good()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("loss_options.torchscript: cannot read '", path, "'"));
+  }
+  auto module = std::make_shared<torch::jit::Module>();
+  try {
+    *module = torch::jit::load(path, torch::kCPU);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss_options.torchscript: '", path, "' is not a TorchScript file LibTorch 1.13 can load (",
+        FirstLine(e), "); ", kScriptHowTo));
+  }
+  if (module->find_method("forward") == c10::nullopt) {
+    return absl::InvalidArgumentError(absl::StrCat("loss_options.torchscript: '", path,
+                                                   "' has no forward method; ", kScriptHowTo));
+  }
+  module->eval();
+  return module;
+}
+
 }  // namespace
 
 std::array<double, MetricSums::kSize> MetricSums::ToArray() const {
-  return {loss, correct, abs_error, sq_error, samples, elements, top5_correct, top5_samples};
+  return {loss, correct, abs_error, sq_error, samples, elements, topk_correct, topk_samples};
 }
 
 MetricSums MetricSums::FromArray(const std::array<double, kSize>& values) {
@@ -59,8 +100,8 @@ MetricSums MetricSums::FromArray(const std::array<double, kSize>& values) {
   sums.sq_error = values[3];
   sums.samples = values[4];
   sums.elements = values[5];
-  sums.top5_correct = values[6];
-  sums.top5_samples = values[7];
+  sums.topk_correct = values[6];
+  sums.topk_samples = values[7];
   return sums;
 }
 
@@ -75,7 +116,28 @@ absl::StatusOr<Loss> Loss::Create(LossKind kind, double huber_delta) {
 
 absl::StatusOr<Loss> Loss::FromConfig(const JobConfig& config) {
   const v1::JobSpec& spec = config.spec();
-  return Create(config.loss(), spec.has_huber_delta() ? spec.huber_delta() : 1.0);
+  absl::StatusOr<Loss> loss =
+      Create(config.loss(), spec.has_huber_delta() ? spec.huber_delta() : 1.0);
+  if (!loss.ok()) return loss.status();
+  return WithOptions(*std::move(loss), spec.loss_options());
+}
+
+absl::StatusOr<Loss> Loss::WithOptions(Loss loss, const v1::LossOptions& options) {
+  loss.class_weights_.assign(options.class_weights().begin(), options.class_weights().end());
+  loss.label_smoothing_ = options.label_smoothing();
+  loss.pos_weight_.assign(options.pos_weight().begin(), options.pos_weight().end());
+  if (options.has_top_k()) loss.top_k_ = options.top_k();
+  if (!options.torchscript().empty()) {
+    absl::StatusOr<std::shared_ptr<torch::jit::Module>> script = LoadScript(options.torchscript());
+    if (!script.ok()) return script.status();
+    loss.script_ = *std::move(script);
+    loss.script_path_ = options.torchscript();
+  }
+  return loss;
+}
+
+torch::Tensor Loss::OnDeviceOf(const std::vector<float>& values, const torch::Tensor& like) {
+  return torch::tensor(values, torch::kFloat32).to(like.device(), like.scalar_type());
 }
 
 absl::StatusOr<int64_t> Loss::OutputsFor(const torch::Tensor& labels,
@@ -150,11 +212,49 @@ absl::Status Loss::CheckOutput(const torch::Tensor& output,
       (output.dim() == 2 && output.size(0) == batch &&
        (at_least ? output.size(1) >= needed : output.size(1) == needed)) ||
       (needed == 1 && output.dim() == 1 && output.size(0) == batch);
-  if (fits) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "the model outputs ", ShapeString(output), " per batch but ", what,
-      " needs [", batch, ", ", at_least ? ">= " : "", needed, "]",
-      needed == 1 ? absl::StrCat(" (or [", batch, "])") : ""));
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model outputs ", ShapeString(output), " per batch but ", what,
+        " needs [", batch, ", ", at_least ? ">= " : "", needed, "]",
+        needed == 1 ? absl::StrCat(" (or [", batch, "])") : ""));
+  }
+  const int64_t width = AsMatrix(output).size(1);
+  if (!class_weights_.empty() && kind_ == LossKind::kCategoricalCrossentropy &&
+      static_cast<int64_t>(class_weights_.size()) != width) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss_options.class_weights has ", class_weights_.size(), " values but the model scores ",
+        width, " classes; give one weight per class"));
+  }
+  if (!pos_weight_.empty() && kind_ == LossKind::kBinaryCrossentropy &&
+      pos_weight_.size() != 1 && static_cast<int64_t>(pos_weight_.size()) != width) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss_options.pos_weight has ", pos_weight_.size(), " values but the model has ", width,
+        " outputs; give one value, or one per output"));
+  }
+  if (script_ == nullptr) return absl::OkStatus();
+  const std::string on = absl::StrCat("output ", ShapeString(output), " ",
+                                      c10::toString(output.scalar_type()), " and labels ",
+                                      ShapeString(labels), " ",
+                                      c10::toString(labels.scalar_type()));
+  try {
+    const c10::IValue result = script_->forward({output, labels});
+    if (!result.isTensor()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loss_options.torchscript: '", script_path_, "' returned ", result.tagKind(),
+          " for ", on, "; ", kScriptHowTo));
+    }
+    const torch::Tensor value = result.toTensor();
+    if (value.numel() != 1 || !value.is_floating_point()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loss_options.torchscript: '", script_path_, "' returned ", ShapeString(value), " ",
+          c10::toString(value.scalar_type()), " for ", on,
+          "; it must return one floating-point value, the batch's mean loss"));
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("loss_options.torchscript: '", script_path_,
+                                                   "' failed on ", on, ": ", FirstLine(e)));
+  }
+  return absl::OkStatus();
 }
 
 torch::Tensor Loss::AsMatrix(const torch::Tensor& output) {
@@ -172,19 +272,28 @@ torch::Tensor Loss::Targets(const torch::Tensor& labels,
 
 torch::Tensor Loss::Summed(const torch::Tensor& output,
                            const torch::Tensor& labels) const {
+  if (script_ != nullptr) {
+    // The script's mean over the batch, as a sum.
+    return script_->forward({output, labels}).toTensor().reshape({}) *
+           static_cast<double>(labels.size(0));
+  }
   const torch::Tensor out = AsMatrix(output);
   switch (kind_) {
-    case LossKind::kCategoricalCrossentropy:
+    case LossKind::kCategoricalCrossentropy: {
       // Float targets are class probabilities (LibTorch's soft-target cross
       // entropy); int64 ones class indices.
+      F::CrossEntropyFuncOptions options =
+          F::CrossEntropyFuncOptions().reduction(torch::kSum).label_smoothing(label_smoothing_);
+      if (!class_weights_.empty()) options.weight(OnDeviceOf(class_weights_, out));
       return F::cross_entropy(
-          out,
-          labels.scalar_type() == torch::kLong ? labels : Targets(labels, out),
-          F::CrossEntropyFuncOptions().reduction(torch::kSum));
-    case LossKind::kBinaryCrossentropy:
-      return F::binary_cross_entropy_with_logits(
-          out, Targets(labels, out),
-          F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kSum));
+          out, labels.scalar_type() == torch::kLong ? labels : Targets(labels, out), options);
+    }
+    case LossKind::kBinaryCrossentropy: {
+      F::BinaryCrossEntropyWithLogitsFuncOptions options =
+          F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kSum);
+      if (!pos_weight_.empty()) options.pos_weight(OnDeviceOf(pos_weight_, out));
+      return F::binary_cross_entropy_with_logits(out, Targets(labels, out), options);
+    }
     case LossKind::kMse:
       return F::mse_loss(out, Targets(labels, out),
                          F::MSELossFuncOptions().reduction(torch::kSum));
@@ -208,17 +317,17 @@ void Loss::Accumulate(const torch::Tensor& output, const torch::Tensor& labels,
                       MetricSums* sums) const {
   torch::NoGradGuard no_grad;
   const torch::Tensor out = AsMatrix(output);
-  sums->loss += Summed(out, labels).item<double>();
+  sums->loss += Summed(output, labels).item<double>();
   sums->samples += static_cast<double>(out.size(0));
   if (kind_ == LossKind::kCategoricalCrossentropy) {
     const torch::Tensor classes =
         labels.scalar_type() == torch::kLong ? labels : labels.argmax(1);
     sums->correct += out.argmax(1).eq(classes).sum().item<double>();
     sums->elements += static_cast<double>(out.size(0));
-    if (out.size(1) > 5) {
-      const torch::Tensor top5 = std::get<1>(out.topk(5, /*dim=*/1));
-      sums->top5_correct += top5.eq(classes.unsqueeze(1)).any(1).sum().item<double>();
-      sums->top5_samples += static_cast<double>(out.size(0));
+    if (out.size(1) > top_k_) {
+      const torch::Tensor top = std::get<1>(out.topk(top_k_, /*dim=*/1));
+      sums->topk_correct += top.eq(classes.unsqueeze(1)).any(1).sum().item<double>();
+      sums->topk_samples += static_cast<double>(out.size(0));
     }
   } else if (kind_ == LossKind::kBinaryCrossentropy) {
     const torch::Tensor targets = Targets(labels, out);
@@ -238,8 +347,8 @@ std::map<std::string, double> Loss::Metrics(const MetricSums& sums) const {
   metrics["val_loss"] = Ratio(sums.loss, sums.samples);
   if (classification()) {
     metrics["val_accuracy"] = Ratio(sums.correct, sums.elements);
-    if (sums.top5_samples > 0) {
-      metrics["val_top5_accuracy"] = Ratio(sums.top5_correct, sums.top5_samples);
+    if (sums.topk_samples > 0) {
+      metrics[TopKMetricName(top_k_)] = Ratio(sums.topk_correct, sums.topk_samples);
     }
   } else {
     metrics["val_mae"] = Ratio(sums.abs_error, sums.elements);

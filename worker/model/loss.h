@@ -20,7 +20,9 @@
 // output is [B, outputs] ([B] is taken as [B, 1]).
 //
 // The losses (categorical_crossentropy, binary_crossentropy, mse, mae,
-// huber) and the metrics each reports: docs/protocol.md (`loss`).
+// huber), their options (class weights, label smoothing, pos_weight, a
+// TorchScript loss of the user's) and the metrics each reports:
+// docs/protocol.md (`loss`, `loss_options`).
 //
 // Reduction: Summed and the loss in MetricSums add over every element of
 // the batch, samples and outputs alike, so val_loss (the sum over samples)
@@ -33,11 +35,13 @@
 #ifndef MPILEARN_WORKER_MODEL_LOSS_H_
 #define MPILEARN_WORKER_MODEL_LOSS_H_
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,10 +64,11 @@ struct MetricSums {
   double sq_error = 0;   // sum of (output - target)^2 (regression)
   double samples = 0;
   double elements = 0;  // predictions: what accuracy, MAE, MSE divide by
-  // categorical_crossentropy over more than 5 classes: samples whose class
-  // is among the 5 highest outputs, and the samples counted.
-  double top5_correct = 0;
-  double top5_samples = 0;
+  // categorical_crossentropy over more than K classes (K the job's
+  // loss_options.top_k, default 5): samples whose class is among the K
+  // highest outputs, and the samples counted.
+  double topk_correct = 0;
+  double topk_samples = 0;
 
   std::array<double, kSize> ToArray() const;
   static MetricSums FromArray(const std::array<double, kSize>& values);
@@ -74,8 +79,14 @@ class Loss {
   // The loss `kind`, with `huber_delta` for huber. InvalidArgument for a
   // huber delta that is not a finite number > 0.
   static absl::StatusOr<Loss> Create(LossKind kind, double huber_delta);
-  // The job's loss, with spec.huber_delta() (default 1.0) for huber.
+  // The job's loss, with spec.huber_delta() (default 1.0) for huber and
+  // its loss_options (a normalized spec's): class weights, label smoothing,
+  // pos_weight, top_k, and a TorchScript loss loaded from its file
+  // (NotFound, PermissionDenied or InvalidArgument naming the file when it
+  // cannot be).
   static absl::StatusOr<Loss> FromConfig(const JobConfig& config);
+  // `loss` with `options` (as FromConfig takes them from a spec).
+  static absl::StatusOr<Loss> WithOptions(Loss loss, const v1::LossOptions& options);
 
   LossKind kind() const { return kind_; }
   // As specs write it: "categorical_crossentropy", ..., "huber".
@@ -100,7 +111,9 @@ class Loss {
   // "the model outputs [64, 5] per batch but categorical_crossentropy with
   // 10 classes needs [64, 10]". For int64 class labels pass the data's
   // `num_classes` to check the width exactly; with 0 the width must only
-  // exceed the batch's largest label.
+  // exceed the batch's largest label. With class weights, their count must
+  // be the classes'; with pos_weight, 1 or the outputs'. A TorchScript loss
+  // is run on (output, labels) and must return a finite-typed scalar.
   absl::Status CheckOutput(const torch::Tensor& output,
                            const torch::Tensor& labels,
                            int64_t num_classes = 0) const;
@@ -113,9 +126,10 @@ class Loss {
                        const torch::Tensor& labels) const;
 
   // The metrics this loss reports besides val_loss: {"val_accuracy"} for
-  // classification (and val_top5_accuracy for categorical_crossentropy over
-  // more than 5 classes, val_auc for a single-output binary_crossentropy:
-  // worker/evaluation.h), {"val_mae", "val_mse"} for regression.
+  // classification (and val_top<K>_accuracy for categorical_crossentropy
+  // over more than K classes, val_auc for a single-output
+  // binary_crossentropy: worker/evaluation.h), {"val_mae", "val_mse"} for
+  // regression.
   std::vector<std::string> MetricNames() const;
 
   // Adds one batch's loss, sample count and metric sums to `sums` (no
@@ -127,9 +141,15 @@ class Loss {
   // when `sums` holds no samples.
   std::map<std::string, double> Metrics(const MetricSums& sums) const;
 
+  // The k of the top-k accuracy (loss_options.top_k, default 5).
+  int top_k() const { return top_k_; }
+
  private:
   Loss(LossKind kind, double huber_delta)
       : kind_(kind), name_(InfoOf(kind).name), huber_delta_(huber_delta) {}
+
+  // `values` as a float tensor on `like`'s device and of its dtype.
+  static torch::Tensor OnDeviceOf(const std::vector<float>& values, const torch::Tensor& like);
 
   // `labels` as float targets [B, K] for the binary and regression losses.
   static torch::Tensor Targets(const torch::Tensor& labels,
@@ -140,6 +160,16 @@ class Loss {
   LossKind kind_;
   std::string name_;
   double huber_delta_;  // huber only
+  // loss_options: empty weights when not given.
+  std::vector<float> class_weights_;
+  double label_smoothing_ = 0.0;
+  std::vector<float> pos_weight_;
+  int top_k_ = 5;
+  // A TorchScript loss (loss_options.torchscript) and its path, for
+  // messages; running it does not change the module, so the shared
+  // pointer keeps a Loss a value.
+  std::shared_ptr<torch::jit::Module> script_;
+  std::string script_path_;
 };
 
 }  // namespace mpilearn::worker
