@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "glog/logging.h"
+#include "worker/local_step.h"
 #include "worker/master_errors.h"
 
 namespace mpilearn::worker {
@@ -268,7 +270,8 @@ class SyncExchange final : public Exchange {
   PushPipeline pushes_;
 };
 
-// easgd: local SGD steps per batch; the elastic exchange per window.
+// easgd: local steps per batch (sgd or adam, easgd.worker_optimizer); the
+// elastic exchange per window.
 class ElasticExchange final : public Exchange {
  public:
   ElasticExchange(ExchangeContext& context, const v1::EasgdSpec& spec)
@@ -279,11 +282,19 @@ class ElasticExchange final : public Exchange {
     sent_views_ = ViewsLike(context.weights, sent_);
     centre_views_ = ViewsLike(context.weights, centre_);
     const v1::OptimizerSpec& local = spec.worker_optimizer();
-    local_optimizer_ = std::make_unique<torch::optim::SGD>(
-        context.params, torch::optim::SGDOptions(local.learning_rate())
-                            .momentum(local.momentum())
-                            .nesterov(local.nesterov())
-                            .weight_decay(local.weight_decay()));
+    if (local.name() == "adam") {
+      local_optimizer_ = std::make_unique<torch::optim::Adam>(
+          context.params, torch::optim::AdamOptions(local.learning_rate())
+                              .betas(std::make_tuple(local.beta1(), local.beta2()))
+                              .eps(local.epsilon())
+                              .weight_decay(local.weight_decay()));
+    } else {
+      local_optimizer_ = std::make_unique<torch::optim::SGD>(
+          context.params, torch::optim::SGDOptions(local.learning_rate())
+                              .momentum(local.momentum())
+                              .nesterov(local.nesterov())
+                              .weight_decay(local.weight_decay()));
+    }
   }
 
   void AfterBatch(int64_t samples) override {
@@ -336,14 +347,17 @@ class ElasticExchange final : public Exchange {
 // already seen since the previous exchange, dc (this rank's own last delta
 // plus what the other ranks added), is subtracted from that budget and the
 // rest is this rank's share: pi = clip((kappa |m| - |dc|) / |u|, 0, 5), and
-// the delta pushed is pi * u. Unlike the reference, which pulls the centre
+// the delta pushed is pi * u. With gem.worker_optimizer, u is that
+// optimizer's step on g instead (LocalStep). Unlike the reference, which pulls the centre
 // just before it pushes, dc is read from the replies (the weights the rank
 // holds), so the other ranks' part lags by one exchange; the rule is the
 // same. Called from the rank's training thread only.
 class GemExchange final : public Exchange {
  public:
-  GemExchange(ExchangeContext& context, const v1::GemSpec& spec)
+  GemExchange(ExchangeContext& context, const v1::GemSpec& spec,
+              std::optional<LocalStep> local_step)
       : Exchange(context),
+        local_step_(std::move(local_step)),
         learning_rate_(static_cast<float>(spec.learning_rate())),
         momentum_(static_cast<float>(spec.momentum())),
         kappa_(static_cast<float>(spec.kappa())),
@@ -373,6 +387,7 @@ class GemExchange final : public Exchange {
     // u = -lr g. The parameters hold the centre as of the last exchange.
     // Buffers are not deltas: they carry their values.
     constexpr float kEpsilon = 1e-12f;
+    if (local_step_.has_value()) local_step_->Begin();
     size_t offset = 0;
     for (size_t t = 0; t < context_.params.size(); ++t) {
       const absl::Span<float>& weights = context_.weights[t];
@@ -380,8 +395,12 @@ class GemExchange final : public Exchange {
       float* g = delta_.data() + offset;
       float* m = moment_.data() + offset;
       float* last = last_centre_.data() + offset;
+      // The rank's own optimizer turns g into its step u in place.
+      if (local_step_.has_value()) {
+        local_step_->Step(offset, weights, absl::MakeSpan(g, weights.size()));
+      }
       for (size_t k = 0; k < weights.size(); ++k) {
-        const float u = -learning_rate_ * g[k];
+        const float u = local_step_.has_value() ? g[k] : -learning_rate_ * g[k];
         m[k] = momentum_ * m[k] + u;
         const float centre_moved = w[k] - last[k];
         last[k] = w[k];
@@ -398,6 +417,7 @@ class GemExchange final : public Exchange {
   }
 
  private:
+  std::optional<LocalStep> local_step_;
   const float learning_rate_;
   const float momentum_;
   const float kappa_;
@@ -618,8 +638,16 @@ absl::StatusOr<std::unique_ptr<Exchange>> MakeExchange(const v1::JobSpec& spec,
           context, std::max(1, spec.exchange().updates_in_flight()));
     case v1::ALGORITHM_EASGD:
       return std::make_unique<ElasticExchange>(context, spec.easgd());
-    case v1::ALGORITHM_GEM:
-      return std::make_unique<GemExchange>(context, spec.gem());
+    case v1::ALGORITHM_GEM: {
+      std::optional<LocalStep> local_step;
+      if (spec.gem().has_worker_optimizer()) {
+        size_t parameters = 0;
+        for (const torch::Tensor& p : context.params) parameters += static_cast<size_t>(p.numel());
+        MPILEARN_ASSIGN_OR_RETURN(local_step,
+                                  LocalStep::Create(spec.gem().worker_optimizer(), parameters));
+      }
+      return std::make_unique<GemExchange>(context, spec.gem(), std::move(local_step));
+    }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown algorithm \"", spec.algorithm(),

@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -145,7 +146,11 @@ class RankRig {
   torch::nn::Linear linear_;
 };
 
-v1::JobSpec SpecFor(const std::string& algorithm) {
+// "easgd", or "easgd_adam": easgd whose ranks step with adam ("gem_adam",
+// "gem_sgd": gem with that worker optimizer).
+v1::JobSpec SpecFor(const std::string& variant) {
+  const size_t under = variant.find('_');
+  const std::string algorithm = variant.substr(0, under);
   v1::JobSpec spec;
   spec.set_algorithm(algorithm);
   spec.mutable_easgd()->set_alpha(0.25);
@@ -156,8 +161,50 @@ v1::JobSpec SpecFor(const std::string& algorithm) {
   spec.mutable_gem()->set_learning_rate(0.1);
   spec.mutable_gem()->set_momentum(0.9);
   spec.mutable_gem()->set_kappa(2.0);
+  if (under == std::string::npos) return spec;
+  if (algorithm == "gem") local = spec.mutable_gem()->mutable_worker_optimizer();
+  local->Clear();
+  local->set_name(variant.substr(under + 1));
+  if (local->name() == "adam") {
+    local->set_learning_rate(0.02);
+    local->set_beta1(0.8);
+    local->set_beta2(0.9);
+    local->set_epsilon(1e-3);
+  } else {
+    local->set_learning_rate(0.05);
+    local->set_momentum(0.5);
+    local->set_nesterov(true);
+  }
+  local->set_weight_decay(0.01);
   return spec;
 }
+
+// A rank's own optimizer in doubles, PyTorch's rules (SGD's and Adam's
+// documented updates): the step for mean gradient `g` at weights `w`.
+struct LocalReference {
+  explicit LocalReference(const v1::OptimizerSpec& spec) : spec(spec) {}
+  Params Step(const Params& w, Params g) {
+    ++t;
+    Params u{};
+    for (int k = 0; k < kParams; ++k) {
+      g[k] += spec.weight_decay() * w[k];
+      if (spec.name() == "adam") {
+        m1[k] = spec.beta1() * m1[k] + (1 - spec.beta1()) * g[k];
+        m2[k] = spec.beta2() * m2[k] + (1 - spec.beta2()) * g[k] * g[k];
+        const double m1_hat = m1[k] / (1 - std::pow(spec.beta1(), t));
+        const double m2_hat = m2[k] / (1 - std::pow(spec.beta2(), t));
+        u[k] = -spec.learning_rate() * m1_hat / (std::sqrt(m2_hat) + spec.epsilon());
+      } else {
+        m1[k] = spec.momentum() * m1[k] + g[k];
+        u[k] = -spec.learning_rate() * (spec.nesterov() ? g[k] + spec.momentum() * m1[k] : m1[k]);
+      }
+    }
+    return u;
+  }
+  const v1::OptimizerSpec spec;
+  Params m1{}, m2{};
+  int t = 0;
+};
 
 constexpr float kMasterLearningRate = 0.1f;
 
@@ -184,16 +231,21 @@ struct Outcome {
   Params master, rank;
 };
 
-Outcome Reference(const std::string& algorithm) {
-  const v1::JobSpec spec = SpecFor(algorithm);
+Outcome Reference(const std::string& variant) {
+  const v1::JobSpec spec = SpecFor(variant);
+  const std::string algorithm = spec.algorithm();
   Params x = ToParams(kStart), c = x, moment{}, last = x;
+  LocalReference easgd_local(spec.easgd().worker_optimizer());
+  std::optional<LocalReference> gem_local;
+  if (spec.gem().has_worker_optimizer()) gem_local.emplace(spec.gem().worker_optimizer());
   for (const Window& window : kWindows) {
     const double n = window.samples();
     if (algorithm == "easgd") {
-      const double lr = spec.easgd().worker_optimizer().learning_rate();
       for (const auto& [begin, end] : window.batches) {
-        const Params g = Gradient(x, begin, end);
-        for (int k = 0; k < kParams; ++k) x[k] -= lr * g[k] / (end - begin);
+        Params g = Gradient(x, begin, end);
+        for (int k = 0; k < kParams; ++k) g[k] /= (end - begin);
+        const Params u = easgd_local.Step(x, g);
+        for (int k = 0; k < kParams; ++k) x[k] += u[k];
       }
       const double alpha = spec.easgd().alpha();
       for (int k = 0; k < kParams; ++k) {
@@ -213,8 +265,9 @@ Outcome Reference(const std::string& algorithm) {
     for (int k = 0; k < kParams; ++k) g[k] /= n;
     if (algorithm == "gem") {
       const double lr = spec.gem().learning_rate();
+      const Params local = gem_local.has_value() ? gem_local->Step(x, g) : Params{};
       for (int k = 0; k < kParams; ++k) {
-        const double u = -lr * g[k];
+        const double u = gem_local.has_value() ? local[k] : -lr * g[k];
         moment[k] = spec.gem().momentum() * moment[k] + u;
         const double moved = x[k] - last[k];
         last[k] = x[k];
@@ -311,7 +364,7 @@ void CheckAccumulation(const std::string& algorithm, bool mirror, int shards = 1
   }
   // The version a sharded connection reports sums the shards'.
   EXPECT_EQ(rig.context().version, kWindows.size() * shards);
-  EXPECT_EQ((*exchange)->keeps_local_weights(), algorithm == "easgd");
+  EXPECT_EQ((*exchange)->keeps_local_weights(), SpecFor(algorithm).algorithm() == "easgd");
 }
 
 class AccumulationTest : public testing::TestWithParam<std::string> {};
@@ -332,7 +385,8 @@ TEST_P(AccumulationTest, SameThroughThreeShards) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, AccumulationTest,
-                         testing::Values("downpour", "sync", "easgd", "gem"),
+                         testing::Values("downpour", "sync", "easgd", "gem", "easgd_adam",
+                                         "easgd_sgd", "gem_adam", "gem_sgd"),
                          [](const testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

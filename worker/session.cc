@@ -248,13 +248,17 @@ void GroupSession::PrintJobLine(const v1::RegisterGroupResponse& registration) c
   std::string update_rule;
   switch (AlgorithmOf(spec)) {
     case v1::ALGORITHM_EASGD:
-      update_rule = absl::StrCat("local sgd lr ",
+      update_rule = absl::StrCat("local ", spec.easgd().worker_optimizer().name(), " lr ",
                                  spec.easgd().worker_optimizer().learning_rate(),
                                  ", alpha ", spec.easgd().alpha());
       break;
     case v1::ALGORITHM_GEM:
-      update_rule = absl::StrCat("gem lr ", spec.gem().learning_rate(), ", kappa ",
-                                 spec.gem().kappa());
+      update_rule = spec.gem().has_worker_optimizer()
+                        ? absl::StrCat("gem with local ", spec.gem().worker_optimizer().name(),
+                                       " lr ", spec.gem().worker_optimizer().learning_rate(),
+                                       ", kappa ", spec.gem().kappa())
+                        : absl::StrCat("gem lr ", spec.gem().learning_rate(), ", kappa ",
+                                       spec.gem().kappa());
       break;
     default:
       update_rule = absl::StrCat("optimizer ", spec.optimizer().name());

@@ -269,6 +269,31 @@ TEST(JobSpecTest, EasgdKeepsValues) {
   EXPECT_DOUBLE_EQ(spec->easgd().worker_optimizer().weight_decay(), 0.001);
 }
 
+// The ranks' own optimizer of easgd and gem: adam with PyTorch's defaults;
+// gem without one keeps its plain step (no worker_optimizer written).
+TEST(JobSpecTest, WorkerOptimizersGetTheirDefaults) {
+  auto easgd = ParseJobSpecJson(R"({"algorithm": "easgd",
+    "easgd": {"worker_optimizer": {"name": "adam"}},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(easgd.ok()) << easgd.status();
+  const v1::OptimizerSpec& adam = easgd->easgd().worker_optimizer();
+  EXPECT_DOUBLE_EQ(adam.learning_rate(), 1e-3);
+  EXPECT_DOUBLE_EQ(adam.beta1(), 0.9);
+  EXPECT_DOUBLE_EQ(adam.beta2(), 0.999);
+  EXPECT_DOUBLE_EQ(adam.epsilon(), 1e-8);
+  EXPECT_DOUBLE_EQ(adam.weight_decay(), 0.0);
+  auto gem = ParseJobSpecJson(R"({"algorithm": "gem", "gem": {"worker_optimizer": {}},
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(gem.ok()) << gem.status();
+  EXPECT_EQ(gem->gem().worker_optimizer().name(), "sgd");
+  EXPECT_DOUBLE_EQ(gem->gem().worker_optimizer().learning_rate(), 0.05);
+  EXPECT_DOUBLE_EQ(gem->gem().worker_optimizer().momentum(), 0.0);
+  auto plain = ParseJobSpecJson(R"({"algorithm": "gem",
+    "data": {"train_images": "a", "train_labels": "b"}})");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->gem().has_worker_optimizer());
+}
+
 TEST(JobSpecTest, GemGetsDefaults) {
   auto spec = ParseJobSpecJson(R"({"algorithm": "gem", "gem": {"kappa": 2},
       "data": {"train_images": "a", "train_labels": "b"}})");
@@ -701,9 +726,14 @@ INSTANTIATE_TEST_SUITE_P(
         Rejection{R"({"algorithm": "easgd", "easgd": {"alpha": 1}, )" DATA "}",
                   "easgd.alpha"},
         Rejection{R"({"algorithm": "easgd",
-                      "easgd": {"worker_optimizer": {"name": "adam"}}, )" DATA
+                      "easgd": {"worker_optimizer": {"name": "rmsprop"}}, )" DATA
                   "}",
-                  "easgd.worker_optimizer.name: only 'sgd' runs on the workers"},
+                  "easgd.worker_optimizer.name: the ranks step with 'sgd' or 'adam', got "
+                  "'rmsprop'"},
+        Rejection{R"({"algorithm": "gem",
+                      "gem": {"worker_optimizer": {"name": "adam", "beta2": 1}}, )" DATA
+                  "}",
+                  "gem.worker_optimizer.beta2 must be in [0, 1), got 1"},
         Rejection{R"({"algorithm": "easgd",
                       "easgd": {"worker_optimizer": {"learning_rate": 0}},
                       )" DATA "}",

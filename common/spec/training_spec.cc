@@ -108,38 +108,46 @@ absl::Status NormalizeOptimizerSpec(v1::OptimizerSpec* opt) {
 
 namespace spec_internal {
 
-// The rank-local optimizer of EASGD: SGD only, with its own defaults
-// (learning rate 0.05, momentum 0.9), since the workers step with it.
-absl::Status NormalizeEasgdWorkerOptimizer(v1::OptimizerSpec* opt) {
+// A rank-local optimizer (easgd.worker_optimizer, gem.worker_optimizer):
+// "sgd" (the default; learning rate `sgd_lr`, momentum `sgd_momentum` unless
+// given) or "adam" (PyTorch's defaults), named `field` in messages.
+absl::Status NormalizeWorkerOptimizer(absl::string_view field, v1::OptimizerSpec* opt,
+                                      double sgd_lr, double sgd_momentum) {
   if (opt->name().empty()) opt->set_name("sgd");
-  if (opt->name() != "sgd") {
+  const std::string at = absl::StrCat(field, ".");
+  if (opt->name() == "adam") {
+    if (!opt->has_learning_rate()) opt->set_learning_rate(1e-3);
+    MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite(at + "learning_rate", opt->learning_rate()));
+    if (!opt->has_beta1()) opt->set_beta1(0.9);
+    MPILEARN_RETURN_IF_ERROR(CheckUnitInterval(at + "beta1", opt->beta1()));
+    if (!opt->has_beta2()) opt->set_beta2(0.999);
+    MPILEARN_RETURN_IF_ERROR(CheckUnitInterval(at + "beta2", opt->beta2()));
+    if (!opt->has_epsilon()) opt->set_epsilon(1e-8);
+    MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite(at + "epsilon", opt->epsilon()));
+  } else if (opt->name() == "sgd") {
+    if (!opt->has_learning_rate()) opt->set_learning_rate(sgd_lr);
+    MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite(at + "learning_rate", opt->learning_rate()));
+    if (!opt->has_momentum()) opt->set_momentum(sgd_momentum);
+    MPILEARN_RETURN_IF_ERROR(CheckUnitInterval(at + "momentum", opt->momentum()));
+    if (!opt->has_nesterov()) opt->set_nesterov(false);
+    if (opt->nesterov() && opt->momentum() == 0.0) {
+      return absl::InvalidArgumentError(absl::StrCat(at, "nesterov requires ", at,
+                                                     "momentum > 0, got momentum 0"));
+    }
+  } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "easgd.worker_optimizer.name: only 'sgd' runs on the workers, got '",
-        opt->name(), "'"));
-  }
-  if (!opt->has_learning_rate()) opt->set_learning_rate(0.05);
-  MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite(
-      "easgd.worker_optimizer.learning_rate", opt->learning_rate()));
-  if (!opt->has_momentum()) opt->set_momentum(0.9);
-  MPILEARN_RETURN_IF_ERROR(
-      CheckUnitInterval("easgd.worker_optimizer.momentum", opt->momentum()));
-  if (!opt->has_nesterov()) opt->set_nesterov(false);
-  if (opt->nesterov() && opt->momentum() == 0.0) {
-    return absl::InvalidArgumentError(
-        "easgd.worker_optimizer.nesterov requires "
-        "easgd.worker_optimizer.momentum > 0, got momentum 0");
+        at, "name: the ranks step with 'sgd' or 'adam', got '", opt->name(), "'"));
   }
   if (!opt->has_weight_decay()) opt->set_weight_decay(0.0);
-  MPILEARN_RETURN_IF_ERROR(CheckNonNegativeFinite(
-      "easgd.worker_optimizer.weight_decay", opt->weight_decay()));
-  return absl::OkStatus();
+  return CheckNonNegativeFinite(at + "weight_decay", opt->weight_decay());
 }
 
 absl::Status NormalizeEasgd(v1::EasgdSpec* easgd) {
   if (!easgd->has_alpha()) easgd->set_alpha(0.1);
   MPILEARN_RETURN_IF_ERROR(
       CheckOpenInterval("easgd.alpha", easgd->alpha(), 0.0, 1.0));
-  return NormalizeEasgdWorkerOptimizer(easgd->mutable_worker_optimizer());
+  return NormalizeWorkerOptimizer("easgd.worker_optimizer", easgd->mutable_worker_optimizer(),
+                               /*sgd_lr=*/0.05, /*sgd_momentum=*/0.9);
 }
 
 // GEM's defaults, tuned on Fashion-MNIST (MLP, 2 ranks, batch 64, one
@@ -153,6 +161,10 @@ absl::Status NormalizeGem(v1::GemSpec* gem) {
   MPILEARN_RETURN_IF_ERROR(CheckUnitInterval("gem.momentum", gem->momentum()));
   if (!gem->has_kappa()) gem->set_kappa(1.0);
   MPILEARN_RETURN_IF_ERROR(CheckPositiveFinite("gem.kappa", gem->kappa()));
+  if (gem->has_worker_optimizer()) {
+    return NormalizeWorkerOptimizer("gem.worker_optimizer", gem->mutable_worker_optimizer(),
+                                    /*sgd_lr=*/0.05, /*sgd_momentum=*/0.0);
+  }
   return absl::OkStatus();
 }
 

@@ -108,20 +108,31 @@ std::string TestAccuracy(const v1::JobStatus& job) {
   return job.has_test_accuracy() ? Fixed(job.test_accuracy(), 4) : kNone;
 }
 
+// A rank's own optimizer (easgd's, gem's): "sgd (lr 0.05, momentum 0.9)",
+// "adam (lr 0.001)".
+std::string LocalOptimizerText(const v1::OptimizerSpec& local) {
+  if (local.name() == "adam") return absl::StrFormat("adam (lr %g)", local.learning_rate());
+  return absl::StrFormat("%s (lr %g, momentum %g)", local.name(), local.learning_rate(),
+                         local.momentum());
+}
+
 // The master's optimizer, or the rule easgd and gem apply instead.
 std::string OptimizerText(const v1::JobSpec& spec) {
   const v1::Algorithm algorithm = AlgorithmOf(spec);
   if (algorithm == v1::ALGORITHM_EASGD) {
-    const v1::OptimizerSpec& local = spec.easgd().worker_optimizer();
-    return absl::StrFormat("elastic averaging (alpha %g); ranks step with %s "
-                           "(lr %g, momentum %g)",
-                           spec.easgd().alpha(), local.name(),
-                           local.learning_rate(), local.momentum());
+    return absl::StrFormat("elastic averaging (alpha %g); ranks step with %s",
+                           spec.easgd().alpha(), LocalOptimizerText(spec.easgd().worker_optimizer()));
   }
   if (algorithm == v1::ALGORITHM_GEM) {
+    const v1::GemSpec& gem = spec.gem();
+    if (gem.has_worker_optimizer()) {
+      return absl::StrFormat(
+          "gradient energy matching (momentum %g, kappa %g); ranks step with %s",
+          gem.momentum(), gem.kappa(), LocalOptimizerText(gem.worker_optimizer()));
+    }
     return absl::StrFormat(
         "gradient energy matching (lr %g, momentum %g, kappa %g)",
-        spec.gem().learning_rate(), spec.gem().momentum(), spec.gem().kappa());
+        gem.learning_rate(), gem.momentum(), gem.kappa());
   }
   return absl::StrFormat("%s (lr %g)", spec.optimizer().name(),
                          spec.optimizer().learning_rate());
