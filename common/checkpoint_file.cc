@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,32 @@ absl::StatusOr<v1::JobCheckpointFile> ReadCheckpointFile(
     const std::string& path) {
   MPILEARN_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   return DecodeCheckpoint(bytes, path);
+}
+
+absl::StatusOr<v1::JobCheckpointFile> ReadWeightsOrCheckpointFile(const std::string& path,
+                                                                  uint64_t max_bytes) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (error) {
+    return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ", error.message()));
+  }
+  if (size > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "'", path, "' is ", size, " bytes, over the ", max_bytes, " this reads"));
+  }
+  MPILEARN_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  if (bytes.size() >= kCheckpointMagic.size() &&
+      absl::string_view(bytes).substr(bytes.size() - kCheckpointMagic.size()) ==
+          kCheckpointMagic) {
+    return DecodeCheckpoint(bytes, path);
+  }
+  v1::JobCheckpointFile weights_only;
+  if (!weights_only.mutable_weights()->ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat(
+        "'", path, "' is neither a serialized mpilearn.v1.TensorSet (a job's weights.pb) "
+        "nor a checkpoint (corrupt or another format)"));
+  }
+  return weights_only;
 }
 
 absl::Status FsyncDirectory(const std::string& dir) {

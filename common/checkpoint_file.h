@@ -24,6 +24,7 @@
 #define MPILEARN_COMMON_CHECKPOINT_FILE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -53,6 +54,13 @@ absl::StatusOr<v1::JobCheckpointFile> DecodeCheckpoint(const std::string& bytes,
 // otherwise DecodeCheckpoint's result.
 absl::StatusOr<v1::JobCheckpointFile> ReadCheckpointFile(
     const std::string& path);
+
+// A checkpoint file (as ReadCheckpointFile), or a bare serialized TensorSet
+// (a job's final weights.pb) as a JobCheckpointFile holding only those
+// weights. NOT_FOUND if it cannot be read; RESOURCE_EXHAUSTED, unread, when
+// it is over `max_bytes`; DATA_LOSS naming the file when it is neither.
+absl::StatusOr<v1::JobCheckpointFile> ReadWeightsOrCheckpointFile(const std::string& path,
+                                                                  uint64_t max_bytes);
 
 // The whole file at `path`; NOT_FOUND if it cannot be opened, INTERNAL if a
 // read fails.

@@ -378,5 +378,42 @@ torch.jit.script(PerSample()).save(")", per_sample, R"(")
   EXPECT_EQ(failed.samples_trained(), 0u);
 }
 
+// Warm starts: a job started from a trained job's weights, training at a
+// negligible rate, scores what its source scored; a job of another model
+// started from them fails before training, naming the first difference.
+TEST_F(UserModelTest, WarmStartedJobBeginsWhereItsSourceEnded) {
+  StartMaster("user_model_warm");
+  std::string log;
+  int exit_code = 0;
+  const v1::JobStatus source = Run(FashionMnistSubset("sync", 12000, 2), 2, &log, &exit_code);
+  ASSERT_EQ(exit_code, 0) << log;
+  ASSERT_EQ(source.state(), v1::JOB_STATE_COMPLETED) << source.message();
+
+  v1::JobSpec warm = FashionMnistSubset("sync", 12000, 1);
+  warm.mutable_optimizer()->set_name("sgd");
+  warm.mutable_optimizer()->set_learning_rate(1e-9);
+  warm.mutable_warm_start()->set_job_id(source.job_id());
+  const v1::JobStatus started = Run(warm, 2, &log, &exit_code);
+  ASSERT_EQ(exit_code, 0) << log;
+  ASSERT_EQ(started.state(), v1::JOB_STATE_COMPLETED) << started.message();
+  EXPECT_NEAR(started.test_accuracy(), source.test_accuracy(), 0.005)
+      << "source " << source.test_accuracy() << ", warm-started " << started.test_accuracy();
+  // From scratch at that rate the model stays at chance.
+  v1::JobSpec cold = warm;
+  cold.clear_warm_start();
+  const v1::JobStatus untrained = Run(cold, 1, &log, &exit_code);
+  ASSERT_EQ(exit_code, 0) << log;
+  EXPECT_LT(untrained.test_accuracy(), 0.5);
+
+  v1::JobSpec other = warm;
+  other.mutable_model()->clear_hidden();
+  other.mutable_model()->add_hidden(64);
+  const v1::JobStatus failed = Run(other, 1, &log, &exit_code);
+  EXPECT_NE(exit_code, 0) << log;
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED) << log;
+  EXPECT_THAT(failed.message(), HasSubstr("warm_start: tensor 0 is")) << failed.message();
+  EXPECT_EQ(failed.samples_trained(), 0u);
+}
+
 }  // namespace
 }  // namespace mpilearn::testing

@@ -32,6 +32,7 @@ using spec_internal::NormalizeLoss;
 using spec_internal::NormalizeModel;
 using spec_internal::NormalizeSnapshots;
 using spec_internal::NormalizeTarget;
+using spec_internal::NormalizeWarmStart;
 
 v1::Algorithm AlgorithmFromName(absl::string_view name) {
   return AlgorithmKindFromName(name).value_or(v1::ALGORITHM_UNSPECIFIED);
@@ -136,6 +137,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(
       NormalizeCheckpoint(*spec, spec->mutable_checkpoint()));
   MPILEARN_RETURN_IF_ERROR(NormalizeSnapshots(spec->mutable_snapshots()));
+  if (spec->has_warm_start()) MPILEARN_RETURN_IF_ERROR(NormalizeWarmStart(spec->warm_start()));
   if (!spec->has_inband_validation()) spec->set_inband_validation(true);
   return absl::OkStatus();
 }

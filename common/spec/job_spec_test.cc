@@ -454,6 +454,11 @@ TEST(JobSpecTest, LossOptionsAreKeptAndCheckedAgainstTheLoss) {
       {absl::StrCat(R"({"loss_options": {"torchscript": ")", std::string(5000, 'x'), R"("}, )",
                     data, "}"),
        "loss_options.torchscript: a path of at most 4096 bytes, got 5000"},
+      {absl::StrCat(R"({"warm_start": {"job_id": "job-000001", "checkpoint": "c.pb"}, )", data,
+                    "}"),
+       "warm_start names 2 sources; give exactly one"},
+      {absl::StrCat(R"({"warm_start": {"optimizer_state": true}, )", data, "}"),
+       "warm_start names 0 sources"},
       // The metric follows the k: top-5 is not reported with top_k 3.
       {absl::StrCat(R"({"loss_options": {"top_k": 3}, "early_stopping": )",
                     R"({"metric": "val_top5_accuracy"}, )", data, "}"),

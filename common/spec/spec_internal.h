@@ -47,6 +47,8 @@ absl::Status NormalizeData(v1::DataSpec* data);
 // training_spec.cc
 bool IsClassificationLoss(const std::string& loss);
 absl::Status NormalizeLoss(v1::JobSpec* spec);
+// warm_start: one source, bounded.
+absl::Status NormalizeWarmStart(const v1::WarmStartSpec& warm);
 // loss_options, for a job whose loss is `loss` (NormalizeLoss).
 absl::Status NormalizeLossOptions(LossKind loss, v1::JobSpec* spec);
 absl::Status NormalizeExchange(v1::JobSpec* spec);

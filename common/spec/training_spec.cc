@@ -195,7 +195,7 @@ namespace {
 // outputs, far above any data set's).
 constexpr int kMaxLossWeights = 100000;
 constexpr int kMaxTopK = 1000;
-constexpr size_t kMaxLossPathBytes = 4096;
+constexpr size_t kMaxPathBytes = 4096;
 
 // Each of `values` finite and >= `lo` (> lo when `open`); at most
 // kMaxLossWeights of them.
@@ -214,6 +214,25 @@ absl::Status CheckWeights(absl::string_view field,
 }
 
 }  // namespace
+
+absl::Status NormalizeWarmStart(const v1::WarmStartSpec& warm) {
+  const int sources = (warm.job_id().empty() ? 0 : 1) + (warm.checkpoint().empty() ? 0 : 1);
+  if (sources != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warm_start names ", sources,
+        " sources; give exactly one: job_id (a job on this master) or checkpoint (a file)"));
+  }
+  if (warm.job_id().size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warm_start.job_id: at most 128 bytes, got ", warm.job_id().size()));
+  }
+  if (warm.checkpoint().size() > kMaxPathBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("warm_start.checkpoint: a path of at most ",
+                                                   kMaxPathBytes, " bytes, got ",
+                                                   warm.checkpoint().size()));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status NormalizeLossOptions(LossKind loss, v1::JobSpec* spec) {
   const v1::LossOptions& options = spec->loss_options();
@@ -250,9 +269,9 @@ absl::Status NormalizeLossOptions(LossKind loss, v1::JobSpec* spec) {
     MPILEARN_RETURN_IF_ERROR(CheckIntRange("loss_options.top_k", options.top_k(), 2, kMaxTopK));
   }
   if (!options.torchscript().empty()) {
-    if (options.torchscript().size() > kMaxLossPathBytes) {
+    if (options.torchscript().size() > kMaxPathBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "loss_options.torchscript: a path of at most ", kMaxLossPathBytes, " bytes, got ",
+          "loss_options.torchscript: a path of at most ", kMaxPathBytes, " bytes, got ",
           options.torchscript().size()));
     }
     if (options.class_weights_size() > 0 || options.has_label_smoothing() ||

@@ -121,6 +121,15 @@ class Job {
   absl::StatusOr<bool> InitWeights(v1::TensorSetHeader header,
                                    std::vector<std::vector<float>> values);
 
+  // Installs `source`'s weights (spec.warm_start) as the initial ones, at
+  // version 0, in `layout` (the first group's, which CheckWarmStartLayout
+  // found to match), with a fresh optimizer, or with `source`'s optimizer
+  // state when `optimizer_state`. False when weights were installed
+  // already; InitWeights' errors, DecodeJobCheckpoint's for a state that
+  // does not fit this job's optimizer.
+  absl::StatusOr<bool> WarmStart(const JobCheckpoint& source, const v1::TensorSetHeader& layout,
+                                 bool optimizer_state);
+
   // The weights' layout (names, shapes); FAILED_PRECONDITION before
   // InitWeights.
   absl::StatusOr<v1::TensorSetHeader> Layout() const;

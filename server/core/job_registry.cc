@@ -11,9 +11,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/bounded_text.h"
+#include "common/checkpoint_file.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/core/store/job_checkpoint.h"
 #include "server/core/store/job_loader.h"
 
 namespace mpilearn::server {
@@ -206,17 +208,65 @@ absl::StatusOr<v1::InitWeightsResponse> JobRegistry::InitWeights(
     v1::TensorSetHeader header, std::vector<std::vector<float>> values) {
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
   MPILEARN_RETURN_IF_ERROR(job->Touch(group_id, Now()));
-  MPILEARN_ASSIGN_OR_RETURN(
-      bool accepted, job->InitWeights(std::move(header), std::move(values)));
-  if (accepted) {
-    LOG(INFO) << "job " << job_id << ": initial weights from group "
-              << group_id;
+  bool accepted = false;
+  if (job->spec().has_warm_start()) {
+    // The group's weights only tell the layout: it pulls the source's.
+    std::string from;
+    MPILEARN_ASSIGN_OR_RETURN(JobCheckpoint source,
+                              WarmStartSource(job->id(), job->spec().warm_start(), &from));
+    MPILEARN_RETURN_IF_ERROR(CheckWarmStartLayout(source.weights.header(), header, from));
+    MPILEARN_ASSIGN_OR_RETURN(
+        const bool started,
+        job->WarmStart(source, header, job->spec().warm_start().optimizer_state()));
+    if (started) LOG(INFO) << "job " << job_id << ": starts from " << from;
+  } else {
+    MPILEARN_ASSIGN_OR_RETURN(accepted, job->InitWeights(std::move(header), std::move(values)));
+    if (accepted) {
+      LOG(INFO) << "job " << job_id << ": initial weights from group " << group_id;
+    }
   }
   v1::InitWeightsResponse response;
   response.set_accepted(accepted);
   MPILEARN_ASSIGN_OR_RETURN(auto weights, job->Weights());
   response.set_version(weights->header.version());
   return response;
+}
+
+absl::StatusOr<JobCheckpoint> JobRegistry::WarmStartSource(const std::string& job_id,
+                                                           const v1::WarmStartSpec& warm,
+                                                           std::string* from) const {
+  if (!warm.checkpoint().empty()) {
+    *from = absl::StrCat("checkpoint '", warm.checkpoint(), "'");
+    absl::StatusOr<v1::JobCheckpointFile> file =
+        ReadWeightsOrCheckpointFile(warm.checkpoint(), options_.max_warm_start_bytes);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("warm_start.checkpoint: ", file.status().message()));
+    }
+    if (file->weights_on_shards()) file->clear_optimizer_state();
+    return TakeCheckpointTensors(*file);
+  }
+  *from = absl::StrCat("job ", warm.job_id(), "'s weights");
+  if (warm.job_id() == job_id) {
+    return absl::InvalidArgumentError("warm_start.job_id names the job itself");
+  }
+  absl::StatusOr<std::shared_ptr<Job>> source = FindJob(warm.job_id());
+  if (!source.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "warm_start.job_id: no job ", warm.job_id(), " on this master (deleted?)"));
+  }
+  absl::StatusOr<JobCheckpoint> in_memory = (*source)->Checkpoint();
+  if (in_memory.ok()) return in_memory;
+  // Released at its end: its newest checkpoint on disk.
+  for (const std::string& path : store_->CheckpointPaths(warm.job_id())) {
+    absl::StatusOr<v1::JobCheckpointFile> file = JobStore::ReadCheckpoint(path);
+    if (!file.ok()) continue;
+    if (file->weights_on_shards()) file->clear_optimizer_state();
+    return TakeCheckpointTensors(*file);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "warm_start.job_id: job ", warm.job_id(),
+      " has no weights to start from (none yet, or its weights live on parameter shards)"));
 }
 
 absl::StatusOr<std::shared_ptr<const WeightsSnapshot>>

@@ -69,6 +69,9 @@ class JobRegistry {
     // ERROR_REASON_LIMIT; mpilearn-master --max_queued_jobs); 0: no bound.
     // Jobs loaded at a restart count but are never refused.
     int max_queued_jobs = 0;
+    // The largest file a warm start reads (a checkpoint holds the weights and
+    // up to three times as much optimizer state).
+    uint64_t max_warm_start_bytes = uint64_t{8} << 30;
     // Injected for tests.
     std::function<absl::Time()> clock = [] { return absl::Now(); };
   };
@@ -155,6 +158,16 @@ class JobRegistry {
   // unknown job; the write's error.
   absl::Status CheckpointFromShards(const std::string& job_id,
                                     std::shared_ptr<const WeightsSnapshot> weights, bool final);
+
+  // The weights (and optimizer state) job `job_id` starts from by `warm`
+  // (its spec's warm_start): job warm.job_id()'s (in memory, else its newest
+  // checkpoint), or the file warm.checkpoint() (at most
+  // Options::max_warm_start_bytes). `from` names the source for messages.
+  // FAILED_PRECONDITION for a source job that is gone or has no weights;
+  // the file's errors, prefixed with the field.
+  absl::StatusOr<JobCheckpoint> WarmStartSource(const std::string& job_id,
+                                                const v1::WarmStartSpec& warm,
+                                                std::string* from) const;
 
   // A shard's slice of a sharded job rolled back to its own checkpoint of
   // `version` (JobJournal::Rollback), as the lead orders. NOT_FOUND for an

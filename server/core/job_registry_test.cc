@@ -1379,5 +1379,91 @@ TEST_F(DurableCompletionTest, ValidationsAreAppendedAndReadBack) {
             before.history(0).SerializeAsString());
 }
 
+// Warm starts (spec.warm_start): a job starts from another job's weights,
+// from its checkpoint file or from a weights file; the first group's layout
+// must match, naming the first difference; the optimizer state comes along
+// only when asked for, and then the next update is the source's next one.
+TEST_F(JobRegistryTest, WarmStartsFromAJobOrAFileWithTheSameLayout) {
+  v1::JobSpec adam = SgdSpec();
+  adam.mutable_optimizer()->set_name("adam");
+  adam.mutable_optimizer()->set_learning_rate(0.1);
+  const std::string source = registry_->Submit(Normalized(adam)).value();
+  const std::string source_group = Register(source).group_id();
+  InitWeights(source, source_group);
+  for (float s : {1.0f, -0.5f, 2.0f}) Push(source, source_group, s);
+  const std::vector<std::vector<float>> trained =
+      registry_->FindJob(source).value()->Weights().value()->values;
+
+  // Starts `spec` warm: the group offers zeros in `layout`; what it gets.
+  auto start = [&](v1::JobSpec spec, const v1::TensorSetHeader& layout,
+                   std::vector<std::vector<float>> offered)
+      -> std::pair<std::string, absl::StatusOr<v1::InitWeightsResponse>> {
+    const std::string id = registry_->Submit(Normalized(spec)).value();
+    const std::string group = Register(id).group_id();
+    return {id, registry_->InitWeights(id, group, layout, std::move(offered))};
+  };
+  const v1::TensorSetHeader layout = MakeFloat32Header(0, {"w", "b"}, {{3}, {1}});
+  v1::JobSpec from_job = adam;
+  from_job.mutable_warm_start()->set_job_id(source);
+  auto [fresh, answer] = start(from_job, layout, {{0, 0, 0}, {0}});
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_FALSE(answer->accepted());  // the group pulls the source's weights
+  EXPECT_EQ(answer->version(), 0u);
+  EXPECT_EQ(registry_->FindJob(fresh).value()->Weights().value()->values, trained);
+
+  // With the optimizer state, the next update is the one the source would
+  // make; with a fresh optimizer (Adam's first step) it is not.
+  from_job.mutable_warm_start()->set_optimizer_state(true);
+  auto [stateful, with_state] = start(from_job, layout, {{0, 0, 0}, {0}});
+  ASSERT_TRUE(with_state.ok()) << with_state.status();
+  const std::string stateful_group = Register(stateful).group_id();
+  const std::string fresh_group = Register(fresh).group_id();
+  const auto next = Push(source, source_group, 0.25f);
+  EXPECT_EQ(Push(stateful, stateful_group, 0.25f), next);
+  EXPECT_NE(Push(fresh, fresh_group, 0.25f), next);
+
+  // Another model: refused naming the first difference; no weights taken.
+  auto [other, refused] =
+      start(from_job, MakeFloat32Header(0, {"w", "b"}, {{4}, {1}}), {{0, 0, 0, 0}, {0}});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(
+      refused.status().message(),
+      "tensor 0 is 'w' [3] in job " + source + "'s weights but 'w' [4] in this job's model"))
+      << refused.status();
+  EXPECT_FALSE(registry_->FindJob(other).value()->Weights().ok());
+  auto [fewer, short_model] = start(from_job, MakeFloat32Header(0, {"w"}, {{3}}), {{0, 0, 0}});
+  EXPECT_TRUE(absl::StrContains(short_model.status().message(),
+                                "holds 2 tensors but this job's model 1"))
+      << short_model.status();
+
+  // From the source's checkpoint file, and from a bare weights file.
+  registry_->CheckpointAll();
+  const std::vector<std::string> files = CheckpointFiles(source);
+  ASSERT_FALSE(files.empty());
+  v1::JobSpec from_file = adam;
+  from_file.mutable_warm_start()->set_checkpoint(CheckpointDir(source) + "/" + files.back());
+  auto [from_checkpoint, read] = start(from_file, layout, {{0, 0, 0}, {0}});
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(registry_->FindJob(from_checkpoint).value()->Weights().value()->values.size(), 2u);
+  const std::string weights_pb = state_dir_ + "/weights_for_warm_start.pb";
+  WriteFile(weights_pb, ToTensorSet(layout, {{7, 8, 9}, {-1}}).SerializeAsString());
+  from_file.mutable_warm_start()->set_checkpoint(weights_pb);
+  auto [from_weights, read_weights] = start(from_file, layout, {{0, 0, 0}, {0}});
+  ASSERT_TRUE(read_weights.ok()) << read_weights.status();
+  EXPECT_EQ(registry_->FindJob(from_weights).value()->Weights().value()->values,
+            (std::vector<std::vector<float>>{{7, 8, 9}, {-1}}));
+  // A weights file has no optimizer state to bring.
+  from_file.mutable_warm_start()->set_optimizer_state(true);
+  EXPECT_FALSE(start(from_file, layout, {{0, 0, 0}, {0}}).second.ok());
+  // Neither a checkpoint nor weights, and a missing file.
+  WriteFile(weights_pb, "junk");
+  from_file.mutable_warm_start()->set_optimizer_state(false);
+  EXPECT_EQ(start(from_file, layout, {{0, 0, 0}, {0}}).second.status().code(),
+            absl::StatusCode::kDataLoss);
+  from_file.mutable_warm_start()->set_checkpoint(state_dir_ + "/missing.pb");
+  EXPECT_EQ(start(from_file, layout, {{0, 0, 0}, {0}}).second.status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace mpilearn::server

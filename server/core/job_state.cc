@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "server/core/job.h"
 #include "server/core/store/job_checkpoint.h"
 
@@ -107,6 +108,28 @@ absl::Status Job::Resume(v1::JobCheckpointFile checkpoint) {
   checkpoints_.Resumed(version);
   if (!checkpoint.weights_on_shards()) restored_ = {version, NextRestoreToken()};
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Job::WarmStart(const JobCheckpoint& source,
+                                    const v1::TensorSetHeader& layout, bool optimizer_state) {
+  if (!optimizer_state) {
+    MPILEARN_ASSIGN_OR_RETURN(Float32Tensors weights, FromTensorSet(source.weights));
+    return InitWeights(layout, std::move(weights.values));
+  }
+  absl::StatusOr<DecodedCheckpoint> decoded = DecodeJobCheckpoint(source, spec(), engine_, id_);
+  if (!decoded.ok()) {
+    return absl::Status(decoded.status().code(),
+                        absl::StrCat("warm_start.optimizer_state: ", decoded.status().message()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (weights_ != nullptr) return false;
+  if (EndedLocked()) return NoWeightsError();
+  rule_ = std::move(decoded->rule);
+  weights_ = std::make_shared<WeightsSnapshot>(std::move(decoded->weights));
+  weights_->header = layout;
+  weights_->header.set_version(0);
+  checkpoints_.Changed();
+  return true;
 }
 
 absl::Status Job::Rollback(v1::JobCheckpointFile checkpoint) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <utility>
 #include <variant>
 
@@ -173,6 +174,12 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
   core->shard_of_ = options.shard_of;
   core->shard_table_ = std::make_unique<ShardTable>(options.shard_table);
   options.registry.max_queued_jobs = options.limits.max_queued_jobs;
+  // A warm start's file: the weights and at most three times as much
+  // optimizer state (Adam), plus the checkpoint's records.
+  options.registry.max_warm_start_bytes =
+      options.limits.max_model_bytes > (UINT64_MAX >> 3)
+          ? UINT64_MAX
+          : 4 * options.limits.max_model_bytes + (uint64_t{64} << 20);
   // Bindings are judged by the registry's clock and group timeout.
   core->callers_ = std::make_unique<CallerBindings>(
       options.check_callers, options.registry.group_timeout,
@@ -206,11 +213,28 @@ absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
       CheckStringFields(request.spec(), "spec", limits_.max_string_bytes));
   MPILEARN_ASSIGN_OR_RETURN(JobConfig config, JobConfig::Create(request.spec()));
   MPILEARN_RETURN_IF_ERROR(CheckModelBound(config.spec()));
+  MPILEARN_RETURN_IF_ERROR(CheckWarmStartSource(config.spec()));
   MPILEARN_ASSIGN_OR_RETURN(std::string job_id,
                             registry_->Submit(std::move(config)));
   v1::SubmitJobResponse response;
   response.set_job_id(std::move(job_id));
   return response;
+}
+
+absl::Status MasterCore::CheckWarmStartSource(const v1::JobSpec& spec) const {
+  if (!spec.has_warm_start()) return absl::OkStatus();
+  const v1::WarmStartSpec& warm = spec.warm_start();
+  if (!warm.job_id().empty()) {
+    if (registry_->FindJob(warm.job_id()).ok()) return absl::OkStatus();
+    return InvalidRequestError(absl::StrCat("warm_start.job_id: no job ", warm.job_id(),
+                                            " on this master; list them with mpilearnctl list"));
+  }
+  // The file is read when the first group brings the model's layout; here
+  // only whether the master can open it.
+  if (std::ifstream(warm.checkpoint()).good()) return absl::OkStatus();
+  return InvalidRequestError(absl::StrCat("warm_start.checkpoint: the master cannot read '",
+                                          warm.checkpoint(),
+                                          "'; give a path on the master's host"));
 }
 
 absl::Status MasterCore::CheckModelBound(const v1::JobSpec& spec) const {

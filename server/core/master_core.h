@@ -319,6 +319,8 @@ class MasterCore {
 
   // The model bound of MasterLimits, checked on a normalized spec.
   absl::Status CheckModelBound(const v1::JobSpec& spec) const;
+  // SubmitJob: a warm start's source job exists, its file can be opened.
+  absl::Status CheckWarmStartSource(const v1::JobSpec& spec) const;
   // RegisterGroup's sharding (master_shards.cc): a shard checks the lead's
   // group id; a lead places a job without weights on its shards, waits for
   // their slices and tells the group where they are (the group leaves

@@ -127,6 +127,29 @@ TEST_F(MasterCoreLimitsTest, InvalidSpecIsRejectedWithFieldName) {
   EXPECT_TRUE(core_->ListJobPage(v1::ListJobsRequest()).value().jobs().empty());
 }
 
+// A warm start's source is checked at submit: a job the master holds, a
+// file it can open.
+TEST_F(MasterCoreLimitsTest, WarmStartSourcesAreCheckedAtSubmit) {
+  Start(MasterLimits());
+  JobAndGroup();
+  v1::SubmitJobRequest submit;
+  submit.mutable_spec()->mutable_data()->set_train_images("a");
+  submit.mutable_spec()->mutable_data()->set_train_labels("b");
+  submit.mutable_spec()->mutable_warm_start()->set_job_id("job-000999");
+  absl::Status refused = core_->SubmitJob(submit).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("warm_start.job_id: no job job-000999"), std::string::npos)
+      << refused;
+  submit.mutable_spec()->mutable_warm_start()->set_job_id(job_id_);
+  EXPECT_TRUE(core_->SubmitJob(submit).ok());
+  submit.mutable_spec()->mutable_warm_start()->Clear();
+  submit.mutable_spec()->mutable_warm_start()->set_checkpoint("/nonexistent/ckpt.pb");
+  refused = core_->SubmitJob(submit).status();
+  EXPECT_NE(refused.message().find("the master cannot read '/nonexistent/ckpt.pb'"),
+            std::string::npos)
+      << refused;
+}
+
 TEST_F(MasterCoreLimitsTest, SpecModelIsBoundedAtSubmit) {
   MasterLimits limits;
   limits.max_model_bytes = 5 << 20;  // 1.3 M parameters

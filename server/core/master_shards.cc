@@ -270,6 +270,8 @@ absl::Status MasterCore::PlaceOnShards(v1::RegisterGroupResponse& response) {
   // shards, which see neither: such a job stays on the lead.
   const v1::LrScheduleSpec& schedule = response.spec().optimizer().schedule();
   if (schedule.unit() == "epochs" || schedule.name() == "plateau") return absl::OkStatus();
+  // A warm start's source is whole: such a job stays on the lead too.
+  if (response.spec().has_warm_start()) return absl::OkStatus();
   absl::StatusOr<v1::ShardPlacement> placement =
       shard_table_->Place(response.job_id(), response.spec().max_shards(), registry_->Now());
   absl::Status ready = placement.status();

@@ -46,6 +46,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <limits>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -192,41 +193,17 @@ bool IsDirectory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path,
-                                     absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path,
-                                            "': ", std::strerror(errno)));
-  }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) {
-    return absl::DataLossError(
-        absl::StrCat("error reading ", what, " '", path, "'"));
-  }
-  return contents.str();
-}
-
-// Reads a TensorSet file (weights.pb or any file holding one serialized
-// mpilearn.v1.TensorSet) and decodes its fp32 tensors. The one place that
-// knows the weight file format.
+// Reads a weights file (weights.pb or any file holding one serialized
+// mpilearn.v1.TensorSet, or a checkpoint) and decodes its fp32 tensors.
 absl::StatusOr<Float32Tensors> ReadWeightsFile(const std::string& path) {
-  MPILEARN_ASSIGN_OR_RETURN(const std::string bytes,
-                            ReadFile(path, "weights file"));
-  v1::TensorSet set;
-  if (absl::EndsWith(bytes, kCheckpointMagic)) {
-    // A checkpoint (best.pb, checkpoints/ckpt-*.pb): checksum-verified.
-    MPILEARN_ASSIGN_OR_RETURN(v1::JobCheckpointFile checkpoint,
-                              DecodeCheckpoint(bytes, path));
-    set = checkpoint.weights();
-  } else if (!set.ParseFromString(bytes)) {
-    return absl::DataLossError(absl::StrCat(
-        "weights file '", path,
-        "' is neither a serialized mpilearn.v1.TensorSet nor a checkpoint "
-        "(corrupt or another format)"));
+  // A checkpoint (best.pb, checkpoints/ckpt-*.pb) is checksum-verified.
+  absl::StatusOr<v1::JobCheckpointFile> file =
+      ReadWeightsOrCheckpointFile(path, std::numeric_limits<uint64_t>::max());
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("weights file: ", file.status().message()));
   }
-  absl::StatusOr<Float32Tensors> tensors = FromTensorSet(set);
+  absl::StatusOr<Float32Tensors> tensors = FromTensorSet(file->weights());
   if (!tensors.ok()) {
     return absl::DataLossError(absl::StrCat("weights file '", path,
                                             "': ", tensors.status().message()));
