@@ -174,6 +174,11 @@ ShardTable::Orders ShardTable::Sync(
   for (const v1::ShardSliceStatus& slice : request.slices()) {
     const auto placed = placements_.find(slice.job_id());
     if (placed == placements_.end() || !placed->second.complete()) continue;
+    // A job that ended on the lead rolls nothing back.
+    if (!adoptable(slice.job_id())) {
+      placed->second.restore = 0;
+      continue;
+    }
     const size_t index = static_cast<size_t>(slice.shard());
     if (slice.shard() >= 0 && index < placed->second.addresses.size() &&
         placed->second.addresses[index] == address) {
@@ -202,7 +207,11 @@ ShardTable::Orders ShardTable::Sync(
         orders.send.emplace_back(job_id, placement.wanted);
       }
       if (placement.restore > 0 && s < placement.pending.size() && placement.pending[s]) {
-        orders.restore.emplace_back(job_id, placement.restore);
+        if (adoptable(job_id)) {
+          orders.restore.emplace_back(job_id, placement.restore);
+        } else {
+          placement.restore = 0;  // it ended meanwhile
+        }
       }
     }
   }

@@ -82,7 +82,8 @@ class ShardTable {
   // waits up to `wait` for a placement that gives it a slice. A reported
   // slice of a job with no complete placement is adopted (see the file
   // comment) when `adoptable(job_id)` says the job goes on (called under
-  // the table's lock: it must not call the table).
+  // the table's lock: it must not call the table); only such a job's
+  // slices are rolled back after a shard's restart.
   Orders Sync(const v1::ShardSyncRequest& request, absl::Time now, absl::Duration wait,
               const std::function<bool(const std::string&)>& adoptable)
       ABSL_LOCKS_EXCLUDED(mu_);

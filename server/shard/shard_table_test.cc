@@ -205,5 +205,78 @@ TEST(ShardTableTest, AWantedSliceIsAskedOfEachShardOnceAndWakesItsPoll) {
   EXPECT_EQ(orders.send[0].second, 7u);
 }
 
+// The restore set and the roll-back after a shard's restart: the newest
+// version both shards hold; a new token is a restart (not the first report
+// a lead gets); orders go to the shards ordered until each reports a new
+// token at that version; a job that ended rolls nothing back.
+TEST(ShardTableTest, AShardsRestartRollsTheOthersBackToTheSet) {
+  ShardTable table({});
+  auto report = [&](const std::string& address, int shard, std::vector<uint64_t> versions,
+                    uint64_t restored, uint64_t token, bool going_on = true) {
+    v1::ShardSyncRequest request = Report(address);
+    AddSlice(request, "job-1", shard, 2);
+    v1::ShardSliceStatus* slice = request.mutable_slices(0);
+    for (uint64_t v : versions) slice->add_checkpoint_versions(v);
+    slice->set_restored_version(restored);
+    slice->set_restore_token(token);
+    return table.Sync(request, kStart, absl::ZeroDuration(), Always(going_on));
+  };
+  report("a:1", 0, {}, 0, 0);
+  report("b:1", 1, {}, 0, 0);
+  ASSERT_EQ(Addresses(*table.Place("job-1", 0, kStart)),
+            (std::vector<std::string>{"a:1", "b:1"}));
+  report("a:1", 0, {30, 20, 10}, 0, 0);
+  report("b:1", 1, {20, 10}, 0, 0);
+  EXPECT_EQ(table.SetVersion("job-1"), 20u);
+  // b restarts from 20: a is ordered back to 20, until it reports having
+  // loaded it (a new token), and not again after.
+  EXPECT_TRUE(report("b:1", 1, {20, 10}, 20, 7).restore.empty());
+  ShardTable::Orders orders = report("a:1", 0, {30, 20, 10}, 0, 0);
+  ASSERT_EQ(orders.restore.size(), 1u);
+  EXPECT_EQ(orders.restore[0], (std::pair<std::string, uint64_t>{"job-1", 20}));
+  EXPECT_EQ(report("a:1", 0, {30, 20, 10}, 0, 0).restore.size(), 1u);  // not done yet
+  EXPECT_TRUE(report("a:1", 0, {20, 10}, 20, 9).restore.empty());
+  EXPECT_TRUE(report("a:1", 0, {20, 10}, 20, 9).restore.empty());
+  // b restarts from 40 (a new token): a, past 40 meanwhile, goes back to it.
+  report("a:1", 0, {40, 30, 20}, 20, 9);
+  report("b:1", 1, {40, 20}, 40, 11);
+  orders = report("a:1", 0, {40, 30, 20}, 20, 9);
+  ASSERT_EQ(orders.restore.size(), 1u);
+  EXPECT_EQ(orders.restore[0].second, 40u);
+  EXPECT_TRUE(report("a:1", 0, {40, 30, 20}, 40, 13).restore.empty());
+  // The set is below the restarted shard's version when another lacks it:
+  // then both go back to it.
+  report("a:1", 0, {30, 20}, 40, 13);
+  EXPECT_EQ(report("b:1", 1, {40, 20}, 40, 12).restore.size(), 1u);
+  orders = report("a:1", 0, {30, 20}, 40, 13);
+  ASSERT_EQ(orders.restore.size(), 1u);
+  EXPECT_EQ(orders.restore[0].second, 20u);
+  orders = report("b:1", 1, {40, 20}, 40, 12);
+  ASSERT_EQ(orders.restore.size(), 1u);
+  EXPECT_EQ(orders.restore[0].second, 20u);
+  // The job ended on the lead meanwhile: nothing more is ordered.
+  EXPECT_TRUE(report("a:1", 0, {30, 20}, 20, 9, /*going_on=*/false).restore.empty());
+  EXPECT_TRUE(report("a:1", 0, {30, 20}, 20, 9).restore.empty());
+}
+
+TEST(ShardTableTest, ALeadTakesItsFirstReportOfATokenAsItIs) {
+  ShardTable table({});
+  auto report = [&](const std::string& address, int shard, uint64_t token) {
+    v1::ShardSyncRequest request = Report(address);
+    AddSlice(request, "job-1", shard, 2);
+    request.mutable_slices(0)->add_checkpoint_versions(10);
+    request.mutable_slices(0)->set_restored_version(10);
+    request.mutable_slices(0)->set_restore_token(token);
+    return table.Sync(request, kStart, absl::ZeroDuration(), Always(true));
+  };
+  // A restarted lead rebuilds the placement from reports of slices that
+  // were loaded before: no roll-back.
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_TRUE(report("a:1", 0, 5).restore.empty());
+    EXPECT_TRUE(report("b:1", 1, 6).restore.empty());
+  }
+  EXPECT_EQ(table.SetVersion("job-1"), 10u);
+}
+
 }  // namespace
 }  // namespace mpilearn::server
