@@ -1,12 +1,11 @@
 #include "worker/model/loss.h"
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/spec/job_spec.h"
+#include "worker/model/torchscript_file.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -48,43 +47,9 @@ absl::StatusOr<LabelKind> KindOf(const torch::Tensor& labels) {
 
 double Ratio(double sum, double count) { return count > 0 ? sum / count : 0.0; }
 
-// The first line of a LibTorch error, without its backtrace.
-std::string FirstLine(const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  std::string text = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
-  const size_t end = text.find('\n');
-  return end == std::string::npos ? text : text.substr(0, end);
-}
-
 constexpr char kScriptHowTo[] =
     "script a torch.nn.Module whose forward(output, labels) returns the batch's mean loss "
     "(torch.jit.script, then .save; docs/torchscript.md)";
-
-absl::StatusOr<std::shared_ptr<torch::jit::Module>> LoadScript(const std::string& path) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return absl::NotFoundError(absl::StrCat("loss_options.torchscript: '", path,
-                                            "' does not exist or is not a file"));
-  }
-  if (!std::ifstream(path).good()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("loss_options.torchscript: cannot read '", path, "'"));
-  }
-  auto module = std::make_shared<torch::jit::Module>();
-  try {
-    *module = torch::jit::load(path, torch::kCPU);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "loss_options.torchscript: '", path, "' is not a TorchScript file LibTorch 1.13 can load (",
-        FirstLine(e), "); ", kScriptHowTo));
-  }
-  if (module->find_method("forward") == c10::nullopt) {
-    return absl::InvalidArgumentError(absl::StrCat("loss_options.torchscript: '", path,
-                                                   "' has no forward method; ", kScriptHowTo));
-  }
-  module->eval();
-  return module;
-}
 
 }  // namespace
 
@@ -128,9 +93,11 @@ absl::StatusOr<Loss> Loss::WithOptions(Loss loss, const v1::LossOptions& options
   loss.pos_weight_.assign(options.pos_weight().begin(), options.pos_weight().end());
   if (options.has_top_k()) loss.top_k_ = options.top_k();
   if (!options.torchscript().empty()) {
-    absl::StatusOr<std::shared_ptr<torch::jit::Module>> script = LoadScript(options.torchscript());
+    absl::StatusOr<torch::jit::Module> script =
+        LoadTorchScriptFile(options.torchscript(), "loss_options.torchscript", kScriptHowTo);
     if (!script.ok()) return script.status();
-    loss.script_ = *std::move(script);
+    script->eval();
+    loss.script_ = std::make_shared<torch::jit::Module>(*std::move(script));
     loss.script_path_ = options.torchscript();
   }
   return loss;
@@ -252,7 +219,7 @@ absl::Status Loss::CheckOutput(const torch::Tensor& output,
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("loss_options.torchscript: '", script_path_,
-                                                   "' failed on ", on, ": ", FirstLine(e)));
+                                                   "' failed on ", on, ": ", ShortExceptionMessage(e)));
   }
   return absl::OkStatus();
 }

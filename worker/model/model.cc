@@ -5,8 +5,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -427,19 +425,6 @@ bool HasBakedMode(const torch::jit::Block* block) {
 
 void UseSimpleGraphExecutor() { torch::jit::setGraphExecutorOptimize(false); }
 
-std::string ShortExceptionMessage(const std::exception& e) {
-  // LibTorch's own errors carry a C++ backtrace after the message.
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  std::string message =
-      torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
-  const size_t start = message.find_first_not_of("\n ");
-  if (start != std::string::npos) message.erase(0, start);
-  const size_t newline = message.find('\n');
-  if (newline != std::string::npos) message.resize(newline);
-  if (message.size() > 300) message = message.substr(0, 300) + "...";
-  return message;
-}
-
 Model::Model(torch::jit::Module module) : module_(std::move(module)) {
   CollectState();
 }
@@ -533,32 +518,8 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
   constexpr char kHowTo[] =
       "export the model with tools/cli/export_torchscript.py (torch.jit.script, "
       "then .save; see docs/torchscript.md)";
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return absl::NotFoundError(absl::StrCat(
-        "model.torchscript: '", path, "' does not exist or is not a file"));
-  }
-  if (!std::ifstream(path).good()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("model.torchscript: cannot read '", path, "'"));
-  }
-  torch::jit::Module module;
-  try {
-    module = torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.torchscript: '", path,
-        "' is not a TorchScript file LibTorch 1.13 can load (",
-        ShortExceptionMessage(e), "); ", kHowTo));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.torchscript: '", path, "' could not be loaded (", e.what(),
-        "); ", kHowTo));
-  }
-  if (module.find_method("forward") == c10::nullopt) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.torchscript: '", path, "' has no forward method; ", kHowTo));
-  }
+  MPILEARN_ASSIGN_OR_RETURN(torch::jit::Module module,
+                            LoadTorchScriptFile(path, "model.torchscript", kHowTo));
   size_t parameters = 0, trainable = 0;
   for (const torch::Tensor& p : module.parameters(/*recurse=*/true)) {
     ++parameters;

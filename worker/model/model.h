@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/mpilearn.pb.h"
+#include "worker/model/torchscript_file.h"
 
 namespace mpilearn::worker {
 
@@ -117,10 +118,6 @@ class Model {
 // scripted module several times slower, which would distort the first
 // epoch's figures). Call once per process before the first Forward.
 void UseSimpleGraphExecutor();
-
-// The first line of a LibTorch (or other) exception's message, without
-// LibTorch's backtrace, at most 300 characters: what error messages pass on.
-std::string ShortExceptionMessage(const std::exception& e);
 
 }  // namespace mpilearn::worker
 
