@@ -4,11 +4,11 @@
 #include <array>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "absl/types/span.h"
 #include "common/spec/job_spec.h"
 
@@ -189,10 +189,8 @@ std::string FormatMetrics(const Evaluation& evaluation, const std::string& prefi
     // val_top<K>_accuracy: "topK_acc", after the accuracy.
     if (std::string(metric) != "val_accuracy") continue;
     for (const auto& [name, value] : evaluation.metrics) {
-      absl::string_view k = name;
-      if (HigherIsBetter(name) && absl::ConsumePrefix(&k, "val_top") &&
-          absl::ConsumeSuffix(&k, "_accuracy")) {
-        absl::StrAppend(&line, separator, absl::StrFormat("%s_top%s_acc=%.4f", prefix, k, value));
+      if (const std::optional<int> k = TopKOfMetric(name); k.has_value()) {
+        absl::StrAppend(&line, separator, absl::StrFormat("%s_top%d_acc=%.4f", prefix, *k, value));
       }
     }
   }

@@ -180,14 +180,17 @@ int TopKOf(const v1::JobSpec& spec) {
 
 std::string TopKMetricName(int k) { return absl::StrCat("val_top", k, "_accuracy"); }
 
-bool HigherIsBetter(absl::string_view metric) {
-  if (metric == "val_accuracy" || metric == "val_auc") return true;
-  // val_top<K>_accuracy
-  if (!absl::ConsumePrefix(&metric, "val_top") || !absl::ConsumeSuffix(&metric, "_accuracy")) {
-    return false;
-  }
+std::optional<int> TopKOfMetric(absl::string_view metric) {
   int k = 0;
-  return absl::SimpleAtoi(metric, &k) && k >= 2;
+  if (absl::ConsumePrefix(&metric, "val_top") && absl::ConsumeSuffix(&metric, "_accuracy") &&
+      absl::SimpleAtoi(metric, &k) && k >= 2) {
+    return k;
+  }
+  return std::nullopt;
+}
+
+bool HigherIsBetter(absl::string_view metric) {
+  return metric == "val_accuracy" || metric == "val_auc" || TopKOfMetric(metric).has_value();
 }
 
 std::string JobSpecToJson(const v1::JobSpec& spec) {

@@ -10,6 +10,7 @@
 #define MPILEARN_COMMON_SPEC_JOB_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -65,6 +66,9 @@ uint64_t MinModelParameters(const v1::ModelSpec& model);
 // 5), and its metric's name: "val_top5_accuracy".
 int TopKOf(const v1::JobSpec& spec);
 std::string TopKMetricName(int k);
+// The k of a top-k metric's name ("val_top3_accuracy" -> 3; k >= 2), none
+// for another name.
+std::optional<int> TopKOfMetric(absl::string_view metric);
 
 // Whether a higher value of validation metric `metric` is better:
 // val_accuracy, val_auc and val_top<K>_accuracy; lower is better for the

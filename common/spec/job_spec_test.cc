@@ -476,6 +476,9 @@ TEST(JobSpecTest, HigherIsBetterForAccuraciesAndAuc) {
     EXPECT_FALSE(HigherIsBetter(metric)) << metric;
   }
   EXPECT_EQ(TopKMetricName(7), "val_top7_accuracy");
+  EXPECT_EQ(TopKOfMetric("val_top12_accuracy"), 12);
+  EXPECT_EQ(TopKOfMetric("val_top1_accuracy"), std::nullopt);
+  EXPECT_EQ(TopKOfMetric("val_accuracy"), std::nullopt);
 }
 
 TEST(JobSpecTest, EveryBuiltInModelGetsItsDefaults) {
