@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -116,11 +117,7 @@ absl::StatusOr<v1::JobCheckpointFile> ReadWeightsOrCheckpointFile(const std::str
         "'", path, "' is ", size, " bytes, over the ", max_bytes, " this reads"));
   }
   MPILEARN_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  if (bytes.size() >= kCheckpointMagic.size() &&
-      absl::string_view(bytes).substr(bytes.size() - kCheckpointMagic.size()) ==
-          kCheckpointMagic) {
-    return DecodeCheckpoint(bytes, path);
-  }
+  if (absl::EndsWith(bytes, kCheckpointMagic)) return DecodeCheckpoint(bytes, path);
   v1::JobCheckpointFile weights_only;
   if (!weights_only.mutable_weights()->ParseFromString(bytes)) {
     return absl::DataLossError(absl::StrCat(

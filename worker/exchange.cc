@@ -641,10 +641,9 @@ absl::StatusOr<std::unique_ptr<Exchange>> MakeExchange(const v1::JobSpec& spec,
     case v1::ALGORITHM_GEM: {
       std::optional<LocalStep> local_step;
       if (spec.gem().has_worker_optimizer()) {
-        size_t parameters = 0;
-        for (const torch::Tensor& p : context.params) parameters += static_cast<size_t>(p.numel());
-        MPILEARN_ASSIGN_OR_RETURN(local_step,
-                                  LocalStep::Create(spec.gem().worker_optimizer(), parameters));
+        // Sized as gem's other flat buffers (the parameters come first).
+        MPILEARN_ASSIGN_OR_RETURN(local_step, LocalStep::Create(spec.gem().worker_optimizer(),
+                                                                TotalSize(context.weights)));
       }
       return std::make_unique<GemExchange>(context, spec.gem(), std::move(local_step));
     }

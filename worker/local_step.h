@@ -5,7 +5,7 @@
 // moments) lives here across windows.
 //
 //   MPILEARN_ASSIGN_OR_RETURN(LocalStep step,
-//                             LocalStep::Create(spec.gem().worker_optimizer(), parameters));
+//                             LocalStep::Create(spec.gem().worker_optimizer(), size));
 //   step.Begin();                          // once per window
 //   step.Step(offset, weights, gradient);  // each tensor: gradient -> step u
 //
@@ -25,7 +25,8 @@ namespace mpilearn::worker {
 
 class LocalStep {
  public:
-  // For `size` parameter elements; `spec` normalized ("sgd" or "adam").
+  // For flat buffers of `size` elements (the parameters first, at the
+  // offsets Step is given); `spec` normalized ("sgd" or "adam").
   // INVALID_ARGUMENT for another name.
   static absl::StatusOr<LocalStep> Create(const v1::OptimizerSpec& spec, size_t size);
 

@@ -62,6 +62,12 @@ bool IsCheckpointName(const std::string& name) {
                      [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// "ckpt-000000000812.pb" for version 812.
+std::string CheckpointFileName(uint64_t version) {
+  return absl::StrFormat("%s%0*d%s", kCheckpointPrefix, kVersionDigits, version,
+                         kCheckpointSuffix);
+}
+
 constexpr char kHistoryFile[] = "history.json";
 constexpr char kRecordsFile[] = "records.jsonl";
 
@@ -407,13 +413,11 @@ std::vector<uint64_t> JobStore::CheckpointVersions(const std::string& job_id,
 }
 
 std::string JobStore::CheckpointName(const std::string& job_id, uint64_t version) {
-  return absl::StrFormat("jobs/%s/checkpoints/%s%0*d%s", job_id, kCheckpointPrefix,
-                         kVersionDigits, version, kCheckpointSuffix);
+  return absl::StrCat("jobs/", job_id, "/checkpoints/", CheckpointFileName(version));
 }
 
 std::string JobStore::CheckpointPath(const std::string& job_id, uint64_t version) const {
-  return absl::StrFormat("%s/%s%0*d%s", CheckpointDir(job_id), kCheckpointPrefix,
-                         kVersionDigits, version, kCheckpointSuffix);
+  return absl::StrCat(CheckpointDir(job_id), "/", CheckpointFileName(version));
 }
 
 absl::Status JobStore::RemoveCheckpointsAfter(const std::string& job_id, uint64_t version) {
