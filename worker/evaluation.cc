@@ -103,9 +103,21 @@ absl::StatusOr<Evaluation> EvaluateShare(Collectives& group, Model& model,
                                          int64_t batch_size) {
   torch::NoGradGuard no_grad;
   MetricSums sums;
+  sums.heads.resize(loss.heads().size());
   // A single-output binary classifier's scores, for the exact ROC AUC.
-  const bool auc = loss.kind() == LossKind::kBinaryCrossentropy;
+  const bool auc = !loss.multi() && loss.kind() == LossKind::kBinaryCrossentropy;
   Scored scored;
+  // Several outputs: each binary_crossentropy output of one score per
+  // sample has its own AUC (val_<name>_auc); the widths are bound, so
+  // every rank scores the same outputs.
+  std::vector<std::pair<size_t, Scored>> head_scores;
+  for (size_t j = 0; j < loss.heads().size(); ++j) {
+    const Loss::Head& head = loss.heads()[j];
+    if (head.loss->kind() == LossKind::kBinaryCrossentropy && head.output_width == 1 &&
+        head.labels.columns == 1) {
+      head_scores.emplace_back(j, Scored{});
+    }
+  }
   absl::Status failed = absl::OkStatus();
   for (int64_t begin = 0; begin < rows; begin += batch_size) {
     const int64_t end = std::min(rows, begin + batch_size);
@@ -115,31 +127,34 @@ absl::StatusOr<Evaluation> EvaluateShare(Collectives& group, Model& model,
       break;
     }
     const torch::Tensor output = model.Forward(batch->features);
-    loss.Accumulate(output, batch->labels.to(output.device()), &sums);
+    const torch::Tensor labels = batch->labels.to(output.device());
+    loss.Accumulate(output, labels, &sums);
     if (auc && output.numel() == output.size(0)) scored.Add(output, batch->labels);
+    for (auto& [head, head_scored] : head_scores) {
+      head_scored.Add(loss.HeadOutput(output, head), loss.HeadLabels(labels, head));
+    }
   }
   // The sums, then one slot per rank, 1 where that rank's read failed (the
   // first failing rank is the first nonzero slot), then one counting the
   // ranks that could not score one output per sample (no AUC then).
-  const size_t unscored_slot = MetricSums::kSize + static_cast<size_t>(group.size());
+  const std::vector<double> own = sums.ToVector();
+  const size_t unscored_slot = own.size() + static_cast<size_t>(group.size());
   std::vector<double> values(unscored_slot + 1, 0.0);
-  const std::array<double, MetricSums::kSize> own = sums.ToArray();
   std::copy(own.begin(), own.end(), values.begin());
-  if (!failed.ok()) values[MetricSums::kSize + group.rank()] = 1.0;
+  if (!failed.ok()) values[own.size() + group.rank()] = 1.0;
   if (auc && static_cast<double>(scored.scores.size()) != sums.samples) {
     values[unscored_slot] = 1.0;
   }
   group.AllreduceSum(absl::MakeSpan(values));
   if (!failed.ok()) return failed;
   for (int r = 0; r < group.size(); ++r) {
-    if (values[MetricSums::kSize + r] != 0.0) {
+    if (values[own.size() + r] != 0.0) {
       return absl::AbortedError(
           absl::StrCat("rank ", r, " could not read its share of the data"));
     }
   }
-  std::array<double, MetricSums::kSize> reduced;
-  std::copy(values.begin(), values.begin() + MetricSums::kSize, reduced.begin());
-  sums = MetricSums::FromArray(reduced);
+  sums = MetricSums::FromVector(absl::MakeConstSpan(values).subspan(0, own.size()),
+                                loss.heads().size());
 
   Evaluation result;
   result.samples = static_cast<int64_t>(sums.samples);
@@ -151,6 +166,14 @@ absl::StatusOr<Evaluation> EvaluateShare(Collectives& group, Model& model,
       sums.samples <= kMaxAucSamples) {
     const std::optional<double> area = GroupRocAuc(group, scored);
     if (area.has_value()) result.metrics["val_auc"] = *area;
+  }
+  if (sums.samples > 0 && sums.samples <= kMaxAucSamples) {
+    for (const auto& [head, head_scored] : head_scores) {
+      const std::optional<double> area = GroupRocAuc(group, head_scored);
+      if (area.has_value()) {
+        result.metrics[absl::StrCat("val_", loss.heads()[head].name, "_auc")] = *area;
+      }
+    }
   }
   result.loss = result.metrics["val_loss"];
   auto accuracy = result.metrics.find("val_accuracy");
@@ -175,6 +198,15 @@ Evaluation EvaluateShard(Collectives& group, Model& model, const Loss& loss,
 std::string FormatMetrics(const Evaluation& evaluation, const std::string& prefix,
                           const std::string& separator) {
   std::string line = absl::StrFormat("%s_loss=%.4f", prefix, evaluation.loss);
+  if (evaluation.metrics.count("val_accuracy") == 0 && evaluation.metrics.count("val_mae") == 0) {
+    // Several outputs: each one's metrics by name (val_<name>_...).
+    for (const auto& [name, value] : evaluation.metrics) {
+      if (name == "val_loss" || name.size() <= 4) continue;
+      absl::StrAppend(&line, separator,
+                      absl::StrFormat("%s_%s=%.4f", prefix, name.substr(4), value));
+    }
+    return line;
+  }
   // "acc" for accuracy, as the lines always said.
   for (const auto& [metric, short_name] :
        {std::pair<const char*, const char*>{"val_accuracy",

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "common/spec/job_config.h"
 #include "gtest/gtest.h"
 #include "worker/fake_collectives.h"
 
@@ -91,6 +92,67 @@ TEST(EvaluationTest, AGroupReportsTheWholeSetsAuc) {
     EXPECT_EQ(results[r].samples, 90);
   }
   EXPECT_NE(FormatMetrics(results[0]).find("val_auc="), std::string::npos);
+}
+
+// A model of two outputs (a 3-class kind, a binary flag) over three ranks:
+// each output's metrics equal one rank's over the whole set, and the flag's
+// AUC is the pair count of its own score column.
+TEST(EvaluationTest, AGroupReportsEachOutputsMetricsAndAuc) {
+  torch::manual_seed(5);
+  v1::ModelSpec spec;
+  spec.set_name("mlp");
+  spec.add_hidden(8);
+  absl::StatusOr<Model> built = Model::Build(spec, std::vector<int64_t>{4}, 4);
+  ASSERT_TRUE(built.ok()) << built.status();
+  Model model = *std::move(built);
+  model.SetTraining(false);
+  absl::StatusOr<JobConfig> config = JobConfig::FromJson(R"({
+    "data": {"train_files": ["t.h5"], "labels_datasets": ["kind", "flag"]},
+    "outputs": [{"name": "kind"}, {"name": "flag", "loss": "binary_crossentropy"}]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<Loss> loss = Loss::FromConfig(*config);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  ASSERT_TRUE(loss->BindLabels({{0, 1, true, 3}, {1, 1, true, 2}}).ok());
+  const torch::Tensor features = torch::randn({90, 4});
+  const torch::Tensor labels = torch::stack(
+      {features.select(1, 1).gt(0).to(torch::kFloat) + features.select(1, 2).gt(0.5).to(torch::kFloat),
+       features.select(1, 0).gt(0).to(torch::kFloat)},
+      1);
+  const torch::Tensor flag_scores = model.Forward(features).select(1, 3).contiguous();
+  std::vector<float> all(flag_scores.data_ptr<float>(), flag_scores.data_ptr<float>() + 90);
+  std::vector<uint8_t> positive;
+  for (int64_t i = 0; i < 90; ++i) positive.push_back(labels[i][1].item<float>() > 0.5f);
+
+  const auto evaluate = [&](const std::vector<std::pair<int64_t, int64_t>>& shares) {
+    const int ranks = static_cast<int>(shares.size());
+    std::vector<Evaluation> results(ranks);
+    FakeGroup group(ranks);
+    std::vector<Model> models(ranks, model);
+    group.Run([&](Collectives& rank) {
+      const int r = rank.rank();
+      Dataset share;
+      share.features = features.slice(0, shares[r].first, shares[r].second);
+      share.labels = labels.slice(0, shares[r].first, shares[r].second);
+      results[r] = EvaluateShard(rank, models[r], *loss, share, /*batch_size=*/16);
+    });
+    return results;
+  };
+  const Evaluation whole = evaluate({{0, 90}})[0];
+  const std::vector<Evaluation> split = evaluate({{0, 40}, {40, 70}, {70, 90}});
+  for (const char* name : {"val_loss", "val_kind_loss", "val_kind_accuracy", "val_flag_loss",
+                           "val_flag_accuracy", "val_flag_auc"}) {
+    ASSERT_EQ(whole.metrics.count(name), 1u) << name;
+    for (const Evaluation& rank : split) {
+      ASSERT_EQ(rank.metrics.count(name), 1u) << name;
+      // Losses are float32 sums per batch, and the batches differ.
+      EXPECT_NEAR(rank.metrics.at(name), whole.metrics.at(name), 1e-6) << name;
+    }
+  }
+  EXPECT_NEAR(whole.metrics.at("val_flag_auc"), PairCount(all, positive), 1e-12);
+  EXPECT_EQ(whole.metrics.count("val_accuracy"), 0u);  // no single accuracy
+  const std::string line = FormatMetrics(split[0], "test");
+  EXPECT_NE(line.find("test_flag_auc="), std::string::npos) << line;
+  EXPECT_NE(line.find("test_kind_accuracy="), std::string::npos) << line;
 }
 
 }  // namespace

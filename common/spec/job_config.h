@@ -43,8 +43,13 @@ class JobConfig {
   v1::UpdateKind update_kind() const;
   ModelKind model() const { return model_; }
   LossKind loss() const { return loss_; }
-  // The loss takes classes as labels, so accuracy is a metric.
-  bool classification() const { return InfoOf(loss_).classification; }
+  // The job's single loss takes classes as labels, so val_accuracy is a
+  // metric (false for a job of several outputs: JobSpec.outputs).
+  bool classification() const {
+    return !multi_output() && InfoOf(loss_).classification;
+  }
+  // The model has several outputs, each with its loss (JobSpec.outputs).
+  bool multi_output() const { return spec_.outputs_size() > 0; }
   NormalizationMode normalization() const { return normalization_; }
   BadValues bad_values() const { return bad_values_; }
   bool skips_bad_values() const { return bad_values_ == BadValues::kSkip; }

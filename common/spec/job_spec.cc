@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
@@ -59,6 +60,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeModel(spec->mutable_model()));
   MPILEARN_RETURN_IF_ERROR(NormalizeData(spec->mutable_data()));
   MPILEARN_RETURN_IF_ERROR(NormalizeLoss(spec));
+  MPILEARN_RETURN_IF_ERROR(spec_internal::CheckOutputsMatchData(*spec));
   MPILEARN_RETURN_IF_ERROR(NormalizeExchange(spec));
   MPILEARN_RETURN_IF_ERROR(NormalizeOptimizerSpec(spec->mutable_optimizer()));
   if (spec->algorithm().empty()) spec->set_algorithm("downpour");
@@ -190,7 +192,9 @@ std::optional<int> TopKOfMetric(absl::string_view metric) {
 }
 
 bool HigherIsBetter(absl::string_view metric) {
-  return metric == "val_accuracy" || metric == "val_auc" || TopKOfMetric(metric).has_value();
+  // val_accuracy, val_auc, val_top5_accuracy, val_<output>_accuracy, ...
+  return absl::StartsWith(metric, "val_") &&
+         (absl::EndsWith(metric, "_accuracy") || absl::EndsWith(metric, "_auc"));
 }
 
 std::string JobSpecToJson(const v1::JobSpec& spec) {

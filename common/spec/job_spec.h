@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -70,10 +71,21 @@ std::string TopKMetricName(int k);
 // for another name.
 std::optional<int> TopKOfMetric(absl::string_view metric);
 
-// Whether a higher value of validation metric `metric` is better:
-// val_accuracy, val_auc and val_top<K>_accuracy; lower is better for the
-// others (val_loss, val_mae, val_mse).
+// Whether a higher value of validation metric `metric` is better: the
+// accuracies and AUCs (val_accuracy, val_auc, val_top<K>_accuracy,
+// val_<output>_accuracy, ...); lower is better for the others (val_loss,
+// val_mae, val_mse, val_<output>_loss, ...).
 bool HigherIsBetter(absl::string_view metric);
+
+// The validation metrics a normalized spec's jobs may report, val_loss
+// first: for one output its loss's (val_accuracy and val_top<K>_accuracy
+// for categorical_crossentropy, val_accuracy and val_auc for
+// binary_crossentropy, val_mae and val_mse for regression); for several
+// (JobSpec.outputs) the weighted val_loss and each output's as
+// val_<name>_loss, val_<name>_accuracy, ... (docs/protocol.md). Top-k
+// accuracy is reported only over more than K classes, AUC only for one
+// score per sample.
+std::vector<std::string> ReportedMetrics(const v1::JobSpec& spec);
 
 // Pretty JSON of a spec, with field names as in the .proto.
 std::string JobSpecToJson(const v1::JobSpec& spec);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace mpilearn {
@@ -467,12 +468,92 @@ TEST(JobSpecTest, LossOptionsAreKeptAndCheckedAgainstTheLoss) {
   });
 }
 
+// Several inputs and outputs: the data lists, the outputs' defaults, the
+// metrics each output reports, and every refusal naming its field.
+TEST(JobSpecTest, SeveralInputsAndOutputs) {
+  const std::string files =
+      R"("train_files": ["t.h5"], "features_datasets": ["jets", "tracks"])";
+  auto spec = ParseJobSpecJson(absl::StrCat(R"({"data": {)", files,
+                                            R"(, "labels_datasets": ["kind", "energy"]},
+      "outputs": [{"name": "kind", "top_k": 2}, {"loss": "huber", "weight": 0.5}],
+      "early_stopping": {"metric": "val_out1_mae"}})"));
+  EXPECT_FALSE(spec.ok());  // top_k belongs in loss_options
+  spec = ParseJobSpecJson(absl::StrCat(R"({"data": {)", files,
+                                       R"(, "labels_datasets": ["kind", "energy"]},
+      "outputs": [{"name": "kind", "loss_options": {"top_k": 2}},
+                  {"loss": "huber", "weight": 0.5}],
+      "early_stopping": {"metric": "val_out1_mae"}, "target": {"value": 0.05}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->loss().empty());  // each output has its own
+  EXPECT_EQ(spec->data().features_dataset(), "");
+  EXPECT_EQ(spec->outputs(0).loss(), "categorical_crossentropy");
+  EXPECT_DOUBLE_EQ(spec->outputs(0).weight(), 1.0);
+  EXPECT_EQ(spec->outputs(1).name(), "out1");
+  EXPECT_DOUBLE_EQ(spec->outputs(1).huber_delta(), 1.0);
+  EXPECT_EQ(spec->target().metric(), "val_loss");
+  EXPECT_THAT(ReportedMetrics(*spec),
+              ::testing::ElementsAre("val_loss", "val_kind_loss", "val_kind_accuracy",
+                                     "val_kind_top2_accuracy", "val_out1_loss", "val_out1_mae",
+                                     "val_out1_mse"));
+  EXPECT_TRUE(HigherIsBetter("val_kind_top2_accuracy"));
+  // One labels dataset with one named output is a job of outputs too.
+  auto one = ParseJobSpecJson(
+      R"({"data": {"train_files": ["t.h5"]}, "outputs": [{"name": "y", "loss": "mse"}],
+          "checkpoint": {"best_metric": "val_y_mse"}})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->data().labels_dataset(), "labels");
+
+  const std::string two = absl::StrCat(R"("data": {)", files,
+                                       R"(, "labels_datasets": ["kind", "energy"]})");
+  ExpectRefused({
+      {absl::StrCat("{", two, "}"),
+       "data.labels_datasets names 2 datasets: give the job one entry in outputs per labels "
+       "dataset"},
+      {absl::StrCat("{", two, R"(, "outputs": [{"name": "kind"}]})"),
+       "outputs has 1 entries but the data has 2 labels datasets"},
+      {absl::StrCat("{", two, R"(, "loss": "mse", "outputs": [{}, {}]})"),
+       "outputs gives each output its loss: leave loss, huber_delta and loss_options out"},
+      {absl::StrCat("{", two, R"(, "outputs": [{"name": "Kind"}, {}]})"),
+       "outputs[0].name 'Kind' must be 1 to 32 lowercase letters"},
+      {absl::StrCat("{", two, R"(, "outputs": [{"name": "a"}, {"name": "a"}]})"),
+       "outputs[1].name 'a' is also an earlier output's"},
+      {absl::StrCat("{", two, R"(, "outputs": [{}, {"loss": "l2"}]})"),
+       "outputs[1].loss: unknown loss 'l2'"},
+      {absl::StrCat("{", two, R"(, "outputs": [{"weight": 0}, {"weight": 0}]})"),
+       "outputs: every weight is 0"},
+      {absl::StrCat("{", two, R"(, "outputs": [{"weight": -1}, {}]})"),
+       "outputs[0].weight must be a finite number >= 0, got -1"},
+      {absl::StrCat("{", two, R"(, "outputs": [{}, {"loss": "mse", "huber_delta": 2}]})"),
+       "outputs[1].huber_delta applies to the huber loss only"},
+      {absl::StrCat("{", two,
+                    R"(, "outputs": [{}, {"loss": "mse", "loss_options": {"pos_weight": [2]}}]})"),
+       "outputs[1].loss_options.pos_weight applies to binary_crossentropy only; this output's "
+       "loss is 'mse'"},
+      {absl::StrCat("{", two, R"(, "outputs": [{}, {}], "early_stopping": {"metric": "val_accuracy"}})"),
+       "early_stopping.metric: unknown metric 'val_accuracy'; available: 'val_loss', "
+       "'val_out0_loss'"},
+      {R"({"data": {"train_images": "a", "train_labels": "b"}, "outputs": [{}]})",
+       "outputs needs file-list data"},
+      {R"({"data": {"train_files": ["t.h5"], "features_dataset": "x",
+          "features_datasets": ["a", "b"]}})",
+       "data: give features_dataset (one dataset) or features_datasets (several), not both"},
+      {R"({"data": {"train_files": ["t.h5"], "features_datasets": ["a", "labels"]}})",
+       "data.features_datasets[1] and data.labels_dataset are both 'labels'"},
+      {R"({"data": {"train_files": ["t.h5"], "features_datasets": ["a", ""]}})",
+       "data.features_datasets[1] must be a name of 1 to 1024 bytes"},
+  });
+}
+
 TEST(JobSpecTest, HigherIsBetterForAccuraciesAndAuc) {
-  for (const char* metric : {"val_accuracy", "val_auc", "val_top5_accuracy", "val_top12_accuracy"}) {
+  // Outputs' metrics too: val_<output>_accuracy (an output may be named
+  // "top"), val_<output>_auc.
+  for (const char* metric : {"val_accuracy", "val_auc", "val_top5_accuracy", "val_top12_accuracy",
+                             "val_top_accuracy", "val_kind_accuracy", "val_kind_auc",
+                             "val_kind_top3_accuracy"}) {
     EXPECT_TRUE(HigherIsBetter(metric)) << metric;
   }
-  for (const char* metric : {"val_loss", "val_mae", "val_mse", "val_top_accuracy",
-                             "val_topx_accuracy", "val_top1_accuracy", "accuracy"}) {
+  for (const char* metric : {"val_loss", "val_mae", "val_mse", "accuracy", "val_kind_loss",
+                             "val_energy_mae", "val_energy_mse", "test_accuracy"}) {
     EXPECT_FALSE(HigherIsBetter(metric)) << metric;
   }
   EXPECT_EQ(TopKMetricName(7), "val_top7_accuracy");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -41,10 +42,12 @@ absl::Status NormalizeModel(v1::ModelSpec* model) {
         ModelNames(), " (or set model.torchscript to a scripted module)"));
   }
   const bool conv = InfoOf(*kind).conv_dims > 0;
-  if (*kind == ModelKind::kMlp) {
+  if (*kind == ModelKind::kMlp || *kind == ModelKind::kTowers) {
+    // towers: hidden[0] is each input's tower, the rest shared.
     if (model->hidden().empty()) {
-      model->add_hidden(256);
-      model->add_hidden(128);
+      const bool mlp = *kind == ModelKind::kMlp;
+      model->add_hidden(mlp ? 256 : 128);
+      model->add_hidden(mlp ? 128 : 64);
     }
     for (int i = 0; i < model->hidden_size(); ++i) {
       MPILEARN_RETURN_IF_ERROR(CheckIntRange(absl::StrCat("model.hidden[", i, "]"),
@@ -121,21 +124,47 @@ absl::Status NormalizeDataFiles(v1::DataSpec* data) {
   MPILEARN_RETURN_IF_ERROR(
       CheckFileList("data.validation_files", data->validation_files()));
   MPILEARN_RETURN_IF_ERROR(CheckFileList("data.test_files", data->test_files()));
-  if (data->features_dataset().empty()) data->set_features_dataset("features");
-  if (data->labels_dataset().empty()) data->set_labels_dataset("labels");
-  for (const auto& [field, name] :
-       {std::pair<const char*, const std::string&>{"data.features_dataset",
-                                                   data->features_dataset()},
-        {"data.labels_dataset", data->labels_dataset()}}) {
-    if (name.size() > 1024) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " must be at most 1024 bytes"));
+  // One dataset each (features_dataset, labels_dataset), or lists.
+  constexpr int kMaxDatasets = 16;
+  std::vector<std::pair<std::string, std::string>> named;  // field, name
+  for (const auto& [single, list, fallback] :
+       {std::tuple<const char*, const char*, const char*>{"features_dataset",
+                                                          "features_datasets", "features"},
+        {"labels_dataset", "labels_datasets", "labels"}}) {
+    const bool features = std::string(single) == "features_dataset";
+    std::string* one =
+        features ? data->mutable_features_dataset() : data->mutable_labels_dataset();
+    const auto& many = features ? data->features_datasets() : data->labels_datasets();
+    if (many.empty()) {
+      if (one->empty()) *one = fallback;
+      named.emplace_back(absl::StrCat("data.", single), *one);
+      continue;
+    }
+    if (!one->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("data: give ", single, " (one dataset) or ",
+                                                     list, " (several), not both"));
+    }
+    if (many.size() > kMaxDatasets) {
+      return absl::InvalidArgumentError(absl::StrCat("data.", list, " names ", many.size(),
+                                                     " datasets; at most ", kMaxDatasets));
+    }
+    for (int i = 0; i < many.size(); ++i) {
+      named.emplace_back(absl::StrCat("data.", list, "[", i, "]"), many[i]);
     }
   }
-  if (data->features_dataset() == data->labels_dataset()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.features_dataset and data.labels_dataset are both '",
-        data->features_dataset(), "'"));
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [field, name] = named[i];
+    if (name.empty() || name.size() > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " must be a name of 1 to 1024 bytes"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (named[j].second == name) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            named[j].first, " and ", field, " are both '", name,
+            "'; every features and labels dataset must be a different one"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -249,7 +278,7 @@ uint64_t MinModelParameters(const v1::ModelSpec& model) {
   if (!kind) return 0;  // TorchScript: only the workers know
   const ModelKindInfo& info = InfoOf(*kind);
   uint64_t total = 0;
-  if (*kind == ModelKind::kMlp) {
+  if (*kind == ModelKind::kMlp || *kind == ModelKind::kTowers) {
     uint64_t in = 1;  // the input's size, at least 1
     for (int32_t width : model.hidden()) {
       total = SatAdd(total, DenseParameters(in, NonNegative(width)));

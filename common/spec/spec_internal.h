@@ -7,11 +7,13 @@
 //   model_data_spec.cc  model and data
 //   training_spec.cc    optimizer, loss, exchange, easgd and gem, stop
 //                       rules, checkpoints, snapshots
+//   outputs_spec.cc     several outputs, and the metrics a job reports
 #ifndef MPILEARN_COMMON_SPEC_SPEC_INTERNAL_H_
 #define MPILEARN_COMMON_SPEC_SPEC_INTERNAL_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -49,11 +51,26 @@ bool IsClassificationLoss(const std::string& loss);
 absl::Status NormalizeLoss(v1::JobSpec* spec);
 // warm_start: one source, bounded.
 absl::Status NormalizeWarmStart(const v1::WarmStartSpec& warm);
-// loss_options, for a job whose loss is `loss` (NormalizeLoss).
-absl::Status NormalizeLossOptions(LossKind loss, v1::JobSpec* spec);
+// `options` for a loss `loss` named `loss_name`: the messages name the
+// fields with `prefix` ("" or "outputs[1].") and say "<owner>'s loss is"
+// ("this job", "this output").
+absl::Status NormalizeLossOptions(LossKind loss, const std::string& loss_name,
+                                  const v1::LossOptions& options, absl::string_view owner,
+                                  absl::string_view prefix);
 absl::Status NormalizeExchange(v1::JobSpec* spec);
 absl::Status NormalizeEasgd(v1::EasgdSpec* easgd);
 absl::Status NormalizeGem(v1::GemSpec* gem);
+// outputs_spec.cc
+// JobSpec.outputs: names, losses, weights and their options, and that the
+// job leaves the single loss's fields out (NormalizeLoss calls it).
+absl::Status NormalizeOutputs(v1::JobSpec* spec);
+// The data lists and the outputs agree (one output per labels dataset).
+absl::Status CheckOutputsMatchData(const v1::JobSpec& spec);
+// The metrics besides the loss that loss `loss` reports, as suffixes of
+// "val_" or "val_<output>_" ("accuracy", "top5_accuracy", "mae", ...), and
+// the k of options' top-k accuracy.
+std::vector<std::string> MetricSuffixes(const std::string& loss, int top_k);
+int TopKOfOptions(const v1::LossOptions& options);
 // A validation metric the spec's jobs report (`none_ok`: or "none").
 absl::Status CheckMetric(absl::string_view field, const std::string& metric,
                          const v1::JobSpec& spec, bool none_ok);

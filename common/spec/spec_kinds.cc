@@ -14,6 +14,7 @@ constexpr ModelKindInfo kModelKinds[] = {
     {ModelKind::kCnn1d, "cnn1d", "Cnn1d", 1, 0},
     {ModelKind::kGru, "gru", "Gru", 0, 3},
     {ModelKind::kLstm, "lstm", "Lstm", 0, 4},
+    {ModelKind::kTowers, "towers", "Towers", 0, 0},
     {ModelKind::kTorchScript, "torchscript", "", 0, 0},
 };
 

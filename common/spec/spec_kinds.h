@@ -21,7 +21,7 @@ namespace mpilearn {
 
 // ModelSpec.name. kTorchScript is the kind of every spec that names a
 // scripted module file (model.torchscript).
-enum class ModelKind { kMlp, kCnn, kCnn1d, kGru, kLstm, kTorchScript };
+enum class ModelKind { kMlp, kCnn, kCnn1d, kGru, kLstm, kTowers, kTorchScript };
 
 struct ModelKindInfo {
   ModelKind kind;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/schedule/lr_schedule.h"
@@ -176,6 +177,7 @@ bool IsClassificationLoss(const std::string& loss) {
 
 // The loss (default categorical_crossentropy) and, for huber, its delta.
 absl::Status NormalizeLoss(v1::JobSpec* spec) {
+  if (spec->outputs_size() > 0) return NormalizeOutputs(spec);
   if (spec->loss().empty()) {
     spec->set_loss(std::string(InfoOf(LossKind::kCategoricalCrossentropy).name));
   }
@@ -186,7 +188,7 @@ absl::Status NormalizeLoss(v1::JobSpec* spec) {
     MPILEARN_RETURN_IF_ERROR(
         CheckPositiveFinite("huber_delta", spec->huber_delta()));
   }
-  return NormalizeLossOptions(*loss, spec);
+  return NormalizeLossOptions(*loss, spec->loss(), spec->loss_options(), "this job", "");
 }
 
 namespace {
@@ -234,51 +236,53 @@ absl::Status NormalizeWarmStart(const v1::WarmStartSpec& warm) {
   return absl::OkStatus();
 }
 
-absl::Status NormalizeLossOptions(LossKind loss, v1::JobSpec* spec) {
-  const v1::LossOptions& options = spec->loss_options();
+absl::Status NormalizeLossOptions(LossKind loss, const std::string& loss_name,
+                                  const v1::LossOptions& options, absl::string_view owner,
+                                  absl::string_view prefix) {
   const bool categorical = loss == LossKind::kCategoricalCrossentropy;
   const bool binary = loss == LossKind::kBinaryCrossentropy;
   auto only = [&](absl::string_view field, absl::string_view losses) {
-    return absl::InvalidArgumentError(absl::StrCat("loss_options.", field, " applies to ", losses,
-                                                   " only; this job's loss is '", spec->loss(),
-                                                   "'"));
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "loss_options.", field, " applies to ",
+                                                   losses, " only; ", owner, "'s loss is '",
+                                                   loss_name, "'"));
   };
   if (options.class_weights_size() > 0) {
     if (!categorical) return only("class_weights", "categorical_crossentropy");
     MPILEARN_RETURN_IF_ERROR(
-        CheckWeights("loss_options.class_weights", options.class_weights(), /*open=*/false));
+        CheckWeights(absl::StrCat(prefix, "loss_options.class_weights"), options.class_weights(), /*open=*/false));
     bool any = false;
     for (double weight : options.class_weights()) any = any || weight > 0;
     if (!any) {
-      return absl::InvalidArgumentError(
-          "loss_options.class_weights are all 0: at least one class must count");
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "loss_options.class_weights are all 0: at least one class must count"));
     }
   }
   if (options.has_label_smoothing()) {
     if (!categorical) return only("label_smoothing", "categorical_crossentropy");
     MPILEARN_RETURN_IF_ERROR(
-        CheckUnitInterval("loss_options.label_smoothing", options.label_smoothing()));
+        CheckUnitInterval(absl::StrCat(prefix, "loss_options.label_smoothing"), options.label_smoothing()));
   }
   if (options.pos_weight_size() > 0) {
     if (!binary) return only("pos_weight", "binary_crossentropy");
     MPILEARN_RETURN_IF_ERROR(
-        CheckWeights("loss_options.pos_weight", options.pos_weight(), /*open=*/true));
+        CheckWeights(absl::StrCat(prefix, "loss_options.pos_weight"), options.pos_weight(), /*open=*/true));
   }
   if (options.has_top_k()) {
     if (!categorical) return only("top_k", "categorical_crossentropy");
-    MPILEARN_RETURN_IF_ERROR(CheckIntRange("loss_options.top_k", options.top_k(), 2, kMaxTopK));
+    MPILEARN_RETURN_IF_ERROR(CheckIntRange(absl::StrCat(prefix, "loss_options.top_k"), options.top_k(), 2, kMaxTopK));
   }
   if (!options.torchscript().empty()) {
     if (options.torchscript().size() > kMaxPathBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "loss_options.torchscript: a path of at most ", kMaxPathBytes, " bytes, got ",
+          prefix, "loss_options.torchscript: a path of at most ", kMaxPathBytes, " bytes, got ",
           options.torchscript().size()));
     }
     if (options.class_weights_size() > 0 || options.has_label_smoothing() ||
         options.pos_weight_size() > 0) {
-      return absl::InvalidArgumentError(
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix,
           "loss_options.torchscript replaces the built-in loss: leave out class_weights, "
-          "label_smoothing and pos_weight (weigh inside the script)");
+          "label_smoothing and pos_weight (weigh inside the script)"));
     }
   }
   return absl::OkStatus();
@@ -314,47 +318,6 @@ absl::Status NormalizeExchange(v1::JobSpec* spec) {
                        kMaxUpdatesInFlight);
 }
 
-// Checks that `metric`, named by `field`, is a validation metric the job's
-// loss reports (val_loss, and val_accuracy for classification losses or
-// val_mae and val_mse for regression losses), or "none" when `none_ok`.
-absl::Status CheckMetric(absl::string_view field, const std::string& metric,
-                         const v1::JobSpec& spec, bool none_ok) {
-  const bool classification = IsClassificationLoss(spec.loss());
-  // binary_crossentropy also reports val_auc (a single-output model's).
-  const bool binary = spec.loss() == "binary_crossentropy";
-  std::vector<std::string> reported = {"'val_loss'"};
-  if (classification) reported.push_back("'val_accuracy'");
-  if (binary) reported.push_back("'val_auc'");
-  const std::string top_k = TopKMetricName(TopKOf(spec));
-  if (classification && !binary) {
-    reported.push_back(absl::StrCat("'", top_k, "' (over ", TopKOf(spec), "+ classes)"));
-  }
-  if (!classification) reported.insert(reported.end(), {"'val_mae'", "'val_mse'"});
-  const std::string reports =
-      absl::StrCat("loss '", spec.loss(), "' reports ", absl::StrJoin(reported, ", "));
-  if (metric == "val_loss" || (none_ok && metric == "none") || (binary && metric == "val_auc") ||
-      (classification && !binary && metric == top_k)) {
-    return absl::OkStatus();
-  }
-  if (metric == "val_accuracy") {
-    if (classification) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": val_accuracy needs a classification loss "
-               "(categorical_crossentropy or binary_crossentropy); ",
-        reports));
-  }
-  if (metric == "val_mae" || metric == "val_mse") {
-    if (!classification) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", metric, " needs a regression loss (mse, mae or huber); ",
-        reports));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      field, ": unknown metric '", metric, "'; available: ",
-      absl::StrJoin(reported, ", "), " (the metrics loss '", spec.loss(),
-      "' reports)", none_ok ? " or 'none'" : ""));
-}
-
 absl::Status NormalizeEarlyStopping(const v1::JobSpec& spec,
                                     v1::EarlyStoppingSpec* stopping) {
   if (stopping->metric().empty()) stopping->set_metric("val_loss");
@@ -375,8 +338,9 @@ absl::Status NormalizeEarlyStopping(const v1::JobSpec& spec,
 
 absl::Status NormalizeTarget(const v1::JobSpec& spec, v1::TargetSpec* target) {
   if (target->metric().empty()) {
-    target->set_metric(IsClassificationLoss(spec.loss()) ? "val_accuracy"
-                                                         : "val_loss");
+    target->set_metric(spec.outputs_size() == 0 && IsClassificationLoss(spec.loss())
+                           ? "val_accuracy"
+                           : "val_loss");
   }
   MPILEARN_RETURN_IF_ERROR(
       CheckMetric("target.metric", target->metric(), spec, /*none_ok=*/false));
@@ -384,12 +348,12 @@ absl::Status NormalizeTarget(const v1::JobSpec& spec, v1::TargetSpec* target) {
   if (!std::isfinite(target->value())) {
     return RangeError("target.value", "a finite number", target->value());
   }
-  if (target->metric() == "val_accuracy" &&
-      !(target->value() >= 0.0 && target->value() <= 1.0)) {
-    return RangeError("target.value", "in [0, 1] for val_accuracy",
+  // Accuracies and AUCs are fractions; errors are not negative.
+  if (HigherIsBetter(target->metric()) && !(target->value() >= 0.0 && target->value() <= 1.0)) {
+    return RangeError("target.value", absl::StrCat("in [0, 1] for ", target->metric()),
                       target->value());
   }
-  if ((target->metric() == "val_mae" || target->metric() == "val_mse") &&
+  if ((absl::EndsWith(target->metric(), "_mae") || absl::EndsWith(target->metric(), "_mse")) &&
       !(target->value() >= 0.0)) {
     return RangeError("target.value",
                       absl::StrCat(">= 0 for ", target->metric()),

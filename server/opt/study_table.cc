@@ -50,22 +50,18 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
                             JobConfig::Create(spec->base()));
 
   v1::Objective& objective = *spec->mutable_objective();
-  if (objective.metric().empty()) objective.set_metric("val_accuracy");
-  const bool classification = base.classification();
-  std::vector<std::string> metrics =
-      classification ? std::vector<std::string>{"val_accuracy", "val_loss"}
-                     : std::vector<std::string>{"val_loss", "val_mae", "val_mse"};
-  if (base.loss() == LossKind::kBinaryCrossentropy) metrics.push_back("val_auc");
-  if (base.loss() == LossKind::kCategoricalCrossentropy) {
-    metrics.push_back(TopKMetricName(TopKOf(base.spec())));
+  if (objective.metric().empty()) {
+    objective.set_metric(base.multi_output() ? "val_loss" : "val_accuracy");
   }
+  const std::vector<std::string> metrics = ReportedMetrics(base.spec());
   if (std::find(metrics.begin(), metrics.end(), objective.metric()) ==
       metrics.end()) {
     return Invalid("objective.metric",
-                   absl::StrCat("\"", objective.metric(),
-                                "\" is never reported by jobs with loss ",
-                                InfoOf(base.loss()).name, "; use one of ",
-                                absl::StrJoin(metrics, ", ")));
+                   absl::StrCat("\"", objective.metric(), "\" is never reported by jobs ",
+                                base.multi_output()
+                                    ? std::string("of these outputs")
+                                    : absl::StrCat("with loss ", InfoOf(base.loss()).name),
+                                "; use one of ", absl::StrJoin(metrics, ", ")));
   }
   if (objective.direction().empty()) {
     objective.set_direction(HigherIsBetter(objective.metric()) ? "maximize" : "minimize");

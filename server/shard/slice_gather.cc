@@ -107,6 +107,7 @@ absl::StatusOr<WeightsSnapshot> JoinSlices(std::vector<ShardSliceWeights> slices
   WeightsSnapshot joined;
   joined.header.mutable_input_shape()->CopyFrom(slices[0].header.input_shape());
   joined.header.set_outputs(slices[0].header.outputs());
+  joined.header.mutable_inputs()->CopyFrom(slices[0].header.inputs());
   uint64_t version = 0;
   for (const ShardSliceWeights& slice : slices) version += slice.header.version();
   joined.header.set_version(version);

@@ -5,6 +5,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -42,23 +44,36 @@ bool HasValidation(const v1::EpochRecord& epoch) {
 
 // A job trained with a regression loss reports val_mae and val_mse instead
 // of val_accuracy (JobSpec.loss); the tables then show val_mae where they
-// show val_accuracy for classification.
+// show val_accuracy for classification. A job of several outputs shows its
+// first output's accuracy or MAE.
 bool IsRegression(const v1::JobSpec& spec) {
-  const std::optional<LossKind> loss = LossKindFromName(spec.loss());
+  const std::optional<LossKind> loss = LossKindFromName(
+      spec.outputs_size() > 0 ? spec.outputs(0).loss() : spec.loss());
   return loss && !InfoOf(*loss).classification;
 }
 
-// The column header of the metric shown beside val_loss.
-std::string ShownMetricHeader(const v1::JobSpec& spec) {
-  return IsRegression(spec) ? "VAL_MAE" : "VAL_ACC";
+// The metric shown beside val_loss: val_accuracy, val_mae, or the first
+// output's (val_<name>_accuracy, val_<name>_mae).
+std::string ShownMetricName(const v1::JobSpec& spec) {
+  const std::string prefix =
+      spec.outputs_size() > 0 ? absl::StrCat("val_", spec.outputs(0).name(), "_") : "val_";
+  return absl::StrCat(prefix, IsRegression(spec) ? "mae" : "accuracy");
 }
 
-// The record's val_accuracy, or its val_mae ("-" when the record lacks it)
-// for a regression job. `Record` is an EpochRecord or a ValidationRecord.
+// Its column header: VAL_ACC, VAL_MAE, VAL_<NAME>_ACC, VAL_<NAME>_MAE.
+std::string ShownMetricHeader(const v1::JobSpec& spec) {
+  std::string name = absl::AsciiStrToUpper(ShownMetricName(spec));
+  if (absl::EndsWith(name, "_ACCURACY")) name.resize(name.size() - 5);  // "_ACC"
+  return name;
+}
+
+// The record's shown metric ("-" when the record lacks it). `Record` is an
+// EpochRecord or a ValidationRecord.
 template <typename Record>
 std::string ShownMetric(const v1::JobSpec& spec, const Record& record) {
-  if (!IsRegression(spec)) return Fixed(record.val_accuracy(), 4);
-  auto it = record.metrics().find("val_mae");
+  const std::string name = ShownMetricName(spec);
+  if (name == "val_accuracy") return Fixed(record.val_accuracy(), 4);
+  auto it = record.metrics().find(name);
   return it == record.metrics().end() ? kNone : Fixed(it->second, 4);
 }
 

@@ -280,6 +280,7 @@ absl::StatusOr<Float32Tensors> JoinSlices(const std::vector<Float32Tensors>& sli
   whole.header = MakeFloat32Header(0, names, shapes);
   whole.header.mutable_input_shape()->CopyFrom(slices.front().header.input_shape());
   whole.header.set_outputs(slices.front().header.outputs());
+  whole.header.mutable_inputs()->CopyFrom(slices.front().header.inputs());
   for (const Float32Tensors& slice : slices) {
     whole.header.set_version(whole.header.version() + slice.header.version());
     for (int i = 0; i < slice.header.tensors_size(); ++i) {
@@ -421,8 +422,13 @@ absl::StatusOr<RebuiltModel> BuildBuiltinModel(
     outputs = last.shape(0);
     outputs_source = absl::StrCat("tensor '", last.name(), "'");
   }
+  // A model of several inputs: each one's shape, from the weights.
+  std::vector<std::vector<int64_t>> inputs;
+  for (const v1::InputShape& input : header.inputs()) {
+    inputs.emplace_back(input.dims().begin(), input.dims().end());
+  }
   absl::StatusOr<worker::Model> built =
-      worker::Model::Build(spec.model(), input_shape, outputs);
+      worker::Model::Build(spec.model(), input_shape, outputs, inputs);
   if (!built.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot build the model spec.json describes for inputs ",

@@ -11,10 +11,13 @@ the way the worker will use it, and saves it:
         --input_shape 1,28,28 --outputs 10 --out mlp.pt
 
 Then name the file in the job spec: "model": {"torchscript": "/abs/mlp.pt"}.
-See docs/torchscript.md.
+See docs/torchscript.md. A model of several inputs takes --input_shape once
+per input (forward(self, x0, x1, ...) in that order) and may return a tuple of
+tensors, one per output (--outputs 3,1 then checks each one's width).
 
 Checks, in order: the model scripts; its parameters are float32 on the CPU
-and at least one is trainable; forward takes one tensor; no operator has its
+and at least one is trainable; forward takes one tensor per --input_shape; no
+operator has its
 train/eval mode fixed (what tracing does to dropout and BatchNorm); one
 forward in train mode on a random batch of 2 samples of --input_shape, one
 backward of output.sum() that reaches every trainable parameter (a warning
@@ -104,6 +107,20 @@ def parse_shape(text):
         raise UsageError(
             f"--input_shape {text!r}: every dimension must be > 0")
     return shape
+
+
+def parse_outputs(text):
+    """--outputs "10" or "3,1": a list of widths, or None."""
+    if text is None:
+        return None
+    try:
+        widths = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--outputs {text!r}: want positive integers "
+                         "separated by commas, e.g. 10 or 3,1")
+    if any(w <= 0 for w in widths):
+        raise UsageError(f"--outputs {text!r}: every width must be > 0")
+    return widths
 
 
 def parse_params(params_arg, param_args):
@@ -217,8 +234,9 @@ def baked_mode_operators(scripted):
     return found
 
 
-def check_module(scripted):
-    """Checks that need no input. Returns a list of warnings."""
+def check_module(scripted, inputs=None):
+    """Checks that need no input (forward taking `inputs` tensors: None, any
+    count). Returns a list of warnings."""
     import torch
     if not hasattr(scripted, "training"):
         raise ModelError("the module has no train/eval mode: it was frozen "
@@ -241,11 +259,18 @@ def check_module(scripted):
                              "float32; return model.float() from get_model")
     arguments = scripted.forward.schema.arguments[1:]  # without self
     required = [a for a in arguments if not a.has_default_value()]
-    takes_tensor = (arguments and len(required) <= 1 and
-                    arguments[0].type.isSubtypeOf(torch._C.TensorType.get()))
-    if not takes_tensor:
-        raise ModelError(f"forward is {scripted.forward.schema}: MPI Learn "
-                         "calls forward(x) with one Tensor, the batch")
+    tensors = [a for a in arguments
+               if a.type.isSubtypeOf(torch._C.TensorType.get())]
+    want = inputs if inputs is not None else max(1, len(required))
+    takes_tensors = (arguments and len(required) <= want and
+                     len(arguments) >= want and
+                     all(a.type.isSubtypeOf(torch._C.TensorType.get())
+                         for a in arguments[:want]) and tensors)
+    if not takes_tensors:
+        raise ModelError(
+            f"forward is {scripted.forward.schema}: MPI Learn calls forward"
+            + ("(x) with one Tensor, the batch" if want == 1 else
+               f" with {want} Tensors, one per input (--input_shape), in order"))
     baked = baked_mode_operators(scripted)
     if baked:
         raise ModelError(
@@ -264,51 +289,71 @@ def check_module(scripted):
     return []
 
 
-def run_checks(scripted, input_shape, outputs):
+def as_outputs(value, what):
+    """A forward's result as a list of tensors (a tuple: one per output)."""
+    import torch
+    values = list(value) if isinstance(value, tuple) else [value]
+    if not values or not all(isinstance(v, torch.Tensor) for v in values):
+        raise ModelError(f"forward {what} returned a {type(value).__name__}: "
+                         "it must return a Tensor [batch, outputs], or a "
+                         "tuple of them (one per output)")
+    return values
+
+
+def run_checks(scripted, input_shapes, outputs):
     """Forward in train mode, backward, forward in eval mode on a random batch
-    of 2. Leaves parameters, buffers and the mode as they were; returns
-    (output shape per sample, warnings)."""
+    of 2 (one tensor per input shape). Leaves parameters, buffers and the mode
+    as they were; returns (output shape per sample, warnings); a model of
+    several outputs gives a list of shapes."""
     import torch
     warnings = []
     buffers = {n: b.detach().clone() for n, b in scripted.named_buffers()}
-    batch = torch.randn([2] + input_shape)
+    batch = [torch.randn([2] + shape) for shape in input_shapes]
     try:
         scripted.train()
-        output = scripted(batch)
-        if not isinstance(output, torch.Tensor):
-            raise ModelError(f"forward returned a {type(output).__name__}: "
-                             "it must return one Tensor, [batch, outputs]")
-        output.sum().backward()
+        output = as_outputs(scripted(*batch), "in train mode")
+        sum(o.sum() for o in output).backward()
         scripted.eval()
         with torch.no_grad():
-            eval_output = scripted(batch)
+            eval_output = as_outputs(scripted(*batch), "in eval mode")
     except ModelError:
         raise
     except Exception as e:
         raise ModelError(f"forward/backward on a batch of shape "
-                         f"{list(batch.shape)} failed:\n{e}") from e
+                         f"{' and '.join(str(list(b.shape)) for b in batch)} "
+                         f"failed:\n{e}") from e
     finally:
         scripted.train()
         with torch.no_grad():
             for name, buffer in scripted.named_buffers():
                 buffer.copy_(buffers[name])
-    if output.dim() == 0 or output.shape[0] != 2:
-        raise ModelError(f"output shape {list(output.shape)} for a batch "
-                         "of 2: the first dimension must be the batch")
-    if not output.is_floating_point():
-        raise ModelError(
-            f"output is {output.dtype}: it must be floating point")
-    if eval_output.shape != output.shape:
-        raise ModelError(f"output shape {list(eval_output.shape)} in eval "
-                         f"mode, {list(output.shape)} in train mode")
-    if not torch.isfinite(output).all():
-        raise ModelError("output of the first forward is not finite (NaN/inf)")
-    per_sample = list(output.shape[1:])
-    if outputs is not None:
-        last = per_sample[-1] if per_sample else 1
-        if last != outputs:
-            raise ModelError(f"output shape {list(output.shape)}: its last "
-                             f"dimension is {last}, --outputs is {outputs}")
+    if outputs is not None and len(outputs) != len(output):
+        raise ModelError(f"forward returned {len(output)} output(s); "
+                         f"--outputs names {len(outputs)}")
+    per_sample = []
+    for i, (out, eval_out) in enumerate(zip(output, eval_output)):
+        name = f"output {i}" if len(output) > 1 else "output"
+        if out.dim() == 0 or out.shape[0] != 2:
+            raise ModelError(f"{name} shape {list(out.shape)} for a batch "
+                             "of 2: the first dimension must be the batch")
+        if not out.is_floating_point():
+            raise ModelError(
+                f"{name} is {out.dtype}: it must be floating point")
+        if eval_out.shape != out.shape:
+            raise ModelError(f"{name} shape {list(eval_out.shape)} in eval "
+                             f"mode, {list(out.shape)} in train mode")
+        if not torch.isfinite(out).all():
+            raise ModelError(
+                f"{name} of the first forward is not finite (NaN/inf)")
+        per_sample.append(list(out.shape[1:]))
+        if outputs is not None:
+            last = per_sample[-1][-1] if per_sample[-1] else 1
+            if last != outputs[i]:
+                raise ModelError(
+                    f"{name} shape {list(out.shape)}: its last dimension "
+                    f"is {last}, --outputs is {outputs[i]}")
+    if len(per_sample) == 1:
+        per_sample = per_sample[0]
     missed = [n for n, p in scripted.named_parameters()
               if p.requires_grad and p.grad is None]
     if missed:
@@ -339,7 +384,8 @@ def describe(scripted, input_shape, per_sample, path):
             f"{len(trainable)} tensors",
     ]
     if input_shape is not None:
-        lines.append(f"  input shape: {input_shape} per sample")
+        shown = input_shape[0] if len(input_shape) == 1 else input_shape
+        lines.append(f"  input shape: {shown} per sample")
         lines.append(f"  output shape: {per_sample} per sample")
     for name, buffer in scripted.named_buffers():
         rule = ("exchanged with the master" if buffer.is_floating_point()
@@ -375,14 +421,15 @@ def export(args):
     import torch
     if args.out is None or args.input_shape is None:
         raise UsageError("exporting MODEL.py needs --out and --input_shape")
-    input_shape = parse_shape(args.input_shape)
+    input_shape = [parse_shape(s) for s in args.input_shape]
+    outputs = parse_outputs(args.outputs)
     params = parse_params(args.params, args.param)
     if args.seed is not None:
         torch.manual_seed(args.seed)
     model = build_model(args.model, params)
     scripted = script_model(model)
-    warnings = check_module(scripted)
-    per_sample, more = run_checks(scripted, input_shape, args.outputs)
+    warnings = check_module(scripted, len(input_shape))
+    per_sample, more = run_checks(scripted, input_shape, outputs)
     warnings += more
     try:
         scripted.save(args.out)
@@ -390,8 +437,8 @@ def export(args):
         raise ModelError(f"saving {args.out} failed: {e}") from e
     # What the worker will load: the file, checked again.
     loaded = torch.jit.load(args.out)
-    check_module(loaded)
-    run_checks(loaded, input_shape, args.outputs)
+    check_module(loaded, len(input_shape))
+    run_checks(loaded, input_shape, outputs)
     warnings += check_version(args.out)
     print(f"wrote {args.out}: get_model(**{json.dumps(params)}) from "
           f"{args.model}, scripted")
@@ -412,11 +459,14 @@ def check_file(args):
                          "TorchScript file, or written by a newer PyTorch): "
                          f"{first}") from e
     warnings = check_version(path)
-    warnings += check_module(loaded)
     input_shape = per_sample = None
     if args.input_shape is not None:
-        input_shape = parse_shape(args.input_shape)
-        per_sample, more = run_checks(loaded, input_shape, args.outputs)
+        input_shape = [parse_shape(s) for s in args.input_shape]
+    warnings += check_module(
+        loaded, None if input_shape is None else len(input_shape))
+    if input_shape is not None:
+        per_sample, more = run_checks(loaded, input_shape,
+                                      parse_outputs(args.outputs))
         warnings += more
     print(f"{path}: ok (loads, scripted as far as the graph shows, trainable)")
     print("\n".join(describe(loaded, input_shape, per_sample, path)))
@@ -433,11 +483,14 @@ def main(argv):
     parser.add_argument("--out", metavar="FILE.pt",
                         help="where to write the scripted module")
     parser.add_argument("--input_shape", metavar="D1,D2,...",
+                        action="append",
                         help="shape of one sample without the batch dimension,"
-                        " e.g. 1,28,28 (Fashion-MNIST) or 20,6 ([T, F])")
-    parser.add_argument("--outputs", type=int, metavar="N",
+                        " e.g. 1,28,28 (Fashion-MNIST) or 20,6 ([T, F]); "
+                        "once per input for a model of several inputs")
+    parser.add_argument("--outputs", metavar="N[,N...]",
                         help="require the output's last dimension to be N "
-                        "(classes, or regression targets)")
+                        "(classes, or regression targets); a model returning "
+                        "a tuple: one N per output, e.g. 3,1")
     parser.add_argument("--params", metavar="JSON",
                         help="get_model's keyword arguments: a JSON object, "
                         "inline or the path of a file holding one")

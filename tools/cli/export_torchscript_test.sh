@@ -65,6 +65,22 @@ expect 0 "parameters: 18309 in 8 tensors" export_model \
 expect 0 "parameters: 4866 in 6 tensors" export_model \
   "$MODELS/regression_mlp.py" --input_shape 8 --outputs 2 \
   --out "$TMP/regression_mlp.pt"
+# jets_two_heads, two inputs and two outputs: jet 4*64+64, track 3*64+64,
+# shared 128*64+64 and 64*64+64, kind 64*3+3, energy 64+1.
+expect 0 "output shape: \[\[3\], \[1\]\] per sample" export_model \
+  "$MODELS/jets_two_heads.py" --input_shape 4 --input_shape 8,3 \
+  --outputs 3,1 --out "$TMP/jets_two_heads.pt"
+grep -q "parameters: 13252 in 12 tensors" <<<"$OUTPUT" ||
+  fail "jets_two_heads: parameter count:"$'\n'"$OUTPUT"
+# One shape for a forward of two inputs; a width that is not the output's.
+expect 1 "calls forward\(x\) with one Tensor" export_model \
+  "$MODELS/jets_two_heads.py" --input_shape 4 --out "$TMP/bad.pt"
+expect 1 "output 1 shape \[2, 1\]: its last dimension is 1, --outputs is 2" \
+  export_model "$MODELS/jets_two_heads.py" --input_shape 4 --input_shape 8,3 \
+  --outputs 3,2 --out "$TMP/bad.pt"
+expect 1 "forward returned 2 output\(s\); --outputs names 1" export_model \
+  "$MODELS/jets_two_heads.py" --input_shape 4 --input_shape 8,3 --outputs 3 \
+  --out "$TMP/bad.pt"
 
 # --- The files load as the worker will use them. -------------------------
 "$PY" - "$TMP" <<'PYEOF' || fail "loading the exported files"

@@ -43,7 +43,7 @@ constexpr int64_t kMaxSamples = 2'000'000;
 constexpr char kUsage[] =
     "make_synthetic_data: write gzip'd IDX data sets with a known answer.\n"
     "\n"
-    "Usage: make_synthetic_data --kind regression|sequences|images32\n"
+    "Usage: make_synthetic_data --kind regression|sequences|images32|jets\n"
     "           --out_dir DIR [--seed N] [--train N] [--test N] [--noise S]\n"
     "\n"
     "  regression  features float32 [N, 8] uniform in [-1, 1]; targets\n"
@@ -57,19 +57,27 @@ constexpr char kUsage[] =
     "  images32    images unsigned byte [N, 3, 32, 32], labels in 10\n"
     "              classes, each a coloured pattern with noise (a CIFAR-10\n"
     "              stand-in). Default 50000 train, 10000 test.\n"
+    "  jets        HDF5, two inputs and two outputs: datasets jets float32\n"
+    "              [N, 4] and tracks float32 [N, 8, 3] uniform in [-1, 1];\n"
+    "              kind unsigned byte [N] in 3 classes (a = jets0 + mean\n"
+    "              track0, b = jets1 - mean track1: 0 when a >= b, a >= 0.2;\n"
+    "              1 when b > a, b >= 0.2; else 2) and energy float32 [N] =\n"
+    "              2 jets2 jets3 + mean track2 + noise (--noise). Default\n"
+    "              20000 train, 5000 test.\n"
     "\n"
     "Files: DIR/{train,test}-features.idx.gz and\n"
     "DIR/{train,test}-targets.idx.gz (regression) or\n"
-    "DIR/{train,test}-labels.idx.gz. The generation rules are documented in\n"
+    "DIR/{train,test}-labels.idx.gz; DIR/{train,test}.h5 for jets. The\n"
+    "generation rules are documented in\n"
     "docs/examples/README-data.md.\n"
     "\n"
     "Flags:\n"
-    "  --kind      regression, sequences or images32. Required.\n"
+    "  --kind      regression, sequences, images32 or jets. Required.\n"
     "  --out_dir   directory for the files (created if missing). Required.\n"
     "  --seed      random seed (default 1).\n"
     "  --train     training samples (default: per kind, above).\n"
     "  --test      test samples (default: per kind, above).\n"
-    "  --noise     regression: target noise deviation (default 0.01).\n"
+    "  --noise     regression, jets: target noise deviation (default 0.01).\n"
     "\n"
     "Exit codes: 0 ok, 1 a file cannot be written, 2 usage error.";
 
@@ -90,12 +98,16 @@ absl::StatusOr<SyntheticDataOptions> OptionsFromFlags() {
     options.kind = SyntheticKind::kImages32;
     default_train = 50000;
     default_test = 10000;
+  } else if (kind == "jets") {
+    options.kind = SyntheticKind::kJets;
+    default_train = 20000;
+    default_test = 5000;
   } else if (kind.empty()) {
     return absl::InvalidArgumentError(
-        "--kind is required: regression, sequences or images32");
+        "--kind is required: regression, sequences, images32 or jets");
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--kind must be regression, sequences or images32, got '", kind, "'"));
+        "--kind must be regression, sequences, images32 or jets, got '", kind, "'"));
   }
   options.out_dir = absl::GetFlag(FLAGS_out_dir);
   if (options.out_dir.empty()) {

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/mpilearn.pb.h"
+#include "worker/data/data_file.h"
 #include "worker/data/dataset.h"
 #include "worker/data/idx_reader.h"
 
@@ -132,6 +133,50 @@ TEST(MakeSyntheticDataTest, RegressionTargetsFollowTheFormula) {
     // Without noise only float rounding remains.
     const Residuals r = RegressionResiduals(x, y);
     EXPECT_LT(r.rms, 1e-6);
+  }
+}
+
+// jets: read back through the reader of several datasets (two inputs
+// packed side by side, two labels sets packed as columns), the classes and
+// energies recomputed from the stored inputs by the documented rule.
+TEST(MakeSyntheticDataTest, JetsFollowTheRuleThroughThePackedReader) {
+  Generate("jets", {"--kind", "jets", "--train", "400", "--test", "60", "--noise", "0"});
+  worker::DataFileNames names;
+  names.all_features = {"jets", "tracks"};
+  names.all_labels = {"kind", "energy"};
+  for (const auto& [split, n] : {std::make_pair("train", 400), std::make_pair("test", 60)}) {
+    SCOPED_TRACE(split);
+    auto file = worker::OpenDataFile(absl::StrCat(OutDir("jets"), "/", split, ".h5"), names);
+    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_NE((*file)->packed(), nullptr);
+    const worker::PackedLayout& layout = *(*file)->packed();
+    ASSERT_EQ(layout.features.size(), 2u);
+    EXPECT_THAT(layout.features[0].shape, ElementsAre(4));
+    EXPECT_THAT(layout.features[1].shape, ElementsAre(8, 3));
+    ASSERT_EQ(layout.labels.size(), 2u);
+    EXPECT_TRUE(layout.labels[0].shape.empty());  // class indices
+    EXPECT_EQ(layout.labels[0].type, worker::ElementType::kUint8);
+    EXPECT_THAT(layout.labels[1].shape, ElementsAre(1));
+    auto rows = (*file)->Read(0, n);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_THAT(rows->features.sizes().vec(), ElementsAre(n, 4 + 24));
+    ASSERT_THAT(rows->labels.sizes().vec(), ElementsAre(n, 2));
+    int classes[3] = {0, 0, 0};
+    double max_error = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* x = rows->features[i].data_ptr<float>();
+      double mean[3] = {0, 0, 0};
+      for (int k = 0; k < 24; ++k) mean[k % 3] += x[4 + k] / 8.0;
+      const double a = x[0] + mean[0];
+      const double b = x[1] - mean[1];
+      const int kind = a >= b && a >= 0.2 ? 0 : (b > a && b >= 0.2 ? 1 : 2);
+      ASSERT_EQ(rows->labels[i][0].item<float>(), kind) << "row " << i;
+      ++classes[kind];
+      max_error = std::max(max_error, std::abs(rows->labels[i][1].item<double>() -
+                                               (2.0 * x[2] * x[3] + mean[2])));
+    }
+    EXPECT_LT(max_error, 1e-6);
+    for (const int count : classes) EXPECT_GT(count, n / 10);  // every class occurs
   }
 }
 
@@ -316,7 +361,7 @@ TEST(MakeSyntheticDataTest, UsageErrorsExitTwo) {
   for (const Case& c : std::vector<Case>{
            {{"--out_dir", dir}, "--kind is required"},
            {{"--kind", "cifar", "--out_dir", dir},
-            "--kind must be regression, sequences or images32, got 'cifar'"},
+            "--kind must be regression, sequences, images32 or jets, got 'cifar'"},
            {{"--kind", "regression"}, "--out_dir is required"},
            {{"--kind", "regression", "--out_dir", dir, "--train", "-1"},
             "--train must be in [0, 2000000], got -1"},

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "worker/data/data_file.h"
+#include "worker/data/hdf5_writer.h"
 #include "worker/data/idx_reader.h"
 #include "worker/data/idx_writer.h"
 
@@ -46,6 +47,11 @@ constexpr uint8_t kPalette[5][3] = {
     {230, 210, 40},  // yellow
     {200, 50, 200},  // magenta
 };
+
+// jets: per sample one jet's features, a few tracks' features, the classes.
+constexpr int kJetFeatures = 4;
+constexpr int kTracks = 8;
+constexpr int kTrackFeatures = 3;
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -215,6 +221,43 @@ absl::Status WriteImages32(const std::string& prefix, int64_t n, Random& rng) {
   return CloseAndReport(labels);
 }
 
+// Writes one jets split of `n` samples to <prefix>.h5: two inputs (jets,
+// tracks) and two outputs (kind, energy); rule: docs/examples/README-data.md.
+absl::Status WriteJets(const std::string& prefix, int64_t n, double noise, Random& rng) {
+  torch::Tensor jets = torch::empty({n, kJetFeatures}, torch::kFloat32);
+  torch::Tensor tracks = torch::empty({n, kTracks, kTrackFeatures}, torch::kFloat32);
+  torch::Tensor kind = torch::empty({n}, torch::kInt64);
+  torch::Tensor energy = torch::empty({n}, torch::kFloat32);
+  float* jet = jets.data_ptr<float>();
+  float* track = tracks.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    float* j = jet + i * kJetFeatures;
+    float* t = track + i * kTracks * kTrackFeatures;
+    for (int f = 0; f < kJetFeatures; ++f) j[f] = static_cast<float>(rng.Uniform(-1, 1));
+    double mean[kTrackFeatures] = {0, 0, 0};
+    for (int k = 0; k < kTracks * kTrackFeatures; ++k) {
+      t[k] = static_cast<float>(rng.Uniform(-1, 1));
+      mean[k % kTrackFeatures] += t[k] / double{kTracks};
+    }
+    // In double from the stored floats, as the documented rule reads.
+    const double a = j[0] + mean[0];
+    const double b = j[1] - mean[1];
+    kind.data_ptr<int64_t>()[i] = a >= b && a >= 0.2 ? 0 : (b > a && b >= 0.2 ? 1 : 2);
+    energy.data_ptr<float>()[i] =
+        static_cast<float>(2.0 * j[2] * j[3] + mean[2] + noise * rng.Normal());
+  }
+  const std::string path = absl::StrCat(prefix, ".h5");
+  MPILEARN_RETURN_IF_ERROR(worker::WriteHdf5Arrays(
+      path, {{"jets", worker::ElementType::kFloat32, jets},
+             {"tracks", worker::ElementType::kFloat32, tracks},
+             {"kind", worker::ElementType::kUint8, kind},
+             {"energy", worker::ElementType::kFloat32, energy}}));
+  absl::PrintF("wrote %s: jets float32 [%d, %d], tracks float32 [%d, %d, %d], kind uint8 [%d], "
+               "energy float32 [%d]\n",
+               path, n, kJetFeatures, n, kTracks, kTrackFeatures, n, n);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status GenerateSyntheticData(const SyntheticDataOptions& options) {
@@ -239,6 +282,9 @@ absl::Status GenerateSyntheticData(const SyntheticDataOptions& options) {
         break;
       case SyntheticKind::kImages32:
         MPILEARN_RETURN_IF_ERROR(WriteImages32(prefix, n, rng));
+        break;
+      case SyntheticKind::kJets:
+        MPILEARN_RETURN_IF_ERROR(WriteJets(prefix, n, options.noise, rng));
         break;
     }
   }

@@ -7,7 +7,10 @@
 //   sequences   features float32 [N, 20, 6] (particle sequences), labels
 //               unsigned byte [N] in 5 classes;
 //   images32    images unsigned byte [N, 3, 32, 32] (a CIFAR-10 stand-in),
-//               labels in 10 classes.
+//               labels in 10 classes;
+//   jets        HDF5 files of two inputs and two outputs: datasets jets
+//               float32 [N, 4], tracks float32 [N, 8, 3], kind unsigned
+//               byte [N] in 3 classes, energy float32 [N].
 //
 // The same options give the same bytes on every machine: the generator is
 // std::mt19937_64 (whose output the C++ standard fixes) seeded by
@@ -28,7 +31,7 @@
 namespace mpilearn {
 namespace synthetic_data {
 
-enum class SyntheticKind { kRegression, kSequences, kImages32 };
+enum class SyntheticKind { kRegression, kSequences, kImages32, kJets };
 
 // One data set to write.
 struct SyntheticDataOptions {
@@ -40,7 +43,8 @@ struct SyntheticDataOptions {
   double noise = 0.01;  // regression: target noise deviation, >= 0
 };
 
-// Writes <out_dir>/{train,test}-features.idx.gz and, per kind,
+// Writes <out_dir>/{train,test}.h5 (jets) or
+// <out_dir>/{train,test}-features.idx.gz and, per kind,
 // {train,test}-targets.idx.gz (regression) or {train,test}-labels.idx.gz,
 // printing one line per file to stdout ("wrote PATH: TYPE [dims]") and, for
 // regression, the irreducible MSE and the MSE of predicting the means.

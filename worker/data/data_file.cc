@@ -176,8 +176,26 @@ torch::Tensor LabelsFromRaw(const void* data, ElementType type,
   return ConvertedCopy(data, type, shape, torch::kFloat32, {n, width});
 }
 
+DataFileNames DataFileNames::FromSpec(const v1::DataSpec& spec) {
+  DataFileNames names;
+  names.all_features.assign(spec.features_datasets().begin(), spec.features_datasets().end());
+  names.all_labels.assign(spec.labels_datasets().begin(), spec.labels_datasets().end());
+  if (!names.all_features.empty()) {
+    names.features = names.all_features[0];
+  } else if (!spec.features_dataset().empty()) {
+    names.features = spec.features_dataset();
+  }
+  if (!names.all_labels.empty()) {
+    names.labels = names.all_labels[0];
+  } else if (!spec.labels_dataset().empty()) {
+    names.labels = spec.labels_dataset();
+  }
+  return names;
+}
+
 absl::StatusOr<std::unique_ptr<DataFile>> OpenDataFile(
     const std::string& path, const DataFileNames& names) {
+  if (names.several()) return OpenPackedFile(path, names);
   const std::string lower = absl::AsciiStrToLower(path);
   if (absl::EndsWith(lower, ".h5") || absl::EndsWith(lower, ".hdf5")) {
     return OpenHdf5File(path, names);

@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "proto/mpilearn.pb.h"
 
 namespace mpilearn::worker {
 
@@ -68,6 +69,37 @@ int64_t ElementTypeBytes(ElementType type);
 struct DataFileNames {
   std::string features = "features";
   std::string labels = "labels";
+  // Several inputs or outputs (DataSpec.features_datasets,
+  // labels_datasets): every name, in order (`features` and `labels` are then
+  // the first). Empty: `features` / `labels` alone.
+  std::vector<std::string> all_features;
+  std::vector<std::string> all_labels;
+
+  // The names a (normalized or not) spec gives.
+  static DataFileNames FromSpec(const v1::DataSpec& spec);
+  // More than one features or labels dataset: OpenDataFile packs them
+  // (PackedLayout).
+  bool several() const { return all_features.size() > 1 || all_labels.size() > 1; }
+};
+
+// How a file of several features or labels datasets packs them into the one
+// features and one labels tensor every reader passes on (so shuffling,
+// sharding, streaming and normalization stay as they are): with more than
+// one features dataset the features are float32 [n, sum of columns], each
+// dataset's rows (as read: uint8 scaled, [N] -> [N, 1]) flattened side by
+// side in order; with more than one labels dataset the labels are float32
+// [n, sum of columns], a class-index dataset taking one column (the index as
+// a float, exact below kMaxClasses) and a float [N, K] one K columns. One
+// dataset of a kind stays as a plain file gives it.
+struct PackedLayout {
+  struct Part {
+    std::string name;            // the dataset or member
+    std::vector<int64_t> shape;  // one row as read: {1, 28, 28}; {} for class indices, {K}
+    ElementType type = ElementType::kFloat32;  // as stored
+    int64_t columns = 0;         // its columns in the packed tensor
+  };
+  std::vector<Part> features;
+  std::vector<Part> labels;
 };
 
 // Rows read from a data file, converted as the file comment says.
@@ -91,6 +123,10 @@ class DataFile {
   const std::vector<int64_t>& label_shape() const { return label_shape_; }
   ElementType feature_type() const { return feature_type_; }
   ElementType label_type() const { return label_type_; }
+  // A file opened with several features or labels datasets
+  // (DataFileNames::several): how they are packed; null for a plain file.
+  // Its feature_type() / label_type() are then float32 for a packed kind.
+  virtual const PackedLayout* packed() const { return nullptr; }
 
   // Reads rows [begin, end), 0 <= begin <= end <= rows(). InvalidArgument
   // for a range outside the file; DataLoss when the read fails (the file
@@ -126,7 +162,12 @@ class DataFile {
 absl::StatusOr<std::unique_ptr<DataFile>> OpenDataFile(
     const std::string& path, const DataFileNames& names = {});
 
-// The format-specific openers OpenDataFile dispatches to.
+// The format-specific openers OpenDataFile dispatches to, and the file of
+// several datasets (packed_file.cc), which opens the format's file once per
+// dataset pair. Every dataset must hold the same rows (InvalidArgument
+// naming two that differ).
+absl::StatusOr<std::unique_ptr<DataFile>> OpenPackedFile(
+    const std::string& path, const DataFileNames& names);
 absl::StatusOr<std::unique_ptr<DataFile>> OpenHdf5File(
     const std::string& path, const DataFileNames& names);
 absl::StatusOr<std::unique_ptr<DataFile>> OpenNumpyFile(

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,8 @@ struct FileInfo {
   ElementType feature_type = ElementType::kFloat32;
   ElementType label_type = ElementType::kInt64;
   std::vector<int64_t> stored_label_shape;
+  // A file of several datasets: how they are packed.
+  std::optional<PackedLayout> packed;
 };
 
 bool IsClassIndices(const FileInfo& info) { return info.label_sizes.empty(); }
@@ -87,7 +90,34 @@ absl::StatusOr<FileInfo> Inspect(absl::string_view field,
   info.feature_type = (*file)->feature_type();
   info.label_type = (*file)->label_type();
   info.stored_label_shape = (*file)->label_shape();
+  if ((*file)->packed() != nullptr) info.packed = *(*file)->packed();
   return info;
+}
+
+// For files of several datasets: CheckAgrees dataset by dataset.
+absl::Status CheckPartsAgree(absl::string_view field, const FileInfo& info,
+                             const FileInfo& reference, absl::string_view ref) {
+  const auto compare = [&](const char* role, const std::vector<PackedLayout::Part>& parts,
+                           const std::vector<PackedLayout::Part>& reference_parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const PackedLayout::Part& part = parts[i];
+      const PackedLayout::Part& want = reference_parts[i];
+      const bool scaled = part.type == ElementType::kUint8;
+      const bool classes = part.shape.empty() && std::string(role) == "labels";
+      if (part.shape != want.shape || scaled != (want.type == ElementType::kUint8) ||
+          (classes && IsIntegerElementType(part.type) != IsIntegerElementType(want.type))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.", field, ": the ", role, " dataset '", part.name, "' of '", info.path,
+            "' holds rows of shape ", ShapeText(part.shape), " (", ElementTypeName(part.type),
+            ") but in ", ref, " ", ShapeText(want.shape), " (", ElementTypeName(want.type),
+            "); every file must hold each dataset alike (unsigned bytes are scaled by 1/255, "
+            "other types are not)"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  MPILEARN_RETURN_IF_ERROR(compare("features", info.packed->features, reference.packed->features));
+  return compare("labels", info.packed->labels, reference.packed->labels);
 }
 
 // Checks that `info` (from spec field `field`) agrees with `reference`, the
@@ -98,6 +128,9 @@ absl::Status CheckAgrees(absl::string_view field, const FileInfo& info,
   const std::string ref =
       absl::StrCat(field == "train_files" ? "" : "the training file ", "'",
                    reference.path, "'");
+  if (info.packed.has_value() && reference.packed.has_value()) {
+    MPILEARN_RETURN_IF_ERROR(CheckPartsAgree(field, info, reference, ref));
+  }
   if (info.feature_sizes != reference.feature_sizes) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.", field, ": '", info.path,
@@ -243,6 +276,71 @@ absl::StatusOr<int64_t> MaxClassIndex(const FileList& list,
   return max_label;
 }
 
+// InvalidArgument naming the first value of packed labels `labels` (rows
+// `first_row`... of `path`) in a class-index column of `layout` that is
+// outside [0, kMaxClasses), if any.
+absl::Status CheckPackedClassIndices(absl::string_view field, const std::string& path,
+                                     const PackedLayout& layout, const torch::Tensor& labels,
+                                     int64_t first_row) {
+  int64_t column = 0;
+  for (const PackedLayout::Part& part : layout.labels) {
+    if (part.shape.empty() && labels.size(0) > 0) {
+      const torch::Tensor values = labels.select(1, column);
+      const torch::Tensor bad = (values < 0).logical_or(values >= kMaxClasses);
+      if (bad.any().item<bool>()) {
+        const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.", field, ": the labels ('", part.name, "') of '", path, "' hold class index ",
+            values[i].item<double>(), " at row ", first_row + i,
+            "; class indices must be in [0, ", kMaxClasses, ")"));
+      }
+    }
+    column += part.columns;
+  }
+  return absl::OkStatus();
+}
+
+// The heads of several labels datasets (`layout.labels`), each class-index
+// one's classes counted over the rows of `lists` (read kScanRows at a time,
+// checked).
+absl::StatusOr<std::vector<DataHeads::Labels>> PackedLabelHeads(
+    const PackedLayout& layout, const std::vector<const FileList*>& lists,
+    const DataFileNames& names) {
+  std::vector<DataHeads::Labels> heads;
+  int64_t column = 0;
+  for (const PackedLayout::Part& part : layout.labels) {
+    DataHeads::Labels head;
+    head.column = column;
+    head.columns = part.columns;
+    head.class_indices = part.shape.empty();
+    head.num_classes = head.class_indices ? 0 : part.columns;
+    heads.push_back(head);
+    column += part.columns;
+  }
+  for (const FileList* list : lists) {
+    for (size_t i = 0; i < list->paths.size(); ++i) {
+      if (list->rows[i] == 0) continue;
+      absl::StatusOr<std::unique_ptr<DataFile>> file = OpenDataFile(list->paths[i], names);
+      if (!file.ok()) return InField(list->field, file.status());
+      const int64_t end = list->first[i] + list->rows[i];
+      for (int64_t begin = list->first[i]; begin < end; begin += kScanRows) {
+        const int64_t stop = std::min(end, begin + kScanRows);
+        absl::StatusOr<torch::Tensor> labels = (*file)->ReadLabels(begin, stop);
+        if (!labels.ok()) return InField(list->field, labels.status());
+        MPILEARN_RETURN_IF_ERROR(
+            CheckPackedClassIndices(list->field, list->paths[i], layout, *labels, begin));
+        for (DataHeads::Labels& head : heads) {
+          if (!head.class_indices || labels->size(0) == 0) continue;
+          const int64_t largest =
+              static_cast<int64_t>(labels->select(1, head.column).max().item<double>());
+          head.num_classes = std::max(head.num_classes, largest + 1);
+        }
+      }
+    }
+  }
+  return heads;
+}
+
 }  // namespace
 
 int64_t FileList::total_rows() const {
@@ -260,12 +358,7 @@ absl::StatusOr<FileSplits> ScanDataFiles(const DataSpec& spec) {
   MPILEARN_ASSIGN_OR_RETURN(const int64_t validation_count,
                             CheckedValidationCount(spec));
   FileSplits splits;
-  if (!spec.features_dataset().empty()) {
-    splits.names.features = spec.features_dataset();
-  }
-  if (!spec.labels_dataset().empty()) {
-    splits.names.labels = spec.labels_dataset();
-  }
+  splits.names = DataFileNames::FromSpec(spec);
 
   MPILEARN_ASSIGN_OR_RETURN(ScannedList train,
                             ScanList("train_files", spec.train_files(),
@@ -321,7 +414,18 @@ absl::StatusOr<FileSplits> ScanDataFiles(const DataSpec& spec) {
 
   splits.input_shape = reference.feature_sizes;
   splits.float_labels = !IsClassIndices(reference);
-  if (splits.float_labels) {
+  if (reference.packed.has_value() && reference.packed->features.size() > 1) {
+    for (const PackedLayout::Part& part : reference.packed->features) {
+      splits.heads.inputs.push_back(part.shape);
+    }
+  }
+  if (reference.packed.has_value() && reference.packed->labels.size() > 1) {
+    MPILEARN_ASSIGN_OR_RETURN(
+        splits.heads.labels,
+        PackedLabelHeads(*reference.packed, {&splits.train, &splits.validation, &splits.test},
+                         splits.names));
+    splits.num_classes = reference.label_sizes[0];
+  } else if (splits.float_labels) {
     splits.num_classes = reference.label_sizes[0];
   } else {
     int64_t max_label = 0;
@@ -398,6 +502,11 @@ absl::StatusOr<DataRows> FileReader::ReadFileRows(int file, int64_t begin,
   if (rows->labels.dim() == 1) {
     MPILEARN_RETURN_IF_ERROR(
         CheckClassIndices(list_.field, path, names_, rows->labels, first));
+  } else if (data->packed() != nullptr && data->packed()->labels.size() > 1) {
+    MPILEARN_RETURN_IF_ERROR(CheckFinite(list_.field, path, "labels", names_.labels,
+                                         rows->labels, first));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckPackedClassIndices(list_.field, path, *data->packed(), rows->labels, first));
   } else if (!IsIntegerElementType(data->label_type())) {
     MPILEARN_RETURN_IF_ERROR(CheckFinite(list_.field, path, "labels",
                                          names_.labels, rows->labels, first));

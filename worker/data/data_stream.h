@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/mpilearn.pb.h"
 #include "worker/data/data_file.h"
+#include "worker/data/dataset.h"
 
 namespace mpilearn::worker {
 
@@ -61,8 +62,11 @@ struct FileSplits {
   FileList validation;  // validation_files, or the held-out training rows
   FileList test;        // empty without test_files
   DataFileNames names;
-  // One row's feature shape (the model's input shape), shared by all files.
+  // One row's feature shape (the model's input shape), shared by all files:
+  // the packed [F] with several inputs.
   std::vector<int64_t> input_shape;
+  // Several inputs or labels datasets (DatasetSplits::heads).
+  DataHeads heads;
   // As DatasetSplits (dataset.h): the output width, and whether labels are
   // float rows rather than class indices.
   int64_t num_classes = 0;

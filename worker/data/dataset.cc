@@ -379,9 +379,12 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
 
   // IDX files, or the file lists (HDF5, NumPy).
   const bool files = !spec.train_files().empty();
-  DataFileNames names;
-  if (!spec.features_dataset().empty()) names.features = spec.features_dataset();
-  if (!spec.labels_dataset().empty()) names.labels = spec.labels_dataset();
+  const DataFileNames names = DataFileNames::FromSpec(spec);
+  if (names.several()) {
+    return absl::InvalidArgumentError(
+        "data.features_datasets / labels_datasets: several datasets are read by streaming "
+        "only (the training groups and validation pools stream file lists)");
+  }
   DatasetSplits splits;
   MPILEARN_ASSIGN_OR_RETURN(
       LoadedSplit train,

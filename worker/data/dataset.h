@@ -48,6 +48,26 @@ struct Dataset {
   int64_t size() const;
 };
 
+// The inputs and label sets of data with several (DataSpec.features_datasets,
+// labels_datasets; worker/data/data_file.h's PackedLayout says how they are
+// packed into Dataset's two tensors).
+struct DataHeads {
+  // Each input's row shape, in order, when there are several (the features
+  // hold them flattened side by side); empty for one input.
+  std::vector<std::vector<int64_t>> inputs;
+  // One labels dataset among several: its columns in the packed labels and
+  // what they hold.
+  struct Labels {
+    int64_t column = 0;   // the first
+    int64_t columns = 1;  // 1 for class indices
+    bool class_indices = false;
+    // Class indices: 1 + the largest in any split; float rows: `columns`.
+    int64_t num_classes = 0;
+  };
+  // Empty for one labels dataset.
+  std::vector<Labels> labels;
+};
+
 struct DatasetSplits {
   Dataset train;
   // Held out from the end of the training files, or loaded from separate
@@ -65,6 +85,10 @@ struct DatasetSplits {
   // True when labels are float32 [N, K] rows (regression targets, one-hot or
   // multi-label rows); false when they are int64 [N] class indices.
   bool float_labels = false;
+  // Several inputs or labels sets (then input_shape is the packed [F], and
+  // with several labels sets float_labels is true and num_classes the
+  // packed width).
+  DataHeads heads;
 };
 
 // Class indices must be below this (2^20): it bounds the model's output

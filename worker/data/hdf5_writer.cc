@@ -125,6 +125,28 @@ std::string DescribeStoredArray(const StoredArray& array) {
                       absl::StrJoin(array.dims, ", "), "]");
 }
 
+absl::Status WriteHdf5Arrays(const std::string& path, const std::vector<NamedArray>& arrays) {
+  SilenceHdf5Errors();
+  Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) return absl::InternalError(absl::StrCat("cannot create '", path, "'"));
+  for (const NamedArray& array : arrays) {
+    const torch::Tensor values = array.values.contiguous();
+    StoredArray info{array.type, values.sizes().vec()};
+    MPILEARN_ASSIGN_OR_RETURN(
+        Hid dataset, CreateDataset(file.get(), path, array.name, info, {.chunk_rows = 0}));
+    MPILEARN_RETURN_IF_ERROR(
+        WriteDatasetRows(dataset.get(), info, 0, info.dims.empty() ? 0 : info.dims[0], values));
+    if (!dataset.Close()) {
+      return absl::InternalError(absl::StrCat("cannot write dataset '", array.name, "'"));
+    }
+  }
+  if (!file.Close()) {
+    return absl::InternalError(
+        absl::StrCat("cannot finish writing '", path, "' (is the disk full?)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Hdf5DataWriter>> Hdf5DataWriter::Create(
     const std::string& path, const StoredArray& features,
     const StoredArray& labels, const Hdf5Layout& layout) {

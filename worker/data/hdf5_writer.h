@@ -49,6 +49,19 @@ struct Hdf5Layout {
   int gzip = 0;               // chunk compression 1-9; 0 none; needs chunks
 };
 
+// A whole array to write as one dataset: its name, the stored type and the
+// values (a float32 or int64 tensor of shape [rows, ...]).
+struct NamedArray {
+  std::string name;
+  ElementType type = ElementType::kFloat32;
+  torch::Tensor values;
+};
+
+// Writes `arrays` as the datasets of a new file `path` (created or
+// truncated; contiguous), for files of several features or labels datasets
+// (data.features_datasets). Errors as Hdf5DataWriter's.
+absl::Status WriteHdf5Arrays(const std::string& path, const std::vector<NamedArray>& arrays);
+
 class Hdf5DataWriter {
  public:
   // Creates (or truncates) `path` with datasets `features` and `labels`

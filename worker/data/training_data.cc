@@ -128,6 +128,7 @@ absl::StatusOr<TrainingData> LoadTrainingData(const JobConfig& config,
   data.splits.input_shape = files.input_shape;
   data.splits.num_classes = files.num_classes;
   data.splits.float_labels = files.float_labels;
+  data.splits.heads = files.heads;
   // The same rows training would give: with bad_values "skip" the sample
   // leaves out rows holding a NaN or infinity too.
   FileReader reader(files.train, files.names, config.skips_bad_values());

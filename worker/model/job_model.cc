@@ -17,6 +17,17 @@ absl::StatusOr<JobModel> BuildJobModel(const JobConfig& config,
                                        const DatasetSplits& data) {
   const v1::JobSpec& spec = config.spec();
   MPILEARN_ASSIGN_OR_RETURN(Loss loss, Loss::FromConfig(config));
+  if (loss.multi()) {
+    std::vector<LabelSet> sets;
+    for (const DataHeads::Labels& labels : data.heads.labels) {
+      sets.push_back({labels.column, labels.columns, labels.class_indices, labels.num_classes});
+    }
+    if (sets.empty()) {  // one labels dataset, as read
+      sets.push_back({0, data.float_labels ? data.num_classes : 1, !data.float_labels,
+                      data.num_classes});
+    }
+    MPILEARN_RETURN_IF_ERROR(loss.BindLabels(sets));
+  }
   MPILEARN_ASSIGN_OR_RETURN(const int64_t outputs,
                             loss.OutputsFor(data.train.labels, data.num_classes));
   // Building allocates the weights: a model too large for this host (a
@@ -25,7 +36,7 @@ absl::StatusOr<JobModel> BuildJobModel(const JobConfig& config,
   std::optional<Model> built;
   try {
     MPILEARN_ASSIGN_OR_RETURN(
-        built, Model::FromSpec(spec.model(), data.input_shape, outputs));
+        built, Model::FromSpec(spec.model(), data.input_shape, outputs, data.heads.inputs));
   } catch (const std::bad_alloc& e) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate the model's weights on this worker (", e.what(),
@@ -47,9 +58,43 @@ absl::StatusOr<JobModel> BuildJobModel(const JobConfig& config,
   }
   for (int64_t d : data.input_shape) layout.add_input_shape(d);
   layout.set_outputs(outputs);
+  for (const std::vector<int64_t>& input : data.heads.inputs) {
+    layout.add_inputs()->mutable_dims()->Add(input.begin(), input.end());
+  }
   return JobModel{std::move(model), std::move(loss), std::move(layout),
                   data.num_classes};
 }
+
+namespace {
+
+// After a forward: a model returning a tuple returns one tensor per output
+// of the job, each as wide as that output needs (a model returning one
+// tensor is checked as a whole by Loss::CheckOutput).
+absl::Status CheckOutputCount(const JobModel& job) {
+  const std::vector<int64_t>& widths = job.model.output_widths();
+  if (widths.empty()) return absl::OkStatus();
+  const std::vector<Loss::Head>& heads = job.loss.heads();
+  if (!job.loss.multi()) {
+    if (widths.size() == 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model returns ", widths.size(),
+        " outputs but the job has one loss: give the job one entry in outputs per output (and "
+        "data.labels_datasets one labels dataset per output)"));
+  }
+  std::vector<std::string> want;
+  bool same = widths.size() == heads.size();
+  for (size_t j = 0; j < heads.size(); ++j) {
+    want.push_back(absl::StrCat(heads[j].name, " ", heads[j].output_width));
+    same = same && widths[j] == heads[j].output_width;
+  }
+  if (same) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model returns ", widths.size(), " outputs of widths [", absl::StrJoin(widths, ", "),
+      "] per sample but the job's outputs need ", heads.size(), ": [", absl::StrJoin(want, ", "),
+      "] (in the order of outputs and data.labels_datasets)"));
+}
+
+}  // namespace
 
 absl::Status Preflight(JobModel& job, const Dataset& train, int64_t batch) {
   if (train.size() == 0) return absl::OkStatus();
@@ -65,7 +110,8 @@ absl::Status Preflight(JobModel& job, const Dataset& train, int64_t batch) {
     job.model.SetTraining(true);
     const torch::Tensor output = job.model.Forward(x);
     const torch::Tensor labels = y.to(output.device());
-    status = job.loss.CheckOutput(output, labels, job.num_classes);
+    status = CheckOutputCount(job);
+    if (status.ok()) status = job.loss.CheckOutput(output, labels, job.num_classes);
     if (status.ok()) {
       const torch::Tensor loss = job.loss.Summed(output, labels);
       const double value = loss.item<double>();

@@ -1,6 +1,8 @@
 #include "worker/model/loss.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -53,11 +55,17 @@ constexpr char kScriptHowTo[] =
 
 }  // namespace
 
-std::array<double, MetricSums::kSize> MetricSums::ToArray() const {
-  return {loss, correct, abs_error, sq_error, samples, elements, topk_correct, topk_samples};
+std::vector<double> MetricSums::ToVector() const {
+  std::vector<double> values = {loss,     correct,  abs_error,    sq_error,
+                                samples,  elements, topk_correct, topk_samples};
+  for (const MetricSums& head : heads) {
+    const std::vector<double> more = head.ToVector();
+    values.insert(values.end(), more.begin(), more.end());
+  }
+  return values;
 }
 
-MetricSums MetricSums::FromArray(const std::array<double, kSize>& values) {
+MetricSums MetricSums::FromVector(absl::Span<const double> values, size_t heads) {
   MetricSums sums;
   sums.loss = values[0];
   sums.correct = values[1];
@@ -67,6 +75,9 @@ MetricSums MetricSums::FromArray(const std::array<double, kSize>& values) {
   sums.elements = values[5];
   sums.topk_correct = values[6];
   sums.topk_samples = values[7];
+  for (size_t j = 0; j < heads; ++j) {
+    sums.heads.push_back(FromVector(values.subspan(kSize * (j + 1), kSize), 0));
+  }
   return sums;
 }
 
@@ -81,6 +92,37 @@ absl::StatusOr<Loss> Loss::Create(LossKind kind, double huber_delta) {
 
 absl::StatusOr<Loss> Loss::FromConfig(const JobConfig& config) {
   const v1::JobSpec& spec = config.spec();
+  if (spec.outputs_size() > 0) {
+    std::vector<Head> heads;
+    std::vector<std::string> names;
+    for (int i = 0; i < spec.outputs_size(); ++i) {
+      const v1::OutputSpec& output = spec.outputs(i);
+      const std::optional<LossKind> kind =
+          LossKindFromName(output.loss().empty() ? "categorical_crossentropy" : output.loss());
+      if (!kind) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("outputs[", i, "].loss: unknown loss '", output.loss(), "'"));
+      }
+      absl::StatusOr<Loss> loss =
+          Create(*kind, output.has_huber_delta() ? output.huber_delta() : 1.0);
+      if (loss.ok()) loss = WithOptions(*std::move(loss), output.loss_options());
+      if (!loss.ok()) {
+        return absl::Status(loss.status().code(), absl::StrCat("outputs[", i, "] ('",
+                                                               output.name(), "'): ",
+                                                               loss.status().message()));
+      }
+      Head head;
+      head.name = output.name().empty() ? absl::StrCat("out", i) : output.name();
+      head.weight = output.has_weight() ? output.weight() : 1.0;
+      head.loss = std::make_shared<const Loss>(*std::move(loss));
+      names.push_back(head.loss->name());
+      heads.push_back(std::move(head));
+    }
+    Loss loss(heads[0].loss->kind(), 1.0);
+    loss.name_ = absl::StrJoin(names, " + ");
+    loss.heads_ = std::move(heads);
+    return loss;
+  }
   absl::StatusOr<Loss> loss =
       Create(config.loss(), spec.has_huber_delta() ? spec.huber_delta() : 1.0);
   if (!loss.ok()) return loss.status();
@@ -107,8 +149,56 @@ torch::Tensor Loss::OnDeviceOf(const std::vector<float>& values, const torch::Te
   return torch::tensor(values, torch::kFloat32).to(like.device(), like.scalar_type());
 }
 
+absl::Status Loss::BindLabels(const std::vector<LabelSet>& sets) {
+  if (sets.size() != heads_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job has ", heads_.size(), " outputs but the data ", sets.size(),
+        " labels datasets (data.labels_datasets); give one output per labels dataset"));
+  }
+  int64_t column = 0;
+  for (size_t j = 0; j < heads_.size(); ++j) {
+    Head& head = heads_[j];
+    const LossKind kind = head.loss->kind();
+    head.labels = sets[j];
+    head.output_column = column;
+    if (sets[j].class_indices) {
+      if (!head.loss->classification()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output '", head.name, "': its labels are class indices (an integer dataset) but ",
+            head.loss->name(), " needs float targets; store them as floats or use a "
+            "classification loss"));
+      }
+      head.output_width =
+          kind == LossKind::kCategoricalCrossentropy ? std::max<int64_t>(sets[j].num_classes, 1) : 1;
+    } else {
+      head.output_width = sets[j].columns;
+    }
+    column += head.output_width;
+  }
+  return absl::OkStatus();
+}
+
+torch::Tensor Loss::HeadLabels(const torch::Tensor& labels, size_t head) const {
+  const LabelSet& set = heads_[head].labels;
+  // One labels set is not packed: int64 [B] or float [B, K] as read.
+  if (set.class_indices) {
+    return labels.dim() == 1 ? labels : labels.select(1, set.column).to(torch::kLong);
+  }
+  return labels.narrow(1, set.column, set.columns);
+}
+
+torch::Tensor Loss::HeadOutput(const torch::Tensor& output, size_t head) const {
+  return AsMatrix(output).narrow(1, heads_[head].output_column, heads_[head].output_width);
+}
+
 absl::StatusOr<int64_t> Loss::OutputsFor(const torch::Tensor& labels,
                                          int64_t num_classes) const {
+  if (multi()) {
+    if (heads_.back().output_width == 0) {
+      return absl::InternalError("a loss of several outputs needs BindLabels first");
+    }
+    return heads_.back().output_column + heads_.back().output_width;
+  }
   absl::StatusOr<LabelKind> kind = KindOf(labels);
   if (!kind.ok()) return kind.status();
   if (!kind->indices) return kind->width;
@@ -141,6 +231,32 @@ absl::StatusOr<int64_t> Loss::OutputsFor(const torch::Tensor& labels,
 absl::Status Loss::CheckOutput(const torch::Tensor& output,
                                const torch::Tensor& labels,
                                int64_t num_classes) const {
+  if (multi()) {
+    const int64_t width = heads_.back().output_column + heads_.back().output_width;
+    const int64_t batch = labels.size(0);
+    if (!output.defined() || !output.is_floating_point() || output.dim() != 2 ||
+        output.size(0) != batch || output.size(1) != width) {
+      std::vector<std::string> wants;
+      for (const Head& head : heads_) {
+        wants.push_back(absl::StrCat(head.name, " ", head.output_width));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the model outputs ", output.defined() ? ShapeString(output) : "nothing",
+          " per batch (its outputs side by side) but the job's outputs need [", batch, ", ",
+          width, "] (", absl::StrJoin(wants, ", "), ")"));
+    }
+    for (size_t j = 0; j < heads_.size(); ++j) {
+      const Head& head = heads_[j];
+      const absl::Status status = head.loss->CheckOutput(
+          HeadOutput(output, j), HeadLabels(labels, j),
+          head.labels.class_indices ? head.labels.num_classes : 0);
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat("output '", head.name, "': ", status.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<LabelKind> kind = KindOf(labels);
   if (!kind.ok()) return kind.status();
   const int64_t batch = labels.size(0);
@@ -239,6 +355,15 @@ torch::Tensor Loss::Targets(const torch::Tensor& labels,
 
 torch::Tensor Loss::Summed(const torch::Tensor& output,
                            const torch::Tensor& labels) const {
+  if (multi()) {
+    torch::Tensor total;
+    for (size_t j = 0; j < heads_.size(); ++j) {
+      const torch::Tensor part =
+          heads_[j].loss->Summed(HeadOutput(output, j), HeadLabels(labels, j)) * heads_[j].weight;
+      total = total.defined() ? total + part : part;
+    }
+    return total;
+  }
   if (script_ != nullptr) {
     // The script's mean over the batch, as a sum.
     return script_->forward({output, labels}).toTensor().reshape({}) *
@@ -276,6 +401,16 @@ torch::Tensor Loss::Summed(const torch::Tensor& output,
 }
 
 std::vector<std::string> Loss::MetricNames() const {
+  if (multi()) {
+    std::vector<std::string> names;
+    for (const Head& head : heads_) {
+      names.push_back(absl::StrCat("val_", head.name, "_loss"));
+      for (const std::string& name : head.loss->MetricNames()) {
+        names.push_back(absl::StrCat("val_", head.name, "_", name.substr(4)));
+      }
+    }
+    return names;
+  }
   if (classification()) return {"val_accuracy"};
   return {"val_mae", "val_mse"};
 }
@@ -284,6 +419,19 @@ void Loss::Accumulate(const torch::Tensor& output, const torch::Tensor& labels,
                       MetricSums* sums) const {
   torch::NoGradGuard no_grad;
   const torch::Tensor out = AsMatrix(output);
+  if (multi()) {
+    sums->heads.resize(heads_.size());
+    double total = 0;
+    for (size_t j = 0; j < heads_.size(); ++j) {
+      MetricSums& head = sums->heads[j];
+      const double before = head.loss;
+      heads_[j].loss->Accumulate(HeadOutput(output, j), HeadLabels(labels, j), &head);
+      total += heads_[j].weight * (head.loss - before);
+    }
+    sums->loss += total;
+    sums->samples += static_cast<double>(out.size(0));
+    return;
+  }
   sums->loss += Summed(output, labels).item<double>();
   sums->samples += static_cast<double>(out.size(0));
   if (kind_ == LossKind::kCategoricalCrossentropy) {
@@ -312,6 +460,17 @@ void Loss::Accumulate(const torch::Tensor& output, const torch::Tensor& labels,
 std::map<std::string, double> Loss::Metrics(const MetricSums& sums) const {
   std::map<std::string, double> metrics;
   metrics["val_loss"] = Ratio(sums.loss, sums.samples);
+  if (multi()) {
+    for (size_t j = 0; j < heads_.size(); ++j) {
+      const MetricSums none;
+      const MetricSums& head = j < sums.heads.size() ? sums.heads[j] : none;
+      for (const auto& [name, value] : heads_[j].loss->Metrics(head)) {
+        // "val_accuracy" -> "val_<name>_accuracy".
+        metrics[absl::StrCat("val_", heads_[j].name, "_", name.substr(4))] = value;
+      }
+    }
+    return metrics;
+  }
   if (classification()) {
     metrics["val_accuracy"] = Ratio(sums.correct, sums.elements);
     if (sums.topk_samples > 0) {

@@ -48,14 +48,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/spec/job_config.h"
 #include "proto/mpilearn.pb.h"
 
 namespace mpilearn::worker {
 
 // Per-batch sums from which the validation metrics follow; plain doubles so
-// a group can add its ranks' sums with one AllreduceSum over ToArray().
+// a group can add its ranks' sums with one AllreduceSum over ToVector().
 struct MetricSums {
+  // The doubles of one set of sums (without `heads`).
   static constexpr size_t kSize = 8;
 
   double loss = 0;       // Loss::Summed over every batch
@@ -69,9 +71,24 @@ struct MetricSums {
   // highest outputs, and the samples counted.
   double topk_correct = 0;
   double topk_samples = 0;
+  // A model of several outputs: each output's own sums (`loss` above is
+  // then the weighted total). Empty until the first Accumulate.
+  std::vector<MetricSums> heads;
 
-  std::array<double, kSize> ToArray() const;
-  static MetricSums FromArray(const std::array<double, kSize>& values);
+  // kSize values, then kSize per head.
+  std::vector<double> ToVector() const;
+  // The inverse of ToVector for sums of `heads` heads (values.size() must be
+  // kSize * (1 + heads)).
+  static MetricSums FromVector(absl::Span<const double> values, size_t heads);
+};
+
+// One labels set of data with several (worker/data/dataset.h's
+// DataHeads::Labels): its columns in the packed float labels.
+struct LabelSet {
+  int64_t column = 0;
+  int64_t columns = 1;
+  bool class_indices = false;
+  int64_t num_classes = 0;  // class indices: the classes; else `columns`
 };
 
 class Loss {
@@ -144,6 +161,34 @@ class Loss {
   // The k of the top-k accuracy (loss_options.top_k, default 5).
   int top_k() const { return top_k_; }
 
+  // A model of several outputs (JobSpec.outputs): each output's loss, its
+  // weight and, once BindLabels has run, its labels' and output's columns.
+  // The labels are the packed float [B, L] (DataHeads), the output the
+  // model's outputs side by side [B, W]; Summed is the weighted sum of the
+  // outputs' losses, and Metrics reports val_loss (that sum per sample) and
+  // each output's metrics as val_<name>_loss, val_<name>_accuracy, ...
+  struct Head {
+    std::string name;
+    double weight = 1.0;
+    std::shared_ptr<const Loss> loss;
+    LabelSet labels;
+    int64_t output_column = 0;
+    int64_t output_width = 0;
+  };
+  bool multi() const { return !heads_.empty(); }
+  const std::vector<Head>& heads() const { return heads_; }
+  // Gives each head its labels set (one per head, in order) and its output
+  // width (as OutputsFor: the classes for categorical_crossentropy over
+  // class indices, 1 for binary_crossentropy over 0/1 indices, else the
+  // set's columns). InvalidArgument naming the output for a count that
+  // differs or labels its loss cannot take (class indices for a regression
+  // loss).
+  absl::Status BindLabels(const std::vector<LabelSet>& sets);
+  // Head `head`'s part of a batch's packed labels: int64 [B] class indices
+  // or float [B, K]; and of the model's output, [B, width].
+  torch::Tensor HeadLabels(const torch::Tensor& labels, size_t head) const;
+  torch::Tensor HeadOutput(const torch::Tensor& output, size_t head) const;
+
  private:
   Loss(LossKind kind, double huber_delta)
       : kind_(kind), name_(InfoOf(kind).name), huber_delta_(huber_delta) {}
@@ -170,6 +215,9 @@ class Loss {
   // pointer keeps a Loss a value.
   std::shared_ptr<torch::jit::Module> script_;
   std::string script_path_;
+  // Several outputs: kind_ is then the first output's, name_ the outputs'
+  // losses joined by " + ".
+  std::vector<Head> heads_;
 };
 
 }  // namespace mpilearn::worker

@@ -284,8 +284,8 @@ TEST(LossTest, SumsAddUpOverBatchesAndRoundTripAsArray) {
   ExpectNear(parts.abs_error, whole.abs_error);
   EXPECT_DOUBLE_EQ(parts.samples, 3.0);
   EXPECT_DOUBLE_EQ(parts.elements, 6.0);
-  const MetricSums copy = MetricSums::FromArray(whole.ToArray());
-  EXPECT_EQ(copy.ToArray(), whole.ToArray());
+  const MetricSums copy = MetricSums::FromVector(whole.ToVector(), 0);
+  EXPECT_EQ(copy.ToVector(), whole.ToVector());
   // No samples: every metric 0.
   const auto empty = loss.Metrics(MetricSums());
   EXPECT_EQ(empty.at("val_loss"), 0.0);
@@ -309,7 +309,7 @@ TEST(LossTest, TopFiveAccuracyCountsTheClassAmongTheFiveHighest) {
   MetricSums sums;
   ce.Accumulate(output.slice(0, 0, 120), labels.slice(0, 0, 120), &sums);
   ce.Accumulate(output.slice(0, 120, 200), labels.slice(0, 120, 200), &sums);
-  const std::map<std::string, double> metrics = ce.Metrics(MetricSums::FromArray(sums.ToArray()));
+  const std::map<std::string, double> metrics = ce.Metrics(MetricSums::FromVector(sums.ToVector(), 0));
   EXPECT_DOUBLE_EQ(metrics.at("val_top5_accuracy"), want / 200);
   EXPECT_GT(metrics.at("val_top5_accuracy"), metrics.at("val_accuracy"));
   // Five classes or fewer: no top-5 metric.

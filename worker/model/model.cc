@@ -171,6 +171,7 @@ def forward(self, x):
 struct Assembly {
   torch::jit::Module module;
   std::string body;  // statements of forward, each ending in a newline
+  std::string args = "x";  // forward's parameters after self
 
   void Add(const std::string& name, const torch::jit::Module& layer) {
     module.register_module(name, layer);
@@ -183,7 +184,7 @@ struct Assembly {
     if (p > 0.0) Statement(absl::StrCat("x = torch.dropout(x, ", p, ", self.training)"));
   }
   void Finish() {
-    module.define(absl::StrCat("\ndef forward(self, x):\n", body, "    return x\n"));
+    module.define(absl::StrCat("\ndef forward(self, ", args, "):\n", body, "    return x\n"));
   }
 };
 
@@ -249,6 +250,46 @@ absl::Status BuildMlp(ZooBuilder& zoo, Assembly& model, const ModelSpec& spec,
   MPILEARN_ASSIGN_OR_RETURN(
       const int64_t last,
       AddDense(zoo, model, /*numbered=*/true, hidden, spec.batch_norm(), inputs));
+  return AddHead(zoo, model, spec, last, outputs);
+}
+
+// towers: each input flattened through its own dense layer of hidden[0]
+// units (+ batch norm) + ReLU ("tower0", "tower1", ...), the towers' outputs
+// side by side through the shared dense layers of hidden[1:], then the
+// head: forward(x0, x1, ...).
+absl::Status BuildTowers(ZooBuilder& zoo, Assembly& model, const ModelSpec& spec,
+                         absl::Span<const std::vector<int64_t>> inputs, int64_t outputs) {
+  if (inputs.size() < 2) {
+    return absl::InvalidArgumentError(
+        "the towers model takes two or more inputs (data.features_datasets names them); this "
+        "data has one: use mlp, cnn, cnn1d, gru or lstm");
+  }
+  const std::vector<int64_t> hidden = Widths(spec.hidden(), {128, 64});
+  MPILEARN_RETURN_IF_ERROR(CheckWidths("hidden", hidden));
+  std::vector<std::string> args, towers;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int64_t in = 1;
+    for (const int64_t d : inputs[i]) in *= d;
+    const std::string tower = absl::StrCat("tower", i);
+    MPILEARN_ASSIGN_OR_RETURN(torch::jit::Module fc, zoo.Linear(in, hidden[0]));
+    model.module.register_module(tower, fc);
+    model.Statement(absl::StrCat("t", i, " = self.", tower, ".forward(torch.flatten(x", i, ", 1))"));
+    if (spec.batch_norm()) {
+      MPILEARN_ASSIGN_OR_RETURN(torch::jit::Module bn, zoo.BatchNorm(hidden[0]));
+      model.module.register_module(tower + "_bn", bn);
+      model.Statement(absl::StrCat("t", i, " = self.", tower, "_bn.forward(t", i, ")"));
+    }
+    model.Statement(absl::StrCat("t", i, " = torch.relu(t", i, ")"));
+    args.push_back(absl::StrCat("x", i));
+    towers.push_back(absl::StrCat("t", i));
+  }
+  model.args = absl::StrJoin(args, ", ");
+  model.Statement(absl::StrCat("x = torch.cat([", absl::StrJoin(towers, ", "), "], 1)"));
+  MPILEARN_ASSIGN_OR_RETURN(
+      const int64_t last,
+      AddDense(zoo, model, /*numbered=*/true,
+               std::vector<int64_t>(hidden.begin() + 1, hidden.end()), spec.batch_norm(),
+               hidden[0] * static_cast<int64_t>(inputs.size())));
   return AddHead(zoo, model, spec, last, outputs);
 }
 
@@ -447,7 +488,8 @@ void Model::CollectState() {
 
 absl::StatusOr<Model> Model::Build(const ModelSpec& spec,
                                    absl::Span<const int64_t> input_shape,
-                                   int64_t outputs) {
+                                   int64_t outputs,
+                                   absl::Span<const std::vector<int64_t>> inputs) {
   if (input_shape.empty()) {
     return absl::InvalidArgumentError("the data's samples have no shape");
   }
@@ -487,6 +529,8 @@ absl::StatusOr<Model> Model::Build(const ModelSpec& spec,
     try {
       if (*kind == ModelKind::kMlp) {
         MPILEARN_RETURN_IF_ERROR(BuildMlp(zoo, model, spec, input_shape, outputs));
+      } else if (*kind == ModelKind::kTowers) {
+        MPILEARN_RETURN_IF_ERROR(BuildTowers(zoo, model, spec, inputs, outputs));
       } else if (info.conv_dims > 0) {
         MPILEARN_RETURN_IF_ERROR(BuildCnn(zoo, model, spec, info.conv_dims,
                                           input_shape, outputs));
@@ -571,16 +615,75 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
 
 absl::StatusOr<Model> Model::FromSpec(const ModelSpec& spec,
                                       absl::Span<const int64_t> input_shape,
-                                      int64_t outputs) {
-  if (!spec.torchscript().empty()) return Load(spec.torchscript());
-  return Build(spec, input_shape, outputs);
+                                      int64_t outputs,
+                                      absl::Span<const std::vector<int64_t>> inputs) {
+  absl::StatusOr<Model> model = spec.torchscript().empty()
+                                    ? Build(spec, input_shape, outputs, inputs)
+                                    : Load(spec.torchscript());
+  if (!model.ok() || inputs.size() < 2) return model;
+  MPILEARN_RETURN_IF_ERROR(
+      model->SetInputs({inputs.begin(), inputs.end()}, spec.torchscript().empty()));
+  return model;
+}
+
+absl::Status Model::SetInputs(std::vector<std::vector<int64_t>> shapes, bool builtin) {
+  const size_t takes =
+      module_.get_method("forward").function().getSchema().arguments().size() - 1;
+  if (takes == shapes.size()) {
+    split_ = std::move(shapes);
+    return absl::OkStatus();
+  }
+  if (takes == 1 && builtin) return absl::OkStatus();  // the packed features
+  std::vector<std::string> listed;
+  for (const std::vector<int64_t>& shape : shapes) listed.push_back(ShapeString(shape));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model's forward takes ", takes, " tensor", takes == 1 ? "" : "s", " but the data has ",
+      shapes.size(), " inputs (data.features_datasets: rows of ", absl::StrJoin(listed, ", "),
+      "); write forward(self, ", takes == 1 ? "x0, x1, ...)" : "...) with one parameter per input",
+      " in the order the datasets are listed"));
 }
 
 torch::Tensor Model::Forward(const torch::Tensor& x) {
-  c10::IValue out = module_.forward({x.device() == device_ ? x : x.to(device_)});
+  const torch::Tensor in = x.device() == device_ ? x : x.to(device_);
+  std::vector<c10::IValue> args;
+  if (split_.empty()) {
+    args.emplace_back(in);
+  } else {
+    // The packed [B, F] back into each input [B, ...].
+    const int64_t batch = in.size(0);
+    int64_t at = 0;
+    for (const std::vector<int64_t>& shape : split_) {
+      std::vector<int64_t> sizes = {batch};
+      int64_t columns = 1;
+      for (const int64_t d : shape) {
+        sizes.push_back(d);
+        columns *= d;
+      }
+      args.emplace_back(in.narrow(1, at, columns).reshape(sizes));
+      at += columns;
+    }
+  }
+  c10::IValue out = module_.forward(args);
+  if (out.isTuple()) {
+    // Several outputs: side by side, each [B, n] ([B] as [B, 1]).
+    std::vector<torch::Tensor> parts;
+    output_widths_.clear();
+    for (const c10::IValue& element : out.toTupleRef().elements()) {
+      TORCH_CHECK(element.isTensor(),
+                  "the model's forward returned a tuple holding ", element.tagKind(),
+                  "; it must return a tensor or a tuple of tensors");
+      const torch::Tensor part = element.toTensor();
+      TORCH_CHECK(part.dim() >= 1, "the model's outputs must have a batch dimension");
+      parts.push_back(part.reshape({part.size(0), -1}));
+      output_widths_.push_back(parts.back().size(1));
+    }
+    TORCH_CHECK(!parts.empty(), "the model's forward returned an empty tuple");
+    return torch::cat(parts, 1);
+  }
   TORCH_CHECK(out.isTensor(),
-              "the model's forward must return one tensor, it returned ",
+              "the model's forward must return a tensor or a tuple of tensors, it returned ",
               out.tagKind());
+  output_widths_.clear();
   return out.toTensor();
 }
 

@@ -54,24 +54,42 @@ class Model {
   // the batch dimension) and `outputs` values per sample, with freshly drawn
   // weights. InvalidArgument naming the spec field for an unknown name or a
   // bad field, and for an input shape the model cannot take.
+  // With several inputs (`inputs`: each one's row shape; input_shape is
+  // then their packed [F]) the towers model takes them one by one; the
+  // others take the packed features.
   static absl::StatusOr<Model> Build(const v1::ModelSpec& spec,
                                      absl::Span<const int64_t> input_shape,
-                                     int64_t outputs);
+                                     int64_t outputs,
+                                     absl::Span<const std::vector<int64_t>> inputs = {});
 
   // Loads the scripted module at `path`. Errors name the file and say what
   // to do: NotFound (missing), InvalidArgument (not TorchScript, traced,
   // frozen, no trainable parameters).
   static absl::StatusOr<Model> Load(const std::string& path);
 
-  // Load(spec.torchscript()) when set, else Build.
+  // Load(spec.torchscript()) when set, else Build; with two or more
+  // `inputs`, then SetInputs.
   static absl::StatusOr<Model> FromSpec(const v1::ModelSpec& spec,
                                         absl::Span<const int64_t> input_shape,
-                                        int64_t outputs);
+                                        int64_t outputs,
+                                        absl::Span<const std::vector<int64_t>> inputs = {});
+
+  // Several inputs (each one's row shape, in order; the features Forward
+  // gets are them packed side by side, [B, F]): when the module's forward
+  // takes that many tensors, Forward hands it each input [B, shape...].
+  // A `builtin` module taking one tensor keeps the packed features;
+  // otherwise InvalidArgument naming both counts.
+  absl::Status SetInputs(std::vector<std::vector<int64_t>> shapes, bool builtin);
 
   // The model's output for a batch (the first dimension of `x` is the
   // batch), on the model's device (`x` is moved there first when it is
-  // elsewhere). LibTorch errors propagate as c10::Error.
+  // elsewhere). A module returning a tuple of tensors (several outputs)
+  // gives them side by side, each as [B, n] (output_widths() says the n's).
+  // LibTorch errors propagate as c10::Error.
   torch::Tensor Forward(const torch::Tensor& x);
+  // Each output's width in the last Forward whose module returned a
+  // tuple; empty when it returned one tensor.
+  const std::vector<int64_t>& output_widths() const { return output_widths_; }
 
   // Moves the model's tensors to `device`; state() then holds the moved
   // tensors.
@@ -111,6 +129,9 @@ class Model {
   std::vector<torch::Tensor> state_;
   std::vector<std::string> names_;
   size_t num_parameters_ = 0;
+  // SetInputs's shapes when forward takes them one by one; empty otherwise.
+  std::vector<std::vector<int64_t>> split_;
+  std::vector<int64_t> output_widths_;
 };
 
 // Switches LibTorch's graph executor to run TorchScript without profiling

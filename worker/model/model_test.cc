@@ -339,6 +339,77 @@ TEST(ModelSaveLoadTest, SetStateWritesTheModel) {
   EXPECT_EQ(model.SetState(views).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// towers: each input through its own layer, side by side through the
+// shared one, then the head; against the same arithmetic in double.
+TEST(ModelBuildTest, TowersTakeEachInputOnItsOwn) {
+  ModelSpec spec = Spec("towers");
+  spec.add_hidden(5);
+  spec.add_hidden(6);
+  const std::vector<std::vector<int64_t>> inputs = {{4}, {8, 3}};
+  absl::StatusOr<Model> model = Model::FromSpec(spec, {28}, 4, inputs);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT(model->state_names(),
+              ElementsAre("tower0.weight", "tower0.bias", "tower1.weight", "tower1.bias",
+                          "fc1.weight", "fc1.bias", "out.weight", "out.bias"));
+  EXPECT_THAT(Sizes(model->state()[2]), ElementsAre(5, 24));
+  EXPECT_THAT(Sizes(model->state()[4]), ElementsAre(6, 10));
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({3, 28});
+  const torch::Tensor out = model->Forward(x);
+  ASSERT_THAT(Sizes(out), ElementsAre(3, 4));
+  const auto dense = [](const torch::Tensor& w, const torch::Tensor& b, const torch::Tensor& v) {
+    return torch::matmul(v, w.to(torch::kDouble).t()) + b.to(torch::kDouble);
+  };
+  const std::vector<torch::Tensor>& s = model->state();
+  const torch::Tensor xd = x.to(torch::kDouble);
+  const torch::Tensor t0 = torch::relu(dense(s[0], s[1], xd.narrow(1, 0, 4)));
+  const torch::Tensor t1 = torch::relu(dense(s[2], s[3], xd.narrow(1, 4, 24)));
+  const torch::Tensor h = torch::relu(dense(s[4], s[5], torch::cat({t0, t1}, 1)));
+  const torch::Tensor want = dense(s[6], s[7], h);
+  EXPECT_LT((out.to(torch::kDouble) - want).abs().max().item<double>(), 1e-5);
+  // One input is not for towers.
+  EXPECT_THAT(std::string(Model::FromSpec(spec, {28}, 4).status().message()),
+              HasSubstr("the towers model takes two or more inputs"));
+}
+
+// A TorchScript model of two inputs and two outputs: Forward splits the
+// packed features into its inputs and gives its outputs side by side.
+TEST(ModelLoadTest, SeveralInputsAndATupleOfOutputs) {
+  torch::jit::Module m("__torch__.TwoByTwo");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w", torch::arange(6, torch::kFloat32).reshape({2, 3}).requires_grad_(),
+                       false);
+  m.define(R"(
+def forward(self, a, b):
+    return torch.mm(a, self.w), torch.sum(b, [1, 2])
+)");
+  const std::string path = TempPath("two_by_two.pt");
+  m.save(path);
+  absl::StatusOr<Model> model = Model::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(model->SetInputs({{2}, {2, 2}}, /*builtin=*/false).ok());
+  const torch::Tensor x = torch::tensor({1.f, 2.f, 1.f, 2.f, 3.f, 4.f,    //
+                                         0.f, -1.f, 0.5f, 0.5f, 0.5f, 0.5f})
+                              .reshape({2, 6});
+  const torch::Tensor out = model->Forward(x);
+  EXPECT_THAT(model->output_widths(), ElementsAre(3, 1));
+  // Row 0: [1, 2] . w = [6, 9, 12]; 1 + 2 + 3 + 4 = 10.
+  // Row 1: [0, -1] . w = [-3, -4, -5]; 4 * 0.5 = 2.
+  EXPECT_TRUE(torch::equal(out, torch::tensor({6.f, 9.f, 12.f, 10.f, -3.f, -4.f, -5.f, 2.f})
+                                    .reshape({2, 4})))
+      << out;
+  EXPECT_THAT(std::string(model->SetInputs({{2}, {2, 2}, {1}}, false).message()),
+              HasSubstr("the model's forward takes 2 tensors but the data has 3 inputs"));
+  std::remove(path.c_str());
+  // A module of one input is refused several, unless it is a built-in
+  // model (which then takes the packed features).
+  Model mlp = MustBuild(Spec("mlp"), {6}, 2);
+  EXPECT_TRUE(mlp.SetInputs({{2}, {2, 2}}, /*builtin=*/true).ok());
+  EXPECT_THAT(Sizes(mlp.Forward(x)), ElementsAre(2, 2));
+  EXPECT_THAT(std::string(mlp.SetInputs({{2}, {2, 2}}, /*builtin=*/false).message()),
+              HasSubstr("takes 1 tensor but the data has 2 inputs"));
+}
+
 // A module whose dropout has the mode as a constant: what torch.jit.trace
 // records.
 TEST(ModelLoadTest, RefusesTracedLookingModule) {
