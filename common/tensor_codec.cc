@@ -172,6 +172,30 @@ absl::Status CheckSameLayout(const v1::TensorSetHeader& expected,
   return absl::OkStatus();
 }
 
+absl::Status CheckWarmStartLayout(const v1::TensorSetHeader& source,
+                                  const v1::TensorSetHeader& model, const std::string& from) {
+  auto shape = [](const v1::TensorInfo& tensor) {
+    return absl::StrCat("[", absl::StrJoin(tensor.shape(), ", "), "]");
+  };
+  const int common = std::min(source.tensors_size(), model.tensors_size());
+  for (int i = 0; i < common; ++i) {
+    const v1::TensorInfo& want = source.tensors(i);
+    const v1::TensorInfo& have = model.tensors(i);
+    if (want.name() != have.name() || shape(want) != shape(have)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "warm_start: tensor ", i, " is '", want.name(), "' ", shape(want), " in ", from,
+          " but '", have.name(), "' ", shape(have),
+          " in this job's model; start from weights of the same model"));
+    }
+  }
+  if (source.tensors_size() != model.tensors_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warm_start: ", from, " holds ", source.tensors_size(), " tensors but this job's model ",
+        model.tensors_size(), "; start from weights of the same model"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ForEachChunk(
     absl::Span<const absl::Span<const char>> buffers, size_t max_chunk_bytes,
     const std::function<absl::Status(v1::TensorChunk&)>& emit) {

@@ -86,6 +86,13 @@ void SetWireDType(v1::TensorSetHeader* header, v1::DType dtype);
 absl::Status CheckSameLayout(const v1::TensorSetHeader& expected,
                              const v1::TensorSetHeader& header);
 
+// OK when `model` (a group's layout) has `source`'s tensors (a warm start's
+// weights: a checkpoint's, another job's, a TorchScript file's): as many,
+// with the same names and shapes, in order. INVALID_ARGUMENT naming `from`
+// ("checkpoint 'x.pb'") and the first difference otherwise.
+absl::Status CheckWarmStartLayout(const v1::TensorSetHeader& source,
+                                  const v1::TensorSetHeader& model, const std::string& from);
+
 // Splits each buffer into chunks of at most `max_chunk_bytes` and calls
 // `emit` for each, in order. Stops at the first error `emit` returns. An
 // empty tensor produces no chunk. The bytes go as they are (fp32 wire data).

@@ -29,6 +29,7 @@
 namespace mpilearn::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kPython[] = "/usr/bin/python3";
@@ -492,6 +493,32 @@ TEST_F(UserModelTest, WarmStartedJobBeginsWhereItsSourceEnded) {
   EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED) << log;
   EXPECT_THAT(failed.message(), HasSubstr("warm_start: tensor 0 is")) << failed.message();
   EXPECT_EQ(failed.samples_trained(), 0u);
+
+  // From the source exported as TorchScript (mpilearn-export), which the
+  // workers read: the same accuracy; another model fails naming the file.
+  const std::string exported = dir_ + "/source.pt";
+  ASSERT_EQ(std::system(absl::StrCat(Runfile("tools/cli/mpilearn-export"), " --state_dir ", dir_,
+                                     " --job_id ", source.job_id(), " --out ", exported, " >>",
+                                     dir_, "/export.log 2>&1")
+                            .c_str()),
+            0)
+      << ReadFileOrDie(dir_ + "/export.log");
+  v1::JobSpec from_file = warm;
+  from_file.mutable_warm_start()->Clear();
+  from_file.mutable_warm_start()->set_torchscript(exported);
+  const v1::JobStatus loaded = Run(from_file, 2, &log, &exit_code);
+  ASSERT_EQ(exit_code, 0) << log;
+  ASSERT_EQ(loaded.state(), v1::JOB_STATE_COMPLETED) << loaded.message();
+  EXPECT_NEAR(loaded.test_accuracy(), source.test_accuracy(), 0.005)
+      << "source " << source.test_accuracy() << ", from its export " << loaded.test_accuracy();
+  v1::JobSpec other_file = other;
+  *other_file.mutable_warm_start() = from_file.warm_start();
+  const v1::JobStatus refused = Run(other_file, 1, &log, &exit_code);
+  EXPECT_EQ(refused.state(), v1::JOB_STATE_FAILED) << log;
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("warm_start: tensor 0 is"), HasSubstr("TorchScript file")))
+      << refused.message();
+  EXPECT_EQ(refused.samples_trained(), 0u);
 }
 
 }  // namespace

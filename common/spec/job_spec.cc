@@ -191,6 +191,10 @@ std::optional<int> TopKOfMetric(absl::string_view metric) {
   return std::nullopt;
 }
 
+bool WarmStartsOnMaster(const v1::JobSpec& spec) {
+  return spec.has_warm_start() && spec.warm_start().torchscript().empty();
+}
+
 bool HigherIsBetter(absl::string_view metric) {
   // val_accuracy, val_auc, val_top5_accuracy, val_<output>_accuracy, ...
   return absl::StartsWith(metric, "val_") &&

@@ -87,6 +87,11 @@ bool HigherIsBetter(absl::string_view metric);
 // score per sample.
 std::vector<std::string> ReportedMetrics(const v1::JobSpec& spec);
 
+// Whether the master brings a job's initial weights (warm_start from a job
+// or a checkpoint file); a warm start from a TorchScript file is the
+// workers' (they load it and send its weights as any initial weights).
+bool WarmStartsOnMaster(const v1::JobSpec& spec);
+
 // Pretty JSON of a spec, with field names as in the .proto.
 std::string JobSpecToJson(const v1::JobSpec& spec);
 

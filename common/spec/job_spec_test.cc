@@ -460,6 +460,12 @@ TEST(JobSpecTest, LossOptionsAreKeptAndCheckedAgainstTheLoss) {
        "warm_start names 2 sources; give exactly one"},
       {absl::StrCat(R"({"warm_start": {"optimizer_state": true}, )", data, "}"),
        "warm_start names 0 sources"},
+      {absl::StrCat(R"({"warm_start": {"job_id": "j", "torchscript": "m.pt"}, )", data, "}"),
+       "warm_start names 2 sources; give exactly one: job_id (a job on this master), checkpoint "
+       "(a file the master reads) or torchscript (an exported model the workers read)"},
+      {absl::StrCat(R"({"warm_start": {"torchscript": "m.pt", "optimizer_state": true}, )", data,
+                    "}"),
+       "warm_start.optimizer_state: a TorchScript file holds no optimizer state"},
       // The metric follows the k: top-5 is not reported with top_k 3.
       {absl::StrCat(R"({"loss_options": {"top_k": 3}, "early_stopping": )",
                     R"({"metric": "val_top5_accuracy"}, )", data, "}"),

@@ -218,11 +218,23 @@ absl::Status CheckWeights(absl::string_view field,
 }  // namespace
 
 absl::Status NormalizeWarmStart(const v1::WarmStartSpec& warm) {
-  const int sources = (warm.job_id().empty() ? 0 : 1) + (warm.checkpoint().empty() ? 0 : 1);
+  const int sources = (warm.job_id().empty() ? 0 : 1) + (warm.checkpoint().empty() ? 0 : 1) +
+                      (warm.torchscript().empty() ? 0 : 1);
   if (sources != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "warm_start names ", sources,
-        " sources; give exactly one: job_id (a job on this master) or checkpoint (a file)"));
+        " sources; give exactly one: job_id (a job on this master), checkpoint (a file the "
+        "master reads) or torchscript (an exported model the workers read)"));
+  }
+  if (!warm.torchscript().empty() && warm.optimizer_state()) {
+    return absl::InvalidArgumentError(
+        "warm_start.optimizer_state: a TorchScript file holds no optimizer state; start from "
+        "the job (job_id) or its checkpoint for that");
+  }
+  if (warm.torchscript().size() > kMaxPathBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("warm_start.torchscript: a path of at most ",
+                                                   kMaxPathBytes, " bytes, got ",
+                                                   warm.torchscript().size()));
   }
   if (warm.job_id().size() > 128) {
     return absl::InvalidArgumentError(absl::StrCat(

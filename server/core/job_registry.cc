@@ -13,7 +13,10 @@
 #include "common/bounded_text.h"
 #include "common/checkpoint_file.h"
 #include "common/error_reason.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "common/validation_record.h"
 #include "glog/logging.h"
 #include "server/core/store/job_checkpoint.h"
 #include "server/core/store/job_loader.h"
@@ -209,7 +212,7 @@ absl::StatusOr<v1::InitWeightsResponse> JobRegistry::InitWeights(
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
   MPILEARN_RETURN_IF_ERROR(job->Touch(group_id, Now()));
   bool accepted = false;
-  if (job->spec().has_warm_start()) {
+  if (WarmStartsOnMaster(job->spec())) {
     // The group's weights only tell the layout: it pulls the source's.
     std::string from;
     MPILEARN_ASSIGN_OR_RETURN(JobCheckpoint source,
@@ -334,6 +337,7 @@ absl::StatusOr<v1::NextDataUnitResponse> JobRegistry::NextDataUnit(
 
 absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
     const std::string& job_id, const v1::EpochRecord& record) {
+  MPILEARN_RETURN_IF_ERROR(CheckEpochReport(record));
   MPILEARN_ASSIGN_OR_RETURN(const Entry entry, FindEntry(job_id));
   Job& job = *entry.job;
   MPILEARN_RETURN_IF_ERROR(job.Touch(record.group_id(), Now()));
@@ -378,8 +382,21 @@ absl::StatusOr<v1::JobState> JobRegistry::ReportEpoch(
 
 absl::StatusOr<v1::JobState> JobRegistry::ReportValidation(
     const std::string& job_id, const v1::ValidationRecord& record) {
+  MPILEARN_RETURN_IF_ERROR(CheckValidationRecord(record));
   MPILEARN_ASSIGN_OR_RETURN(const Entry entry, FindEntry(job_id));
   Job& job = *entry.job;
+  {
+    // No weights validated yet can be newer than the job's (a sharded job's
+    // lead holds none: its shards' versions are not checked here).
+    absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> weights = job.Weights();
+    if (weights.ok() && record.version() > (*weights)->header.version()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "record.version: ", record.version(), " is ahead of the job's weights (version ",
+          (*weights)->header.version(),
+          "); report the version of the snapshot validated (the report is refused and the "
+          "job's history and best value stay as they were)"));
+    }
+  }
   const absl::Time now = Now();
   // As Job::RecordValidation stamps it, so the appended copy is the stored
   // one.

@@ -9,21 +9,27 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "common/tensor_codec.h"
 #include "common/trace.h"
 #include "google/protobuf/util/json_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/job_observer.h"
 #include "server/core/job_tracer.h"
 
 namespace mpilearn::server {
 namespace {
+
+using ::testing::HasSubstr;
 
 // The spec normalized, as MasterCore::SubmitJob hands it to the registry.
 JobConfig Normalized(const v1::JobSpec& spec) {
@@ -705,6 +711,73 @@ TEST_F(JobRegistryTest, BestCheckpointFollowsImprovements) {
             absl::StatusCode::kNotFound);
 }
 
+// Reports whose values are out of range are refused naming the field, and
+// leave the job's validations and best value as they were.
+TEST_F(JobRegistryTest, BadValidationRecordsAreRefusedAndLeaveTheBest) {
+  const std::string job_id = registry_->Submit(Normalized(SgdSpec())).value();
+  const std::string group = Register(job_id).group_id();
+  InitWeights(job_id, group);
+  Push(job_id, group, 1.0f);
+  const uint64_t version = registry_->Status(job_id)->version();
+  v1::ValidationRecord good;
+  good.set_version(version);
+  good.set_val_loss(0.5);
+  good.set_val_accuracy(0.75);
+  good.set_samples(100);
+  good.set_source("pool v-1");
+  (*good.mutable_metrics())["val_loss"] = 0.5;
+  (*good.mutable_metrics())["val_accuracy"] = 0.75;
+  ASSERT_TRUE(registry_->ReportValidation(job_id, good).ok());
+  ASSERT_DOUBLE_EQ(registry_->Status(job_id)->best_metric_value(), 0.5);
+
+  struct Bad {
+    std::function<void(v1::ValidationRecord&)> change;
+    std::string field;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<Bad> bad = {
+      {[&](v1::ValidationRecord& r) { r.set_val_loss(nan); }, "record.val_loss is nan"},
+      {[](v1::ValidationRecord& r) { r.set_val_loss(-1e308); }, "record.val_loss is -1e+308"},
+      {[](v1::ValidationRecord& r) { r.set_val_loss(0.01 / 0.0); }, "record.val_loss is inf"},
+      {[](v1::ValidationRecord& r) { r.set_val_accuracy(17); },
+       "record.val_accuracy is 17; it must be in [0, 1]"},
+      {[](v1::ValidationRecord& r) { (*r.mutable_metrics())["val_mae"] = -1; },
+       "record.metrics[val_mae] is -1; it must be >= 0"},
+      {[](v1::ValidationRecord& r) { (*r.mutable_metrics())["val_kind_auc"] = 1.5; },
+       "record.metrics[val_kind_auc] is 1.5"},
+      {[](v1::ValidationRecord& r) { (*r.mutable_metrics())["loss"] = 0.1; },
+       "record.metrics: 'loss' is not a validation metric's name"},
+      {[](v1::ValidationRecord& r) { r.set_samples(-3); }, "record.samples is -3"},
+      {[&](v1::ValidationRecord& r) { r.set_version(version + 5); },
+       absl::StrCat("record.version: ", version + 5, " is ahead of the job's weights")},
+  };
+  for (const Bad& b : bad) {
+    v1::ValidationRecord record = good;
+    record.set_val_loss(0.01);  // would be a new best
+    (*record.mutable_metrics())["val_loss"] = 0.01;
+    b.change(record);
+    const auto state = registry_->ReportValidation(job_id, record);
+    EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument) << b.field;
+    EXPECT_THAT(std::string(state.status().message()), HasSubstr(b.field));
+    const v1::JobStatus status = registry_->Status(job_id).value();
+    EXPECT_DOUBLE_EQ(status.best_metric_value(), 0.5) << b.field;
+    EXPECT_EQ(status.validations_size(), 1) << b.field;
+  }
+  // An epoch report alike.
+  v1::EpochRecord epoch;
+  epoch.set_epoch(1);
+  epoch.set_group_id(group);
+  epoch.set_val_loss(nan);
+  EXPECT_THAT(std::string(registry_->ReportEpoch(job_id, epoch).status().message()),
+              HasSubstr("record.val_loss is nan"));
+  epoch.set_val_loss(0.01);
+  epoch.set_epoch(0);
+  EXPECT_THAT(std::string(registry_->ReportEpoch(job_id, epoch).status().message()),
+              HasSubstr("record.epoch is 0; it must be >= 1"));
+  EXPECT_DOUBLE_EQ(registry_->Status(job_id)->best_metric_value(), 0.5);
+  EXPECT_EQ(registry_->Status(job_id)->validations_size(), 1);
+}
+
 // In-band validation (ReportEpoch) reaching the target ends the job: the
 // sink hears of it, a group finishes the job and its test result is kept,
 // and the end is on disk.
@@ -906,8 +979,7 @@ TEST_F(JobRegistryTest, TelemetryProgressAndMetricsView) {
   EXPECT_DOUBLE_EQ(second->progress().train_loss(), 0.5);  // NextUnit's loss
 
   for (int i = 1; i <= 2; ++i) {
-    v1::ValidationRecord record;
-    record.set_version(static_cast<uint64_t>(i));
+    v1::ValidationRecord record;  // of the initial weights (version 0)
     record.set_val_accuracy(0.25 * i);
     ASSERT_TRUE(registry_->ReportValidation(job_id, record).ok());
   }
@@ -1331,7 +1403,7 @@ TEST_F(DurableCompletionTest, ConcurrentValidationsKeepTheJobsOrder) {
     pools.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
         v1::ValidationRecord record;
-        record.set_version(1000 * t + i);
+        record.set_samples(1000 * t + i);  // tells the records apart
         record.set_val_loss(1.0 + t + i);
         record.set_source(absl::StrCat("pool v-", t));
         EXPECT_TRUE(registry_->ReportValidation(job_id, record).ok());
@@ -1346,7 +1418,7 @@ TEST_F(DurableCompletionTest, ConcurrentValidationsKeepTheJobsOrder) {
   const v1::JobStatus after = registry_->Status(job_id).value();
   ASSERT_EQ(after.validations_size(), 200);
   for (int i = 0; i < 200; ++i) {
-    EXPECT_EQ(after.validations(i).version(), before.validations(i).version())
+    EXPECT_EQ(after.validations(i).samples(), before.validations(i).samples())
         << i;
   }
 }

@@ -222,7 +222,7 @@ absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
 }
 
 absl::Status MasterCore::CheckWarmStartSource(const v1::JobSpec& spec) const {
-  if (!spec.has_warm_start()) return absl::OkStatus();
+  if (!WarmStartsOnMaster(spec)) return absl::OkStatus();
   const v1::WarmStartSpec& warm = spec.warm_start();
   if (!warm.job_id().empty()) {
     if (registry_->FindJob(warm.job_id()).ok()) return absl::OkStatus();

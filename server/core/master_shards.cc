@@ -13,6 +13,7 @@
 #include "common/bounded_text.h"
 #include "common/error_reason.h"
 #include "common/spec/job_config.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/core/master_core.h"
@@ -271,7 +272,7 @@ absl::Status MasterCore::PlaceOnShards(v1::RegisterGroupResponse& response) {
   const v1::LrScheduleSpec& schedule = response.spec().optimizer().schedule();
   if (schedule.unit() == "epochs" || schedule.name() == "plateau") return absl::OkStatus();
   // A warm start's source is whole: such a job stays on the lead too.
-  if (response.spec().has_warm_start()) return absl::OkStatus();
+  if (WarmStartsOnMaster(response.spec())) return absl::OkStatus();
   absl::StatusOr<v1::ShardPlacement> placement =
       shard_table_->Place(response.job_id(), response.spec().max_shards(), registry_->Now());
   absl::Status ready = placement.status();

@@ -13,6 +13,27 @@
 
 namespace mpilearn::worker {
 
+namespace {
+
+// warm_start.torchscript: the file's parameters and float buffers, checked
+// against the model's `layout`, become the model's state.
+absl::Status WarmStartFromTorchScript(const std::string& path, const v1::TensorSetHeader& layout,
+                                      Model& model) {
+  MPILEARN_ASSIGN_OR_RETURN(Model source, Model::Load(path, "warm_start.torchscript"));
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& t : source.state()) shapes.push_back(t.sizes().vec());
+  MPILEARN_RETURN_IF_ERROR(
+      CheckWarmStartLayout(MakeFloat32Header(0, source.state_names(), shapes), layout,
+                           absl::StrCat("TorchScript file '", path, "'")));
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < source.state().size(); ++i) {
+    model.state()[i].copy_(source.state()[i]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<JobModel> BuildJobModel(const JobConfig& config,
                                        const DatasetSplits& data) {
   const v1::JobSpec& spec = config.spec();
@@ -60,6 +81,9 @@ absl::StatusOr<JobModel> BuildJobModel(const JobConfig& config,
   layout.set_outputs(outputs);
   for (const std::vector<int64_t>& input : data.heads.inputs) {
     layout.add_inputs()->mutable_dims()->Add(input.begin(), input.end());
+  }
+  if (!spec.warm_start().torchscript().empty()) {
+    MPILEARN_RETURN_IF_ERROR(WarmStartFromTorchScript(spec.warm_start().torchscript(), layout, model));
   }
   return JobModel{std::move(model), std::move(loss), std::move(layout),
                   data.num_classes};

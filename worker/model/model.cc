@@ -558,12 +558,12 @@ absl::StatusOr<Model> Model::Build(const ModelSpec& spec,
   return Model(std::move(built->module));
 }
 
-absl::StatusOr<Model> Model::Load(const std::string& path) {
+absl::StatusOr<Model> Model::Load(const std::string& path, absl::string_view field) {
   constexpr char kHowTo[] =
       "export the model with tools/cli/export_torchscript.py (torch.jit.script, "
       "then .save; see docs/torchscript.md)";
   MPILEARN_ASSIGN_OR_RETURN(torch::jit::Module module,
-                            LoadTorchScriptFile(path, "model.torchscript", kHowTo));
+                            LoadTorchScriptFile(path, field, kHowTo));
   size_t parameters = 0, trainable = 0;
   for (const torch::Tensor& p : module.parameters(/*recurse=*/true)) {
     ++parameters;
@@ -571,7 +571,7 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
   }
   if (parameters == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.torchscript: '", path,
+        field, ": '", path,
         "' has no parameters: a frozen module (torch.jit.freeze) holds its "
         "weights as constants and cannot be trained; save the scripted module "
         "without freezing it; ",
@@ -579,7 +579,7 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
   }
   if (trainable == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.torchscript: '", path,
+        field, ": '", path,
         "' has no trainable parameters (requires_grad is False for all ",
         parameters, "); set requires_grad on the parameters to train"));
   }
@@ -588,7 +588,7 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
   torch::jit::Inline(*graph);
   if (HasBakedMode(graph->block())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.torchscript: '", path,
+        field, ": '", path,
         "' is a traced module: its dropout, batch norm or recurrent layer has "
         "the train/eval mode of the moment it was traced baked in, so it would "
         "train and evaluate alike; use torch.jit.script instead of "
@@ -599,14 +599,14 @@ absl::StatusOr<Model> Model::Load(const std::string& path) {
   for (size_t i = 0; i < model.state_.size(); ++i) {
     if (model.state_[i].scalar_type() != torch::kFloat32) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "model.torchscript: '", path, "': tensor '", model.names_[i], "' is ",
+          field, ": '", path, "': tensor '", model.names_[i], "' is ",
           c10::toString(model.state_[i].scalar_type()),
           "; MPI Learn trains float32 models: call model.float() before "
           "scripting"));
     }
     if (!model.state_[i].is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "model.torchscript: '", path, "': tensor '", model.names_[i],
+          field, ": '", path, "': tensor '", model.names_[i],
           "' is not contiguous; call .contiguous() on it before saving"));
     }
   }

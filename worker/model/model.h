@@ -65,7 +65,9 @@ class Model {
   // Loads the scripted module at `path`. Errors name the file and say what
   // to do: NotFound (missing), InvalidArgument (not TorchScript, traced,
   // frozen, no trainable parameters).
-  static absl::StatusOr<Model> Load(const std::string& path);
+  // `field` names the spec field in messages.
+  static absl::StatusOr<Model> Load(const std::string& path,
+                                    absl::string_view field = "model.torchscript");
 
   // Load(spec.torchscript()) when set, else Build; with two or more
   // `inputs`, then SetInputs.

@@ -101,12 +101,6 @@ v1::JobCheckpointFile MakeCheckpointFile(v1::JobStatus status,
                                          const UpdateStats& stats,
                                          absl::Time now);
 
-// OK when `model` (a group's layout) has `source`'s tensors (a warm start's
-// weights): as many, with the same names and shapes, in order.
-// INVALID_ARGUMENT naming `from` and the first difference otherwise.
-absl::Status CheckWarmStartLayout(const v1::TensorSetHeader& source,
-                                  const v1::TensorSetHeader& model, const std::string& from);
-
 // Moves the tensors out of `file`, for DecodeJobCheckpoint.
 JobCheckpoint TakeCheckpointTensors(v1::JobCheckpointFile& file);
 
