@@ -24,6 +24,7 @@ PACKAGES=(
   python3-torch              # tools/cli/export_torchscript.py: users' models (PyTorch 1.13)
   libyaml-cpp-dev            # mpilearn-opt reads study specs written in YAML
   python3-grpcio python3-protobuf  # the Python client (tools/python)
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./tools/python
   python3-matplotlib         # the Python client's study plots
   python3-optuna             # MPI Opt's references: TPE/ASHA tests, bench_opt
   python3-yaml               # deploy/kubernetes/check_manifests.py

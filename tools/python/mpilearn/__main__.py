@@ -143,7 +143,7 @@ def _event_line(event):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python3 -m mpilearn",
+        prog="mpilearn",
         description="MPI Opt studies on an mpilearn-master.")
     parser.add_argument("--master",
                         default=os.environ.get("MPILEARN_MASTER", ""),

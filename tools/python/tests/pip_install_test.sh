@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `pip install ./tools/python` into a fresh virtual environment that sees
+# Debian's Python packages (grpcio, protobuf), offline: the build generates
+# the gRPC stubs, the environment gets an `mpilearn` command and `import
+# mpilearn` works from any directory; both then talk to a real
+# mpilearn-master (a job submitted and listed). Every process and file it
+# makes is its own, under TEST_TMPDIR.
+set -euo pipefail
+RUNFILES="${TEST_SRCDIR:?must run under bazel test}/mpilearn"
+TMP="${TEST_TMPDIR:?}"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A copy of what a checkout holds (the runfiles are read-only symlinks).
+SRC="$TMP/src"
+mkdir -p "$SRC/tools/python" "$SRC/proto"
+cp -rL "$RUNFILES/tools/python/pyproject.toml" "$RUNFILES/tools/python/setup.py" \
+  "$RUNFILES/tools/python/README.md" "$RUNFILES/tools/python/mpilearn" "$SRC/tools/python/"
+rm -rf "$SRC/tools/python/mpilearn/_gen"
+cp -L "$RUNFILES/proto/mpilearn.proto" "$RUNFILES/proto/study.proto" "$SRC/proto/"
+
+/usr/bin/python3 -m venv --system-site-packages "$TMP/env" || fail "python3 -m venv"
+PIP_LOG="$TMP/pip.log"
+"$TMP/env/bin/pip" install --no-build-isolation --no-index "$SRC/tools/python" \
+  >"$PIP_LOG" 2>&1 || { cat "$PIP_LOG" >&2; fail "pip install ./tools/python"; }
+echo "ok: pip install"
+
+[ -x "$TMP/env/bin/mpilearn" ] || fail "no mpilearn command in the environment"
+"$TMP/env/bin/mpilearn" --help | grep -q -- "--master" || fail "mpilearn --help"
+# Imported from the environment, with the stubs the build generated.
+where=$(cd / && "$TMP/env/bin/python" -c \
+  'import mpilearn, mpilearn._stubs as s; print(mpilearn.__file__); print(s._ROOT)')
+grep -q "^$TMP/env/lib/" <<<"$where" || fail "mpilearn imported from elsewhere: $where"
+grep -q "/mpilearn/_gen$" <<<"$where" || fail "stubs not from the build: $where"
+echo "ok: mpilearn command and import from the environment"
+
+# Against a real master.
+STATE="$TMP/master"
+mkdir -p "$STATE"
+"$RUNFILES/server/mpilearn-master" --listen 127.0.0.1:0 --port_file "$STATE/port" \
+  --state_dir "$STATE" 2>"$STATE/master.log" &
+MASTER=$!
+trap 'kill -TERM "$MASTER" 2>/dev/null; wait "$MASTER" 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  [ -s "$STATE/port" ] && break
+  sleep 0.1
+done
+[ -s "$STATE/port" ] || { cat "$STATE/master.log" >&2; fail "master did not start"; }
+ADDR="127.0.0.1:$(cat "$STATE/port")"
+job=$(cd / && "$TMP/env/bin/python" -c '
+import sys
+from mpilearn import Client
+client = Client(sys.argv[1], timeout=10)
+job = client.submit(sys.argv[2])
+print(job, client.status(job)["state"])' "$ADDR" "$RUNFILES/docs/examples/fashion_mnist.json")
+grep -q "^job-[0-9]* JOB_STATE_QUEUED$" <<<"$job" || fail "submit through the client: $job"
+listed=$("$TMP/env/bin/mpilearn" --master "$ADDR" jobs)
+grep -q "${job%% *}" <<<"$listed" || fail "mpilearn jobs does not list ${job%% *}: $listed"
+echo "ok: the installed client submitted ${job%% *} and listed it"
