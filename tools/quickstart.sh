@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job, end to end, on a fresh Debian 12 machine:
-#   1. installs the Debian packages and builds the binaries with Bazel;
+#   1. installs the Debian packages running needs (tools/install_deps.sh
+#      --run; the test packages stay with tools/test.sh) and builds the
+#      binaries with Bazel;
 #   2. starts mpilearn-master as a background service on free loopback ports
 #      (gRPC, and Prometheus metrics);
 #   3. runs `mpirun -np 2 mpilearn-worker --master localhost:PORT --job SPEC`
@@ -16,7 +18,7 @@ spec=${1:-docs/examples/fashion_mnist.json}
 np=${NP:-2}
 [ -f "$spec" ] || { echo "quickstart: no job spec at '$spec'" >&2; exit 2; }
 
-tools/install_deps.sh
+tools/install_deps.sh --run
 echo "quickstart: building (first build takes a few minutes)"
 bazel build //server:mpilearn-master //worker:mpilearn-worker //tools:mpilearnctl
 bin=$(bazel info bazel-bin 2>/dev/null)
