@@ -317,6 +317,11 @@ absl::StatusOr<std::vector<DataHeads::Labels>> PackedLabelHeads(
     heads.push_back(head);
     column += part.columns;
   }
+  // Float targets are checked as they are read; only class indices need a
+  // pass over the labels (for the class counts), as for one labels dataset.
+  bool any_classes = false;
+  for (const DataHeads::Labels& head : heads) any_classes = any_classes || head.class_indices;
+  if (!any_classes) return heads;
   for (const FileList* list : lists) {
     for (size_t i = 0; i < list->paths.size(); ++i) {
       if (list->rows[i] == 0) continue;

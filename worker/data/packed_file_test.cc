@@ -105,6 +105,23 @@ TEST(PackedFileTest, ScanKnowsEachInputAndLabelsSet) {
   EXPECT_TRUE(torch::equal(rows->labels,
                            torch::cat({packed_labels(first, 10), packed_labels(second, 4)})));
 
+  // Two float labels sets (no class indices to count) and one input: the
+  // features stay as the file gives them.
+  v1::DataSpec floats = SpecOf({TempPath("scan0.h5")});
+  floats.clear_features_datasets();
+  floats.add_features_datasets("b");
+  floats.clear_labels_datasets();
+  floats.add_labels_datasets("d");
+  floats.add_labels_datasets("a");
+  files = ScanDataFiles(floats);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_TRUE(files->heads.inputs.empty());
+  EXPECT_THAT(files->input_shape, ElementsAre(1, 3, 2));
+  ASSERT_EQ(files->heads.labels.size(), 2u);
+  EXPECT_FALSE(files->heads.labels[0].class_indices || files->heads.labels[1].class_indices);
+  EXPECT_EQ(files->heads.labels[1].column, 2);
+  EXPECT_EQ(files->num_classes, 4);
+
   // In-memory loading is for one dataset each.
   EXPECT_THAT(std::string(LoadDatasets(SpecOf({TempPath("scan0.h5")})).status().message()),
               HasSubstr("several datasets are read by streaming only"));
