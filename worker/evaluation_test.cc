@@ -4,7 +4,9 @@
 // ranks reports the AUC of the whole set, the same on every rank.
 #include "worker/evaluation.h"
 
+#include <cstdlib>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/spec/job_config.h"
@@ -27,6 +29,39 @@ double PairCount(const std::vector<float>& scores, const std::vector<uint8_t>& p
     }
   }
   return wins / pairs;
+}
+
+// A small mlp of 4 inputs and `outputs` outputs, in eval mode.
+Model SmallMlp(int64_t outputs) {
+  v1::ModelSpec spec;
+  spec.set_name("mlp");
+  spec.add_hidden(8);
+  absl::StatusOr<Model> built = Model::Build(spec, std::vector<int64_t>{4}, outputs);
+  EXPECT_TRUE(built.ok()) << built.status();
+  if (!built.ok()) std::abort();
+  built->SetTraining(false);
+  return *std::move(built);
+}
+
+// Each rank of a group of shares.size() evaluates rows [first, second) of
+// the set with its own copy of the model's weights (Forward is per
+// thread); every rank's result.
+std::vector<Evaluation> EvaluateInShares(const Model& model, const Loss& loss,
+                                         const torch::Tensor& features,
+                                         const torch::Tensor& labels,
+                                         const std::vector<std::pair<int64_t, int64_t>>& shares) {
+  const int ranks = static_cast<int>(shares.size());
+  std::vector<Evaluation> results(ranks);
+  FakeGroup group(ranks);
+  std::vector<Model> models(ranks, model);
+  group.Run([&](Collectives& rank) {
+    const int r = rank.rank();
+    Dataset share;
+    share.features = features.slice(0, shares[r].first, shares[r].second);
+    share.labels = labels.slice(0, shares[r].first, shares[r].second);
+    results[r] = EvaluateShard(rank, models[r], loss, share, /*batch_size=*/16);
+  });
+  return results;
 }
 
 TEST(EvaluationTest, ExactRocAucEqualsThePairCount) {
@@ -55,13 +90,7 @@ TEST(EvaluationTest, ExactRocAucEqualsThePairCount) {
 
 TEST(EvaluationTest, AGroupReportsTheWholeSetsAuc) {
   torch::manual_seed(3);
-  v1::ModelSpec spec;
-  spec.set_name("mlp");
-  spec.add_hidden(8);
-  absl::StatusOr<Model> built = Model::Build(spec, std::vector<int64_t>{4}, 1);
-  ASSERT_TRUE(built.ok()) << built.status();
-  Model model = *std::move(built);
-  model.SetTraining(false);
+  Model model = SmallMlp(1);
   absl::StatusOr<Loss> loss = Loss::Create(LossKind::kBinaryCrossentropy, 1.0);
   ASSERT_TRUE(loss.ok()) << loss.status();
   // 90 samples whose label follows the first feature, split 40 / 30 / 20.
@@ -73,19 +102,8 @@ TEST(EvaluationTest, AGroupReportsTheWholeSetsAuc) {
   for (int64_t i = 0; i < 90; ++i) positive.push_back(labels[i][0].item<float>() > 0.5f);
   const double want = PairCount(all, positive);
 
-  const std::vector<std::pair<int64_t, int64_t>> shares = {{0, 40}, {40, 70}, {70, 90}};
-  std::vector<Evaluation> results(3);
-  FakeGroup group(3);
-  // Each rank evaluates its share with its own copy of the model's weights
-  // (Forward is per thread).
-  std::vector<Model> models(3, model);
-  group.Run([&](Collectives& rank) {
-    const int r = rank.rank();
-    Dataset share;
-    share.features = features.slice(0, shares[r].first, shares[r].second);
-    share.labels = labels.slice(0, shares[r].first, shares[r].second);
-    results[r] = EvaluateShard(rank, models[r], *loss, share, /*batch_size=*/16);
-  });
+  const std::vector<Evaluation> results =
+      EvaluateInShares(model, *loss, features, labels, {{0, 40}, {40, 70}, {70, 90}});
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(results[r].metrics.count("val_auc"), 1u) << "rank " << r;
     EXPECT_NEAR(results[r].metrics.at("val_auc"), want, 1e-12) << "rank " << r;
@@ -99,13 +117,7 @@ TEST(EvaluationTest, AGroupReportsTheWholeSetsAuc) {
 // AUC is the pair count of its own score column.
 TEST(EvaluationTest, AGroupReportsEachOutputsMetricsAndAuc) {
   torch::manual_seed(5);
-  v1::ModelSpec spec;
-  spec.set_name("mlp");
-  spec.add_hidden(8);
-  absl::StatusOr<Model> built = Model::Build(spec, std::vector<int64_t>{4}, 4);
-  ASSERT_TRUE(built.ok()) << built.status();
-  Model model = *std::move(built);
-  model.SetTraining(false);
+  Model model = SmallMlp(4);
   absl::StatusOr<JobConfig> config = JobConfig::FromJson(R"({
     "data": {"train_files": ["t.h5"], "labels_datasets": ["kind", "flag"]},
     "outputs": [{"name": "kind"}, {"name": "flag", "loss": "binary_crossentropy"}]})");
@@ -123,22 +135,9 @@ TEST(EvaluationTest, AGroupReportsEachOutputsMetricsAndAuc) {
   std::vector<uint8_t> positive;
   for (int64_t i = 0; i < 90; ++i) positive.push_back(labels[i][1].item<float>() > 0.5f);
 
-  const auto evaluate = [&](const std::vector<std::pair<int64_t, int64_t>>& shares) {
-    const int ranks = static_cast<int>(shares.size());
-    std::vector<Evaluation> results(ranks);
-    FakeGroup group(ranks);
-    std::vector<Model> models(ranks, model);
-    group.Run([&](Collectives& rank) {
-      const int r = rank.rank();
-      Dataset share;
-      share.features = features.slice(0, shares[r].first, shares[r].second);
-      share.labels = labels.slice(0, shares[r].first, shares[r].second);
-      results[r] = EvaluateShard(rank, models[r], *loss, share, /*batch_size=*/16);
-    });
-    return results;
-  };
-  const Evaluation whole = evaluate({{0, 90}})[0];
-  const std::vector<Evaluation> split = evaluate({{0, 40}, {40, 70}, {70, 90}});
+  const Evaluation whole = EvaluateInShares(model, *loss, features, labels, {{0, 90}})[0];
+  const std::vector<Evaluation> split =
+      EvaluateInShares(model, *loss, features, labels, {{0, 40}, {40, 70}, {70, 90}});
   for (const char* name : {"val_loss", "val_kind_loss", "val_kind_accuracy", "val_flag_loss",
                            "val_flag_accuracy", "val_flag_auc"}) {
     ASSERT_EQ(whole.metrics.count(name), 1u) << name;

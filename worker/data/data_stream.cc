@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,20 +156,40 @@ absl::Status CheckAgrees(absl::string_view field, const FileInfo& info,
 }
 
 // InvalidArgument naming the first of `labels` (class indices of rows
-// `first_row`... of `path`) outside [0, kMaxClasses), if any.
+// `first_row`... of `path`'s labels dataset `dataset`; int64, or a packed
+// float column) outside [0, kMaxClasses), if any.
 absl::Status CheckClassIndices(absl::string_view field, const std::string& path,
-                               const DataFileNames& names,
-                               const torch::Tensor& labels, int64_t first_row) {
+                               const std::string& dataset, const torch::Tensor& labels,
+                               int64_t first_row) {
   if (labels.numel() == 0) return absl::OkStatus();
   const torch::Tensor bad = (labels < 0).logical_or(labels >= kMaxClasses);
   if (!bad.any().item<bool>()) return absl::OkStatus();
   const int64_t i = bad.nonzero()[0][0].item<int64_t>();
-  const int64_t value = labels[i].item<int64_t>();
+  // A packed column holds integers from an integer dataset, as floats.
+  const int64_t value = labels.is_floating_point()
+                            ? static_cast<int64_t>(labels[i].item<double>())
+                            : labels[i].item<int64_t>();
   return absl::InvalidArgumentError(absl::StrCat(
-      "data.", field, ": the labels ('", names.labels, "') of '", path,
+      "data.", field, ": the labels ('", dataset, "') of '", path,
       "' hold class index ", value, " at row ", first_row + i,
       "; class indices must be in [0, ", kMaxClasses, ")",
       value < 0 ? " (regression targets belong in a float file)" : ""));
+}
+
+// Each class-index column of packed labels `labels` (`layout`), checked
+// as CheckClassIndices does.
+absl::Status CheckPackedClassIndices(absl::string_view field, const std::string& path,
+                                     const PackedLayout& layout, const torch::Tensor& labels,
+                                     int64_t first_row) {
+  int64_t column = 0;
+  for (const PackedLayout::Part& part : layout.labels) {
+    if (part.shape.empty()) {
+      MPILEARN_RETURN_IF_ERROR(
+          CheckClassIndices(field, path, part.name, labels.select(1, column), first_row));
+    }
+    column += part.columns;
+  }
+  return absl::OkStatus();
 }
 
 // The flat index of the first NaN or infinite value of `values` (float32),
@@ -252,96 +273,79 @@ absl::StatusOr<ScannedList> ScanList(
   return scanned;
 }
 
-// The largest class index in the rows `list` uses, reading the labels
-// alone, kScanRows at a time; InvalidArgument for one outside [0,
-// kMaxClasses). -1 for no rows.
-absl::StatusOr<int64_t> MaxClassIndex(const FileList& list,
-                                      const DataFileNames& names) {
-  int64_t max_label = -1;
+// Reads the labels alone of the rows `list` uses, kScanRows at a time, and
+// hands each chunk to `each` with its file and first row; stops at the
+// first error (read errors name the field).
+absl::Status ScanLabels(
+    const FileList& list, const DataFileNames& names,
+    const std::function<absl::Status(const std::string& path, const torch::Tensor& labels,
+                                     int64_t first_row)>& each) {
   for (size_t i = 0; i < list.paths.size(); ++i) {
     if (list.rows[i] == 0) continue;
-    absl::StatusOr<std::unique_ptr<DataFile>> file =
-        OpenDataFile(list.paths[i], names);
+    absl::StatusOr<std::unique_ptr<DataFile>> file = OpenDataFile(list.paths[i], names);
     if (!file.ok()) return InField(list.field, file.status());
     const int64_t end = list.first[i] + list.rows[i];
     for (int64_t begin = list.first[i]; begin < end; begin += kScanRows) {
       const int64_t stop = std::min(end, begin + kScanRows);
       absl::StatusOr<torch::Tensor> labels = (*file)->ReadLabels(begin, stop);
       if (!labels.ok()) return InField(list.field, labels.status());
-      MPILEARN_RETURN_IF_ERROR(
-          CheckClassIndices(list.field, list.paths[i], names, *labels, begin));
-      max_label = std::max(max_label, labels->max().item<int64_t>());
+      MPILEARN_RETURN_IF_ERROR(each(list.paths[i], *labels, begin));
     }
-  }
-  return max_label;
-}
-
-// InvalidArgument naming the first value of packed labels `labels` (rows
-// `first_row`... of `path`) in a class-index column of `layout` that is
-// outside [0, kMaxClasses), if any.
-absl::Status CheckPackedClassIndices(absl::string_view field, const std::string& path,
-                                     const PackedLayout& layout, const torch::Tensor& labels,
-                                     int64_t first_row) {
-  int64_t column = 0;
-  for (const PackedLayout::Part& part : layout.labels) {
-    if (part.shape.empty() && labels.size(0) > 0) {
-      const torch::Tensor values = labels.select(1, column);
-      const torch::Tensor bad = (values < 0).logical_or(values >= kMaxClasses);
-      if (bad.any().item<bool>()) {
-        const int64_t i = bad.nonzero()[0][0].item<int64_t>();
-        return absl::InvalidArgumentError(absl::StrCat(
-            "data.", field, ": the labels ('", part.name, "') of '", path, "' hold class index ",
-            values[i].item<double>(), " at row ", first_row + i,
-            "; class indices must be in [0, ", kMaxClasses, ")"));
-      }
-    }
-    column += part.columns;
   }
   return absl::OkStatus();
 }
 
+// The largest class index in the rows `list` uses (ScanLabels);
+// InvalidArgument for one outside [0, kMaxClasses). -1 for no rows.
+absl::StatusOr<int64_t> MaxClassIndex(const FileList& list,
+                                      const DataFileNames& names) {
+  int64_t max_label = -1;
+  MPILEARN_RETURN_IF_ERROR(ScanLabels(
+      list, names,
+      [&](const std::string& path, const torch::Tensor& labels, int64_t first_row) {
+        MPILEARN_RETURN_IF_ERROR(
+            CheckClassIndices(list.field, path, names.labels, labels, first_row));
+        max_label = std::max(max_label, labels.max().item<int64_t>());
+        return absl::OkStatus();
+      }));
+  return max_label;
+}
+
 // The heads of several labels datasets (`layout.labels`), each class-index
-// one's classes counted over the rows of `lists` (read kScanRows at a time,
-// checked).
+// one's classes counted over the rows of `lists` (ScanLabels, checked).
 absl::StatusOr<std::vector<DataHeads::Labels>> PackedLabelHeads(
     const PackedLayout& layout, const std::vector<const FileList*>& lists,
     const DataFileNames& names) {
   std::vector<DataHeads::Labels> heads;
   int64_t column = 0;
+  bool any_classes = false;
   for (const PackedLayout::Part& part : layout.labels) {
     DataHeads::Labels head;
     head.column = column;
     head.columns = part.columns;
     head.class_indices = part.shape.empty();
     head.num_classes = head.class_indices ? 0 : part.columns;
+    any_classes = any_classes || head.class_indices;
     heads.push_back(head);
     column += part.columns;
   }
   // Float targets are checked as they are read; only class indices need a
   // pass over the labels (for the class counts), as for one labels dataset.
-  bool any_classes = false;
-  for (const DataHeads::Labels& head : heads) any_classes = any_classes || head.class_indices;
   if (!any_classes) return heads;
   for (const FileList* list : lists) {
-    for (size_t i = 0; i < list->paths.size(); ++i) {
-      if (list->rows[i] == 0) continue;
-      absl::StatusOr<std::unique_ptr<DataFile>> file = OpenDataFile(list->paths[i], names);
-      if (!file.ok()) return InField(list->field, file.status());
-      const int64_t end = list->first[i] + list->rows[i];
-      for (int64_t begin = list->first[i]; begin < end; begin += kScanRows) {
-        const int64_t stop = std::min(end, begin + kScanRows);
-        absl::StatusOr<torch::Tensor> labels = (*file)->ReadLabels(begin, stop);
-        if (!labels.ok()) return InField(list->field, labels.status());
-        MPILEARN_RETURN_IF_ERROR(
-            CheckPackedClassIndices(list->field, list->paths[i], layout, *labels, begin));
-        for (DataHeads::Labels& head : heads) {
-          if (!head.class_indices || labels->size(0) == 0) continue;
-          const int64_t largest =
-              static_cast<int64_t>(labels->select(1, head.column).max().item<double>());
-          head.num_classes = std::max(head.num_classes, largest + 1);
-        }
-      }
-    }
+    MPILEARN_RETURN_IF_ERROR(ScanLabels(
+        *list, names,
+        [&](const std::string& path, const torch::Tensor& labels, int64_t first_row) {
+          MPILEARN_RETURN_IF_ERROR(
+              CheckPackedClassIndices(list->field, path, layout, labels, first_row));
+          for (DataHeads::Labels& head : heads) {
+            if (!head.class_indices || labels.size(0) == 0) continue;
+            const int64_t largest =
+                static_cast<int64_t>(labels.select(1, head.column).max().item<double>());
+            head.num_classes = std::max(head.num_classes, largest + 1);
+          }
+          return absl::OkStatus();
+        }));
   }
   return heads;
 }
@@ -506,7 +510,7 @@ absl::StatusOr<DataRows> FileReader::ReadFileRows(int file, int64_t begin,
   }
   if (rows->labels.dim() == 1) {
     MPILEARN_RETURN_IF_ERROR(
-        CheckClassIndices(list_.field, path, names_, rows->labels, first));
+        CheckClassIndices(list_.field, path, names_.labels, rows->labels, first));
   } else if (data->packed() != nullptr && data->packed()->labels.size() > 1) {
     MPILEARN_RETURN_IF_ERROR(CheckFinite(list_.field, path, "labels", names_.labels,
                                          rows->labels, first));
