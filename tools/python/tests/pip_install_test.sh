@@ -38,6 +38,7 @@ echo "ok: mpilearn command and import from the environment"
 STATE="$TMP/master"
 mkdir -p "$STATE"
 "$RUNFILES/server/mpilearn-master" --listen 127.0.0.1:0 --port_file "$STATE/port" \
+  --metrics_listen 127.0.0.1:0 --metrics_port_file "$STATE/metrics_port" \
   --state_dir "$STATE" 2>"$STATE/master.log" &
 MASTER=$!
 trap 'kill -TERM "$MASTER" 2>/dev/null; wait "$MASTER" 2>/dev/null || true' EXIT
