@@ -4,8 +4,10 @@
 #   - grafana/mpilearn-dashboard.json is valid JSON, uses only metric names
 #     that docs/observability.md documents (after dropping the _bucket,
 #     _count and _sum suffixes of histograms), covers the panels
-#     deploy/README.md promises, and its PromQL parses (`promtool check
-#     rules`, with the dashboard's variables filled in);
+#     deploy/README.md promises, its panels do not overlap on the grid,
+#     and its PromQL parses (`promtool check rules`, with the dashboard's
+#     variables filled in); tests/dashboard_test evaluates every query
+#     against a real Prometheus scraping a real master;
 #   - mpilearn-master.service starts mpilearn-master with a metrics endpoint;
 #   - slurm_group.sbatch is valid bash and starts the group with mpirun;
 #     slurm_train.sbatch is valid bash (both pass shellcheck where it is
@@ -107,6 +109,20 @@ ids = [p.get("id") for p in panels]
 if len(ids) != len(set(ids)):
     problems.append("panel ids are not unique")
 
+# Panels placed on the 24-column grid without covering one another.
+cells = {}
+for p in panels:
+    g = p.get("gridPos") or {}
+    x, y, w, h = (g.get(k, 0) for k in ("x", "y", "w", "h"))
+    if w <= 0 or h <= 0 or x < 0 or x + w > 24:
+        problems.append("panel %r: gridPos %r is off the 24-column grid" % (p.get("title"), g))
+        continue
+    for cell in ((cx, cy) for cx in range(x, x + w) for cy in range(y, y + h)):
+        if cell in cells:
+            problems.append("panels %r and %r overlap" % (cells[cell], p.get("title")))
+            break
+        cells[cell] = p.get("title")
+
 exprs = []  # PromQL from panels
 for p in panels:
     if p.get("type") == "row":
@@ -148,6 +164,9 @@ required = [
     "mpilearn_rpc_duration_seconds_count",
     "mpilearn_job_snapshots_published_total",
     "mpilearn_job_snapshots_skipped_total",
+    "mpilearn_studies", "mpilearn_study_best_value",
+    "mpilearn_study_trials_created", "mpilearn_study_trials_running",
+    "mpilearn_study_trials_budget", "mpilearn_study_epochs_trained",
 ]
 for name in required:
     if name not in names:
