@@ -96,21 +96,18 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
          "`prometheus` package (tools/install_deps.sh does)";
   const std::string dir = NewTempDir("observability_prometheus");
   const absl::Time test_start = absl::Now() - absl::Seconds(2);
-  auto master = MasterProcess::Start(dir + "/master");
-  ASSERT_TRUE(master.ok()) << master.status();
-  absl::StatusOr<int> metrics_port = (*master)->MetricsPort();
-  ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
-  auto client = MasterClient::Connect((*master)->address());
+  absl::StatusOr<ScrapedMaster> scraped = ScrapedMaster::Start(dir);
+  ASSERT_TRUE(scraped.ok()) << scraped.status();
+  MasterProcess& master = *scraped->master;
+  PrometheusServer& prometheus = *scraped->prometheus;
+  auto client = MasterClient::Connect(master.address());
   ASSERT_TRUE(client.ok()) << client.status();
-
-  auto prometheus = PrometheusServer::Start(dir, *metrics_port);
-  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
 
   v1::JobSpec spec = FashionMnistSubset("downpour", 12000, 3);
   spec.set_data_unit_size(1000);
   auto job_id = (*client)->SubmitJob(spec);
   ASSERT_TRUE(job_id.ok()) << job_id.status();
-  auto workers = StartWorkers(2, (*master)->address(),
+  auto workers = StartWorkers(2, master.address(),
                               {"--threads=1", "--slowdown_ms_per_batch=10"},
                               dir + "/workers.log");
   ASSERT_TRUE(workers.ok()) << workers.status();
@@ -121,7 +118,7 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
                             [](const v1::JobStatus& s) {
                               return s.samples_trained() > 0;
                             }).ok());
-  absl::StatusOr<HttpResponse> scrape = HttpGet(*metrics_port, "/metrics");
+  absl::StatusOr<HttpResponse> scrape = HttpGet(scraped->metrics_port, "/metrics");
   ASSERT_TRUE(scrape.ok()) << scrape.status();
   ASSERT_EQ(scrape->status, 200);
   EXPECT_TRUE(absl::StrContains(
@@ -142,25 +139,17 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
   ASSERT_EQ((*workers)->Wait(absl::Seconds(60)), 0) << (*workers)->Log();
   // Wait for a scrape that began after the run ended: it sees the final
   // figures, however few scrapes fell inside the run.
-  const double ended = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  const absl::Time scrape_deadline = absl::Now() + absl::Seconds(60);
-  while (true) {
-    absl::StatusOr<double> scraped =
-        (*prometheus)->Instant("timestamp(up{job=\"mpilearn\"})");
-    if (scraped.ok() && *scraped > ended) break;
-    ASSERT_LT(absl::Now(), scrape_deadline)
-        << "Prometheus did not scrape the master after the run: "
-        << (scraped.ok() ? absl::StrCat(*scraped) : scraped.status().ToString());
-    absl::SleepFor(absl::Milliseconds(250));
-  }
+  const absl::Status after_run =
+      prometheus.WaitForScrapeAfter(absl::Now(), absl::Seconds(60));
+  ASSERT_TRUE(after_run.ok()) << after_run;
 
-  absl::StatusOr<double> up = (*prometheus)->Instant("up{job=\"mpilearn\"}");
+  absl::StatusOr<double> up = prometheus.Instant("up{job=\"mpilearn\"}");
   ASSERT_TRUE(up.ok()) << up.status();
   EXPECT_EQ(*up, 1.0) << "Prometheus could not scrape the master";
 
   const std::string job = absl::StrCat("{job_id=\"", *job_id, "\"}");
-  auto samples = (*prometheus)->Range("mpilearn_job_samples_trained_total" + job,
-                                      test_start);
+  auto samples = prometheus.Range("mpilearn_job_samples_trained_total" + job,
+                                  test_start);
   ASSERT_TRUE(samples.ok()) << samples.status();
   // How many scrapes fell inside the run depends on how fast it trained, so
   // only the order of the series and its final value are checked. The range
@@ -168,25 +157,24 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
   // value comes from an instant query, which sees the scrape waited for.
   const std::vector<double> sample_values = DistinctValues(*samples);
   EXPECT_TRUE(NonDecreasing(sample_values)) << absl::StrJoin(sample_values, ", ");
-  auto final_samples =
-      (*prometheus)->Instant("mpilearn_job_samples_trained_total" + job);
+  auto final_samples = prometheus.Instant("mpilearn_job_samples_trained_total" + job);
   ASSERT_TRUE(final_samples.ok()) << final_samples.status();
   EXPECT_EQ(*final_samples, static_cast<double>(done->samples_trained()));
   EXPECT_LE(sample_values.back(), *final_samples);
   EXPECT_EQ(done->samples_trained(), 3u * 10000u);
 
-  auto validations = (*prometheus)->Range("mpilearn_job_validations_total" + job,
-                                          test_start);
+  auto validations = prometheus.Range("mpilearn_job_validations_total" + job,
+                                      test_start);
   ASSERT_TRUE(validations.ok()) << validations.status();
   const std::vector<double> validation_values = DistinctValues(*validations);
   EXPECT_TRUE(NonDecreasing(validation_values))
       << absl::StrJoin(validation_values, ", ");
   auto final_validations =
-      (*prometheus)->Instant("mpilearn_job_validations_total" + job);
+      prometheus.Instant("mpilearn_job_validations_total" + job);
   ASSERT_TRUE(final_validations.ok()) << final_validations.status();
   EXPECT_EQ(*final_validations, static_cast<double>(done->validations_size()));
   EXPECT_LE(validation_values.back(), *final_validations);
-  auto accuracy = (*prometheus)->Instant("mpilearn_job_validation_accuracy" + job);
+  auto accuracy = prometheus.Instant("mpilearn_job_validation_accuracy" + job);
   ASSERT_TRUE(accuracy.ok()) << accuracy.status();
   ASSERT_GT(done->validations_size(), 0);
   EXPECT_NEAR(*accuracy, done->validations().rbegin()->val_accuracy(), 1e-9);
@@ -196,16 +184,16 @@ TEST(ObservabilityTest, PrometheusScrapesTrainingRun) {
   // Its series end with the run, so take the largest value any scrape saw;
   // the run lasts seconds however fast the machine (10 ms per batch, ~470
   // batches per rank), so scrapes every second see the group.
-  auto compute = (*prometheus)->Instant(
+  auto compute = prometheus.Instant(
       absl::StrCat("sum(max_over_time(mpilearn_group_step_seconds_total{job_id=\"",
                    *job_id, "\",phase=\"compute\"}[10m]))"));
   ASSERT_TRUE(compute.ok()) << compute.status();
   EXPECT_GT(*compute, 0.0);
-  auto pushes = (*prometheus)->Instant(
+  auto pushes = prometheus.Instant(
       "sum(mpilearn_rpc_duration_seconds_count{method=\"PushGradient\",code=\"OK\"})");
   ASSERT_TRUE(pushes.ok()) << pushes.status();
   EXPECT_EQ(*pushes, static_cast<double>(done->updates_applied()));
-  auto applies = (*prometheus)->Instant(
+  auto applies = prometheus.Instant(
       "sum(mpilearn_apply_duration_seconds_count" + job + ")");
   ASSERT_TRUE(applies.ok()) << applies.status();
   EXPECT_EQ(*applies, static_cast<double>(done->updates_applied()));

@@ -15,37 +15,11 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/study.grpc.pb.h"
+#include "tests/study_helpers.h"
 #include "tests/test_process.h"
 
 namespace mpilearn::testing {
 namespace {
-
-absl::StatusOr<v1::StudyStatus> GetStudy(v1::Studies::Stub& stub,
-                                         const std::string& id) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::GetStudyRequest request;
-  request.set_study_id(id);
-  v1::StudyStatus status;
-  const grpc::Status rpc = stub.GetStudy(&context, request, &status);
-  if (!rpc.ok()) return absl::UnavailableError(rpc.error_message());
-  return status;
-}
-
-// Polls the study (every 200 ms, riding out a master restart) until `done`.
-absl::StatusOr<v1::StudyStatus> WaitForStudy(
-    v1::Studies::Stub& stub, const std::string& id, absl::Duration timeout,
-    const std::function<bool(const v1::StudyStatus&)>& done) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::StatusOr<v1::StudyStatus> last = absl::UnavailableError("not asked");
-  while (absl::Now() < deadline) {
-    last = GetStudy(stub, id);
-    if (last.ok() && done(*last)) return last;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  return absl::DeadlineExceededError(
-      last.ok() ? last->DebugString() : std::string(last.status().message()));
-}
 
 v1::StudySpec FashionMnistStudy() {
   v1::StudySpec spec;
@@ -101,15 +75,9 @@ TEST(OptTest, StudyWithPruningSurvivesAMasterKill) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = v1::Studies::NewStub(channel);
 
-  v1::CreateStudyRequest create;
-  *create.mutable_spec() = FashionMnistStudy();
-  v1::CreateStudyResponse created;
-  {
-    grpc::ClientContext context;
-    const grpc::Status rpc = stub->CreateStudy(&context, create, &created);
-    ASSERT_TRUE(rpc.ok()) << rpc.error_message();
-  }
-  const std::string id = created.study_id();
+  absl::StatusOr<std::string> created = CreateStudy(*stub, FashionMnistStudy());
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string id = *created;
 
   // Two groups of one rank each, serving whatever the queue holds.
   std::vector<std::unique_ptr<ChildProcess>> groups;

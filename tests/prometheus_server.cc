@@ -128,4 +128,37 @@ absl::StatusOr<double> PrometheusServer::Instant(const std::string& promql) {
   return value;
 }
 
+absl::Status PrometheusServer::WaitForScrapeAfter(absl::Time after, absl::Duration timeout,
+                                                  const std::string& job) {
+  const double after_seconds = absl::ToDoubleSeconds(after - absl::UnixEpoch());
+  const std::string promql = absl::StrCat("timestamp(up{job=\"", job, "\"})");
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<double> scraped = Instant(promql);
+    if (scraped.ok() && *scraped > after_seconds) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "Prometheus did not scrape job ", job, " after the time waited for: ",
+          scraped.ok() ? absl::StrCat("last scrape at ", *scraped)
+                       : scraped.status().ToString()));
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+}
+
+absl::StatusOr<ScrapedMaster> ScrapedMaster::Start(const std::string& dir) {
+  ScrapedMaster scraped;
+  absl::StatusOr<std::unique_ptr<MasterProcess>> master = MasterProcess::Start(dir + "/master");
+  if (!master.ok()) return master.status();
+  scraped.master = std::move(master).value();
+  absl::StatusOr<int> metrics_port = scraped.master->MetricsPort();
+  if (!metrics_port.ok()) return metrics_port.status();
+  scraped.metrics_port = *metrics_port;
+  absl::StatusOr<std::unique_ptr<PrometheusServer>> prometheus =
+      PrometheusServer::Start(dir, scraped.metrics_port);
+  if (!prometheus.ok()) return prometheus.status();
+  scraped.prometheus = std::move(prometheus).value();
+  return scraped;
+}
+
 }  // namespace mpilearn::testing

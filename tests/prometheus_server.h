@@ -61,6 +61,11 @@ class PrometheusServer {
                                                                absl::Time start);
   // The value of an instant query's first series; NOT_FOUND when none.
   absl::StatusOr<double> Instant(const std::string& promql);
+  // Waits until Prometheus holds a scrape of job `job` that began after
+  // `after` (polls every 250 ms), so that queries see what the target
+  // exported then; DEADLINE_EXCEEDED after `timeout`.
+  absl::Status WaitForScrapeAfter(absl::Time after, absl::Duration timeout,
+                                  const std::string& job = "mpilearn");
 
   ChildProcess& process() { return *process_; }
 
@@ -69,6 +74,17 @@ class PrometheusServer {
   std::string host_;
   int port_ = 0;
   std::unique_ptr<ChildProcess> process_;
+};
+
+// A real master on loopback (MasterProcess::Start in `dir`/master) whose
+// metrics endpoint a real Prometheus (in `dir`) scrapes every second as job
+// "mpilearn". Members end in reverse order: Prometheus, then the master.
+struct ScrapedMaster {
+  std::unique_ptr<MasterProcess> master;
+  int metrics_port = 0;
+  std::unique_ptr<PrometheusServer> prometheus;
+
+  static absl::StatusOr<ScrapedMaster> Start(const std::string& dir);
 };
 
 }  // namespace mpilearn::testing
