@@ -8,17 +8,18 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/error_reason.h"
+#include "common/spec/job_spec.h"
 
 namespace mpilearn::server {
 namespace {
 
 constexpr size_t kMinTokenLength = 16;
 constexpr size_t kMaxTokenLength = 512;
-constexpr size_t kMaxNameLength = 64;
 // Error messages quote at most this much of a field of the tokens file.
 constexpr size_t kMaxQuoted = 64;
 
@@ -41,19 +42,11 @@ std::string Quoted(absl::string_view text) {
   return absl::StrCat("'", text.substr(0, kMaxQuoted), "...'");
 }
 
-bool ValidName(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxNameLength) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(c) && c != '_' && c != '.' && c != '-' &&
-        c != '@') {
-      return false;
-    }
-  }
-  return true;
-}
+bool ValidName(absl::string_view name) { return IsOwnerName(name); }
 
 std::optional<Role> ParseRole(absl::string_view name) {
   if (name == "admin") return Role::kAdmin;
+  if (name == "owner") return Role::kOwner;
   if (name == "worker") return Role::kWorker;
   if (name == "reader") return Role::kReader;
   return std::nullopt;
@@ -64,10 +57,10 @@ std::optional<Role> ParseRole(absl::string_view name) {
 Role RequiredRole(absl::string_view method) {
   static const auto* const kRoles =
       new absl::flat_hash_map<absl::string_view, Role>({
-          // Master: jobs.
-          {"SubmitJob", Role::kAdmin},
-          {"CancelJob", Role::kAdmin},
-          {"DeleteJob", Role::kAdmin},
+          // Master: jobs (an owner changes only its own: CheckManages).
+          {"SubmitJob", Role::kOwner},
+          {"CancelJob", Role::kOwner},
+          {"DeleteJob", Role::kOwner},
           // Master: a parameter shard syncing with its lead.
           {"ShardSync", Role::kAdmin},
           {"ReportSlice", Role::kAdmin},
@@ -85,12 +78,14 @@ Role RequiredRole(absl::string_view method) {
           // Master: reads.
           {"GetJobStatus", Role::kReader},
           {"ListJobs", Role::kReader},
-          // Studies: changes need admin, reads a reader.
-          {"CreateStudy", Role::kAdmin},
-          {"CancelStudy", Role::kAdmin},
-          {"CancelTrial", Role::kAdmin},
-          {"AskTrial", Role::kAdmin},
-          {"TellTrial", Role::kAdmin},
+          {"GetServerInfo", Role::kReader},
+          // Studies: changes need an owner (its own studies) or an admin,
+          // reads a reader.
+          {"CreateStudy", Role::kOwner},
+          {"CancelStudy", Role::kOwner},
+          {"CancelTrial", Role::kOwner},
+          {"AskTrial", Role::kOwner},
+          {"TellTrial", Role::kOwner},
           {"GetStudy", Role::kReader},
           {"ListStudies", Role::kReader},
           {"WatchStudy", Role::kReader},
@@ -126,14 +121,14 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text,
       return absl::InvalidArgumentError(
           absl::StrCat(source, ":", line_number, ": ", message));
     };
-    if (fields.size() != 3) {
-      return error(absl::StrCat("want 'ROLE NAME TOKEN', got ", fields.size(),
-                                " field(s)"));
+    if (fields.size() < 3) {
+      return error(absl::StrCat("want 'ROLE NAME TOKEN [KEY=VALUE...]', got ",
+                                fields.size(), " field(s)"));
     }
     const std::optional<Role> role = ParseRole(fields[0]);
     if (!role.has_value()) {
       return error(absl::StrCat("unknown role ", Quoted(fields[0]),
-                                "; roles are admin, worker, reader"));
+                                "; roles are admin, owner, worker, reader"));
     }
     if (!ValidName(fields[1])) {
       return error(absl::StrCat("bad name ", Quoted(fields[1]),
@@ -157,12 +152,16 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text,
       return error(absl::StrCat("the token of '", fields[1],
                                 "' is also another name's token"));
     }
-    table.entries_.push_back(
-        Entry{std::string(token), Caller{std::string(fields[1]), *role}});
+    Entry entry{std::string(token), Caller{std::string(fields[1]), *role}, OwnerPolicy()};
+    for (size_t f = 3; f < fields.size(); ++f) {
+      absl::Status option = ParseOption(fields[f], entry);
+      if (!option.ok()) return error(option.message());
+    }
+    table.entries_.push_back(std::move(entry));
   }
   if (table.entries_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": no tokens (want lines 'ROLE NAME TOKEN')"));
+        source, ": no tokens (want lines 'ROLE NAME TOKEN [KEY=VALUE...]')"));
   }
   return table;
 }
@@ -180,6 +179,60 @@ absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
         absl::StrCat("cannot read the tokens file '", path, "'"));
   }
   return Parse(text.str(), path);
+}
+
+absl::Status TokenTable::ParseOption(absl::string_view field, Entry& entry) {
+  const std::string& name = entry.caller.name;
+  const std::pair<absl::string_view, absl::string_view> option =
+      absl::StrSplit(field, absl::MaxSplits('=', 1));
+  const absl::string_view key = option.first;
+  const absl::string_view value = option.second;
+  auto bad = [&](absl::string_view want) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", key, "= of '", name, "' is ",
+                                                   Quoted(value), "; want ", want));
+  };
+  if (key == "owners") {
+    if (!entry.caller.owners.empty()) return bad("it once");
+    for (absl::string_view owner : absl::StrSplit(value, ',')) {
+      if (!ValidName(owner)) return bad("names of 1 to 64 of A-Z a-z 0-9 _ . @ -, comma-separated");
+      entry.caller.owners.emplace_back(owner);
+    }
+    return absl::OkStatus();
+  }
+  if (key == "share") {
+    double share = 0;
+    if (!absl::SimpleAtod(value, &share) || !(share > 0) || share > 1e6) {
+      return bad("a number above 0 and at most 1e6");
+    }
+    entry.policy.share = share;
+    return absl::OkStatus();
+  }
+  if (key == "max_groups") {
+    int groups = 0;
+    if (!absl::SimpleAtoi(value, &groups) || groups < 1 || groups > 1000000) {
+      return bad("a whole number from 1 to 1000000");
+    }
+    entry.policy.max_groups = groups;
+    return absl::OkStatus();
+  }
+  if (key == "max_priority") {
+    int priority = 0;
+    if (!absl::SimpleAtoi(value, &priority) || priority < kMinPriority ||
+        priority > kMaxPriority) {
+      return bad(absl::StrCat("a whole number from ", kMinPriority, " to ", kMaxPriority));
+    }
+    entry.caller.max_priority = priority;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown option ", Quoted(field), " of '", name,
+      "'; options are owners=NAME,..., share=W, max_groups=N, max_priority=P"));
+}
+
+absl::flat_hash_map<std::string, OwnerPolicy> TokenTable::OwnerPolicies() const {
+  absl::flat_hash_map<std::string, OwnerPolicy> policies;
+  for (const Entry& entry : entries_) policies[entry.caller.name] = entry.policy;
+  return policies;
 }
 
 std::optional<Caller> TokenTable::Find(absl::string_view token) const {

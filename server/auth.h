@@ -3,14 +3,22 @@
 //
 // The master reads a tokens file (--tokens_file), one token a line:
 //
-//   # ROLE   NAME    TOKEN
-//   admin    alice   3f9c...   (submit, cancel, delete, studies)
-//   worker   rack1   a81b...   (register groups, push, pull, data units)
-//   reader   grafana 77de...   (status, list, watch)
+//   # ROLE   NAME    TOKEN     OPTIONS
+//   admin    ops     3f9c...             (every job and study, shards)
+//   owner    alice   5d01...   share=2   (submit jobs and studies, change
+//                                         and train its own)
+//   worker   rack1   a81b...   owners=alice,bob   (register groups, push,
+//                                         pull, data units, snapshots)
+//   reader   grafana 77de...             (status, list, watch)
 //
-// Roles nest: admin may do everything a worker may, and a worker everything
-// a reader may (a validation pool and a worker read job status). Each RPC
-// needs one role (RequiredRole); clients send the token as the call
+// Roles nest: admin may do everything an owner may, an owner everything a
+// worker may, and a worker everything a reader may (a validation pool and
+// a worker read job status). Each RPC needs one role (RequiredRole); which
+// jobs a token may change or train is ownership's (caller_bindings.h:
+// CheckManages, CheckTrains). Options: owners= (the owners whose jobs the
+// token trains), share= and max_groups= (the name's fair share and group
+// limit as an owner, server/sched/queue_order.h), max_priority= (the
+// highest priority it submits). Clients send the token as the call
 // metadata "authorization: Bearer TOKEN" (common/client/client_security.h).
 //
 // The Caller a token gives is passed to the master's core, which binds
@@ -43,7 +51,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/server_context.h"
+#include "absl/container/flat_hash_map.h"
 #include "server/core/caller_bindings.h"
+#include "server/sched/queue_order.h"
 
 namespace mpilearn::server {
 
@@ -57,7 +67,8 @@ class TokenTable {
  public:
   // Parses the file format above; `source` names the file in errors, which
   // give the line number ("tokens.txt:3: unknown role 'root'"). Refused:
-  // fewer than 3 or more than 3 fields, an unknown role, a name that is not
+  // fewer than 3 fields, an unknown or repeated option or a bad value of
+  // one, an unknown role, a name that is not
   // [A-Za-z0-9_.@-]{1,64}, a token shorter than 16 or longer than 512
   // characters or with characters outside printable ASCII, a repeated token
   // or name, and a file without any token.
@@ -72,11 +83,17 @@ class TokenTable {
 
   size_t size() const { return entries_.size(); }
 
+  // Each name's share= and max_groups= (defaults where not given).
+  absl::flat_hash_map<std::string, OwnerPolicy> OwnerPolicies() const;
+
  private:
   struct Entry {
     std::string token;
     Caller caller;
+    OwnerPolicy policy;
   };
+  // One KEY=VALUE field of `entry`'s line into it.
+  static absl::Status ParseOption(absl::string_view field, Entry& entry);
   std::vector<Entry> entries_;
 };
 

@@ -51,7 +51,7 @@ TEST(TokenTableTest, RefusesBadLinesWithTheirNumber) {
     const char* expected;
   };
   const Case cases[] = {
-      {"admin alice\n", "f:1: want 'ROLE NAME TOKEN', got 2"},
+      {"admin alice\n", "f:1: want 'ROLE NAME TOKEN [KEY=VALUE...]', got 2"},
       {"# c\nroot alice aaaaaaaaaaaaaaaaaaaa\n", "f:2: unknown role 'root'"},
       {"admin al/ice aaaaaaaaaaaaaaaaaaaa\n", "f:1: bad name 'al/ice'"},
       {"admin alice short\n", "f:1: the token of 'alice' has 5 characters"},
@@ -59,7 +59,15 @@ TEST(TokenTableTest, RefusesBadLinesWithTheirNumber) {
        "f:2: name 'alice' given twice"},
       {"admin alice aaaaaaaaaaaaaaaaaaaa\nworker bob aaaaaaaaaaaaaaaaaaaa\n",
        "f:2: the token of 'bob' is also another name's token"},
-      {"admin alice aaaaaaaaaaaaaaaaaaaa extra\n", "f:1: want 'ROLE NAME TOKEN', got 4"},
+      {"admin alice aaaaaaaaaaaaaaaaaaaa extra\n", "f:1: unknown option 'extra' of 'alice'"},
+      {"owner alice aaaaaaaaaaaaaaaaaaaa share=0\n", "f:1: the share= of 'alice' is '0'"},
+      {"owner alice aaaaaaaaaaaaaaaaaaaa share=x\n", "f:1: the share= of 'alice' is 'x'"},
+      {"owner alice aaaaaaaaaaaaaaaaaaaa max_groups=0\n", "f:1: the max_groups= of 'alice'"},
+      {"owner alice aaaaaaaaaaaaaaaaaaaa max_priority=101\n",
+       "want a whole number from -100 to 100"},
+      {"worker w aaaaaaaaaaaaaaaaaaaa owners=al/ice\n", "f:1: the owners= of 'w' is 'al/ice'"},
+      {"worker w aaaaaaaaaaaaaaaaaaaa owners=a owners=b\n", "want it once"},
+      {"worker w aaaaaaaaaaaaaaaaaaaa owners=\n", "f:1: the owners= of 'w' is ''"},
       {"# only comments\n\n", "f: no tokens"},
   };
   for (const Case& c : cases) {
@@ -88,10 +96,36 @@ TEST(ConstantTimeEqualsTest, EqualOnlyForEqualStrings) {
   EXPECT_FALSE(ConstantTimeEquals("a", ""));
 }
 
+TEST(TokenTableTest, OptionsGiveScopeSharesAndLimits) {
+  absl::StatusOr<TokenTable> table = TokenTable::Parse(
+      "owner alice aaaaaaaaaaaaaaaaaaaa share=2.5 max_groups=3 max_priority=10\n"
+      "worker rack bbbbbbbbbbbbbbbbbbbb owners=alice,bob\n"
+      "owner bob cccccccccccccccccccc\n",
+      "f");
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::optional<Caller> alice = table->Find("aaaaaaaaaaaaaaaaaaaa");
+  ASSERT_TRUE(alice.has_value());
+  EXPECT_EQ(alice->role, Role::kOwner);
+  EXPECT_EQ(alice->max_priority, 10);
+  EXPECT_TRUE(alice->owners.empty());
+  const std::optional<Caller> rack = table->Find("bbbbbbbbbbbbbbbbbbbb");
+  ASSERT_TRUE(rack.has_value());
+  EXPECT_EQ(rack->owners, (std::vector<std::string>{"alice", "bob"}));
+  EXPECT_EQ(rack->max_priority, 0);
+  const auto policies = table->OwnerPolicies();
+  EXPECT_EQ(policies.at("alice").share, 2.5);
+  EXPECT_EQ(policies.at("alice").max_groups, 3);
+  EXPECT_EQ(policies.at("bob").share, 1.0);
+  EXPECT_EQ(policies.at("bob").max_groups, 0);
+}
+
 TEST(RequiredRoleTest, RolesPerMethod) {
-  EXPECT_EQ(RequiredRole("SubmitJob"), Role::kAdmin);
-  EXPECT_EQ(RequiredRole("CreateStudy"), Role::kAdmin);
-  EXPECT_EQ(RequiredRole("TellTrial"), Role::kAdmin);
+  EXPECT_EQ(RequiredRole("SubmitJob"), Role::kOwner);
+  EXPECT_EQ(RequiredRole("CancelJob"), Role::kOwner);
+  EXPECT_EQ(RequiredRole("CreateStudy"), Role::kOwner);
+  EXPECT_EQ(RequiredRole("TellTrial"), Role::kOwner);
+  EXPECT_EQ(RequiredRole("ShardSync"), Role::kAdmin);
+  EXPECT_EQ(RequiredRole("GetServerInfo"), Role::kReader);
   EXPECT_EQ(RequiredRole("PushGradient"), Role::kWorker);
   EXPECT_EQ(RequiredRole("ReportValidation"), Role::kWorker);
   EXPECT_EQ(RequiredRole("ListJobs"), Role::kReader);

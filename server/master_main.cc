@@ -109,13 +109,24 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "a certificate signed by this PEM CA (clients give --tls_cert and "
           "--tls_key). Needs --tls_cert and --tls_key.");
 ABSL_FLAG(std::string, tokens_file, "",
-          "Bearer tokens and their roles, one 'ROLE NAME TOKEN' a line "
-          "(roles admin, worker, reader; # comments): every call must then "
-          "carry a token whose role allows it (docs/security.md). Clients "
+          "Bearer tokens and their roles, one 'ROLE NAME TOKEN [KEY=VALUE...]' "
+          "a line (roles admin, owner, worker, reader; options owners=, "
+          "share=, max_groups=, max_priority=; # comments): every call must "
+          "then carry a token whose role allows it, and owners change only "
+          "their own jobs (docs/security.md). Clients "
           "give --token_file or $MPILEARN_TOKEN. Without it nothing is "
           "checked and --listen must be a loopback address (or --insecure). "
           "The --listen_unix socket is plaintext either way (its file "
           "permissions guard it); tokens are checked there too.");
+ABSL_FLAG(int, max_groups_per_owner, 0,
+          "Groups the jobs of one owner may hold at once (a token's "
+          "max_groups= overrides it); 0: no bound (docs/scheduling.md).");
+ABSL_FLAG(int, max_groups_per_study, 0,
+          "Groups the trials of one MPI Opt study may hold at once; 0: no "
+          "bound.");
+ABSL_FLAG(double, fair_share_half_life_s, 3600,
+          "Fair share weighs each owner's groups held now and its recent use, "
+          "an average that forgets half of itself in this many seconds.");
 ABSL_FLAG(bool, insecure, false,
           "Serve a non-loopback --listen address without --tokens_file "
           "(anyone who reaches the port may do anything) and a non-loopback "
@@ -255,6 +266,18 @@ int main(int argc, char** argv) {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  options.scheduling.max_groups_per_owner = absl::GetFlag(FLAGS_max_groups_per_owner);
+  options.scheduling.max_groups_per_study = absl::GetFlag(FLAGS_max_groups_per_study);
+  options.scheduling.half_life = absl::Seconds(absl::GetFlag(FLAGS_fair_share_half_life_s));
+  if (options.scheduling.max_groups_per_owner < 0 ||
+      options.scheduling.max_groups_per_study < 0 ||
+      !(absl::GetFlag(FLAGS_fair_share_half_life_s) >= 1) ||
+      !(absl::GetFlag(FLAGS_fair_share_half_life_s) <= 1e8)) {
+    std::fprintf(stderr,
+                 "mpilearn-master: want --max_groups_per_owner >= 0, "
+                 "--max_groups_per_study >= 0 and --fair_share_half_life_s from 1 to 1e8\n");
+    return 2;
+  }
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.shards_per_job = absl::GetFlag(FLAGS_shards_per_job);
   options.min_shards = absl::GetFlag(FLAGS_min_shards);

@@ -157,6 +157,11 @@ void MasterMetrics::SetStatusProvider(StatusProvider provider) {
   provider_ = std::move(provider);
 }
 
+void MasterMetrics::SetOwnerProvider(OwnerProvider provider) {
+  absl::MutexLock lock(&provider_mu_);
+  owner_provider_ = std::move(provider);
+}
+
 void MasterMetrics::SetStudyProvider(StudyProvider provider) {
   absl::MutexLock lock(&provider_mu_);
   study_provider_ = std::move(provider);
@@ -329,13 +334,42 @@ void MasterMetrics::CollectStudies(const std::vector<v1::StudyStatus>& studies,
   }
 }
 
+void MasterMetrics::CollectOwners(const std::vector<OwnerView>& owners,
+                                  std::vector<MetricFamily>& out) {
+  Built groups("mpilearn_owner_groups", "Live groups the owner's jobs hold.",
+               MetricType::Gauge);
+  Built queued("mpilearn_owner_queued_jobs", "The owner's QUEUED jobs.", MetricType::Gauge);
+  Built recent("mpilearn_owner_recent_groups",
+               "The owner's recent use: groups held, averaged with decaying weights "
+               "(--fair_share_half_life_s).",
+               MetricType::Gauge);
+  Built weight("mpilearn_owner_share_weight", "The owner's fair-share weight (share=).",
+               MetricType::Gauge);
+  Built share("mpilearn_owner_group_share",
+              "The owner's fraction of all live groups (0 when none is live).",
+              MetricType::Gauge);
+  int total = 0;
+  for (const OwnerView& owner : owners) total += owner.groups;
+  for (const OwnerView& owner : owners) {
+    const std::vector<ClientMetric::Label> labels = {{"owner", owner.owner}};
+    groups.Add(labels, owner.groups);
+    queued.Add(labels, owner.queued_jobs);
+    recent.Add(labels, owner.recent_groups);
+    weight.Add(labels, owner.share);
+    share.Add(labels, total > 0 ? static_cast<double>(owner.groups) / total : 0.0);
+  }
+  for (Built* family : {&groups, &queued, &recent, &weight, &share}) family->MoveTo(out);
+}
+
 std::vector<MetricFamily> MasterMetrics::Collect() const {
   StatusProvider provider;
   StudyProvider study_provider;
+  OwnerProvider owner_provider;
   {
     absl::MutexLock lock(&provider_mu_);
     provider = provider_;
     study_provider = study_provider_;
+    owner_provider = owner_provider_;
   }
   std::vector<JobMetricsView> all;
   if (provider) all = provider();
@@ -469,6 +503,7 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
               {"algorithm", spec.algorithm()},
               {"model", spec.model().name()},
               {"optimizer", UpdateRuleName(spec)},
+              {"owner", spec.owner()},
               {"state", StateLabel(status.state())}},
              1);
     updates.Add({job}, static_cast<double>(status.updates_applied()));
@@ -548,6 +583,7 @@ std::vector<MetricFamily> MasterMetrics::Collect() const {
   }
 
   if (study_provider) CollectStudies(study_provider(), out);
+  if (owner_provider) CollectOwners(owner_provider(), out);
 
   // A live process always has resident pages: 0 means /proc could not be
   // read, and the figures are left out rather than reported as 0.

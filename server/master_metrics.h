@@ -47,12 +47,10 @@
 #include "prometheus/registry.h"
 #include "server/core/job_values.h"
 #include "proto/study.pb.h"
+#include "common/version.h"
 #include "server/core/job_observer.h"
 
 namespace mpilearn::server {
-
-// The version mpilearn_build_info reports.
-inline constexpr char kMpiLearnVersion[] = "0.6.0";
 
 // The label that names a job in every per-job and per-group series.
 inline constexpr char kJobLabel[] = "job_id";
@@ -85,6 +83,21 @@ class MasterMetrics final : public prometheus::Collectable, public JobObserver {
   // the first scrape; none: no study families.
   using StudyProvider = std::function<std::vector<v1::StudyStatus>()>;
   void SetStudyProvider(StudyProvider provider);
+
+  // What each job owner's jobs hold and wait with (docs/scheduling.md);
+  // called once per Collect. Exports, per owner,
+  // mpilearn_owner_groups, _queued_jobs, _recent_groups, _share_weight and
+  // _group_share (its fraction of every live group). Set once, before the
+  // first scrape; none: no owner families.
+  struct OwnerView {
+    std::string owner;
+    int groups = 0;
+    int queued_jobs = 0;
+    double recent_groups = 0;
+    double share = 1.0;
+  };
+  using OwnerProvider = std::function<std::vector<OwnerView>()>;
+  void SetOwnerProvider(OwnerProvider provider);
 
   // JobObserver: one observation each in mpilearn_apply_duration_seconds
   // and mpilearn_update_staleness.
@@ -144,10 +157,13 @@ class MasterMetrics final : public prometheus::Collectable, public JobObserver {
 
   static void CollectStudies(const std::vector<v1::StudyStatus>& studies,
                              std::vector<prometheus::MetricFamily>& out);
+  static void CollectOwners(const std::vector<OwnerView>& owners,
+                            std::vector<prometheus::MetricFamily>& out);
 
   mutable absl::Mutex provider_mu_;
   StatusProvider provider_ ABSL_GUARDED_BY(provider_mu_);
   StudyProvider study_provider_ ABSL_GUARDED_BY(provider_mu_);
+  OwnerProvider owner_provider_ ABSL_GUARDED_BY(provider_mu_);
 
   // Collect creates and removes series, hence mutable.
   mutable absl::Mutex mu_;

@@ -567,6 +567,24 @@ TEST_F(MasterMetricsTest, StudiesByStateAndRunningStudiesProgress) {
   EXPECT_TRUE(Find(e, "mpilearn_study_trials_created", {{"study", "s-3"}}).empty());
 }
 
+// Each owner's load as the provider gives it, and its share of every live
+// group computed from all owners'.
+TEST_F(MasterMetricsTest, OwnerFamiliesFollowTheProvider) {
+  metrics_->SetOwnerProvider([] {
+    return std::vector<MasterMetrics::OwnerView>{{"alice", 3, 2, 2.5, 2.0},
+                                                 {"bob", 1, 0, 0.25, 1.0},
+                                                 {"carol", 0, 4, 0.0, 1.0}};
+  });
+  const Exposition e = Scrape();
+  EXPECT_EQ(Value(e, "mpilearn_owner_groups", {{"owner", "alice"}}), 3.0);
+  EXPECT_EQ(Value(e, "mpilearn_owner_queued_jobs", {{"owner", "carol"}}), 4.0);
+  EXPECT_EQ(Value(e, "mpilearn_owner_recent_groups", {{"owner", "bob"}}), 0.25);
+  EXPECT_EQ(Value(e, "mpilearn_owner_share_weight", {{"owner", "alice"}}), 2.0);
+  EXPECT_EQ(Value(e, "mpilearn_owner_group_share", {{"owner", "alice"}}), 0.75);
+  EXPECT_EQ(Value(e, "mpilearn_owner_group_share", {{"owner", "bob"}}), 0.25);
+  EXPECT_EQ(Value(e, "mpilearn_owner_group_share", {{"owner", "carol"}}), 0.0);
+}
+
 // The job's and group's figures equal the registry's own and the telemetry
 // the group sent; the instrumented families count what was recorded.
 TEST_F(MasterMetricsTest, ValuesMatchTheRegistry) {

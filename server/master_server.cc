@@ -191,12 +191,15 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   }
   MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             ListenCredentials(options));
+  // Each owner's share and group limit come from its token's line.
+  SchedulingPolicy scheduling = options.scheduling;
   if (options.tokens_file.empty()) {
     server->auth_ = std::make_unique<Authorizer>();
   } else {
     MPILEARN_ASSIGN_OR_RETURN(TokenTable tokens,
                               TokenTable::Load(options.tokens_file));
     LOG(INFO) << "tokens: " << tokens.size() << " from " << options.tokens_file;
+    scheduling.owners = tokens.OwnerPolicies();
     server->auth_ = std::make_unique<Authorizer>(std::move(tokens));
   }
   if (!options.trace_file.empty()) {
@@ -216,6 +219,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   core_options.registry.state_dir = options.state_dir;
   core_options.registry.group_timeout = options.group_timeout;
   core_options.registry.engine = options.engine;
+  core_options.registry.scheduling = std::move(scheduling);
   core_options.limits = options.limits;
   // With tokens, groups belong to the caller that registered them.
   core_options.check_callers = server->auth_->enabled();
@@ -243,6 +247,13 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::BuildAndStart(
   if (server->metrics_ != nullptr) {
     MasterCore* core = &server->master_->core();
     server->metrics_->SetStatusProvider([core] { return core->ListForMetrics(); });
+    server->metrics_->SetOwnerProvider([core] {
+      std::vector<MasterMetrics::OwnerView> owners;
+      for (const auto& [name, load] : core->OwnerLoads()) {
+        owners.push_back({name, load.groups, load.queued_jobs, load.recent_groups, load.share});
+      }
+      return owners;
+    });
     std::string why;
     try {
       server->exposer_ = std::make_unique<prometheus::Exposer>(

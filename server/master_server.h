@@ -88,6 +88,10 @@ class MasterServer {
     // A tokens file (server/auth.h): every call must carry a token of a
     // role allowed to make it. Empty: no checks, everyone is an admin.
     std::string tokens_file;
+    // Scheduling between jobs (docs/scheduling.md): --max_groups_per_owner,
+    // --max_groups_per_study, --fair_share_half_life_s; each owner's share
+    // and limit are taken from its line in tokens_file.
+    SchedulingPolicy scheduling;
     // Without a tokens file the master refuses a `listen` address other
     // than loopback unless this is set; likewise a `metrics_listen` address
     // without a metrics_token_file.

@@ -154,8 +154,13 @@ grpc::Status MasterServiceImpl::SubmitJob(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  return rpc.Finish(GuardCall("SubmitJob", [&] {
-    return Reply(core_.SubmitJob(*request), response);
+  return rpc.Finish(GuardCall("SubmitJob", [&]() -> grpc::Status {
+    if (!request->spec().study().empty()) {
+      return ToGrpcStatus(InvalidRequestError(
+          "study is set by MPI Opt on its trials' jobs; remove it (mpilearn-opt creates "
+          "studies)"));
+    }
+    return Reply(core_.SubmitJob(rpc.caller(), *request), response);
   }));
 }
 
@@ -471,7 +476,7 @@ grpc::Status MasterServiceImpl::CancelJob(grpc::ServerContext* context,
     return rpc.Finish(denied);
   }
   return rpc.Finish(GuardCall("CancelJob", [&] {
-    return Reply(core_.CancelJob(*request), response);
+    return Reply(core_.CancelJob(rpc.caller(), *request), response);
   }));
 }
 
@@ -483,8 +488,21 @@ grpc::Status MasterServiceImpl::DeleteJob(grpc::ServerContext* context,
     return rpc.Finish(denied);
   }
   return rpc.Finish(GuardCall("DeleteJob", [&] {
-    return Reply(core_.DeleteJob(*request), response);
+    return Reply(core_.DeleteJob(rpc.caller(), *request), response);
   }));
+}
+
+grpc::Status MasterServiceImpl::GetServerInfo(grpc::ServerContext* context,
+                                              const v1::GetServerInfoRequest* /*request*/,
+                                              v1::ServerInfo* response) {
+  RpcScope rpc(metrics_, "GetServerInfo");
+  if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
+    return rpc.Finish(denied);
+  }
+  response->set_version(kMpiLearnVersion);
+  response->set_caller(rpc.caller().name);
+  response->set_role(std::string(RoleName(rpc.caller().role)));
+  return rpc.Finish(grpc::Status::OK);
 }
 
 }  // namespace mpilearn::server

@@ -107,6 +107,10 @@ class MasterServiceImpl final : public v1::Master::Service {
   grpc::Status DeleteJob(grpc::ServerContext* context,
                          const v1::DeleteJobRequest* request,
                          v1::DeleteJobResponse* response) override;
+  // The master's version (common/version.h) and the caller's name and role.
+  grpc::Status GetServerInfo(grpc::ServerContext* context,
+                             const v1::GetServerInfoRequest* request,
+                             v1::ServerInfo* response) override;
 
  private:
   MasterCore& core_;

@@ -3,11 +3,24 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "server/call_guard.h"
 #include "server/rpc_scope.h"
 
 namespace mpilearn::server {
+namespace {
+
+// Rule "owners manage their own" for a study (its base job's owner).
+absl::Status CheckManagesStudy(const opt::StudyTable& table, const Caller& caller,
+                               const std::string& study_id) {
+  if (caller.role == Role::kAdmin) return absl::OkStatus();
+  MPILEARN_ASSIGN_OR_RETURN(v1::StudyStatus study, table.GetStudy(study_id));
+  return CheckManages(caller, study.spec().base().owner(), absl::StrCat("study ", study_id));
+}
+
+}  // namespace
 
 grpc::Status StudyServiceImpl::CreateStudy(grpc::ServerContext* context,
                                            const v1::CreateStudyRequest* request,
@@ -16,8 +29,21 @@ grpc::Status StudyServiceImpl::CreateStudy(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  return rpc.Finish(GuardCall("CreateStudy", [&] {
-    return Reply(table_.CreateStudy(*request), response);
+  return rpc.Finish(GuardCall("CreateStudy", [&]() -> grpc::Status {
+    // The study and its trials' jobs belong to its creator unless an
+    // admin names another owner.
+    v1::CreateStudyRequest owned = *request;
+    v1::JobSpec* base = owned.mutable_spec()->mutable_base();
+    if (absl::Status denied = CheckSubmission(rpc.caller(), base->mutable_owner(),
+                                              base->priority(), "CreateStudy");
+        !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
+    if (!base->study().empty()) {
+      return ToGrpcStatus(
+          InvalidRequestError("spec.base.study is set by MPI Opt on each trial; remove it"));
+    }
+    return Reply(table_.CreateStudy(owned), response);
   }));
 }
 
@@ -80,7 +106,11 @@ grpc::Status StudyServiceImpl::CancelStudy(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  return rpc.Finish(GuardCall("CancelStudy", [&] {
+  return rpc.Finish(GuardCall("CancelStudy", [&]() -> grpc::Status {
+    if (absl::Status denied = CheckManagesStudy(table_, rpc.caller(), request->study_id());
+        !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
     return Reply(table_.CancelStudy(*request), response);
   }));
 }
@@ -92,7 +122,11 @@ grpc::Status StudyServiceImpl::CancelTrial(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  return rpc.Finish(GuardCall("CancelTrial", [&] {
+  return rpc.Finish(GuardCall("CancelTrial", [&]() -> grpc::Status {
+    if (absl::Status denied = CheckManagesStudy(table_, rpc.caller(), request->study_id());
+        !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
     return Reply(table_.CancelTrial(*request), response);
   }));
 }
@@ -104,7 +138,11 @@ grpc::Status StudyServiceImpl::AskTrial(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  return rpc.Finish(GuardCall("AskTrial", [&] {
+  return rpc.Finish(GuardCall("AskTrial", [&]() -> grpc::Status {
+    if (absl::Status denied = CheckManagesStudy(table_, rpc.caller(), request->study_id());
+        !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
     return Reply(table_.AskTrial(*request), response);
   }));
 }
@@ -116,7 +154,11 @@ grpc::Status StudyServiceImpl::TellTrial(grpc::ServerContext* context,
   if (grpc::Status denied = rpc.Authorize(auth_, context); !denied.ok()) {
     return rpc.Finish(denied);
   }
-  return rpc.Finish(GuardCall("TellTrial", [&] {
+  return rpc.Finish(GuardCall("TellTrial", [&]() -> grpc::Status {
+    if (absl::Status denied = CheckManagesStudy(table_, rpc.caller(), request->study_id());
+        !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
     return Reply(table_.TellTrial(*request), response);
   }));
 }

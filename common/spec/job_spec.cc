@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
@@ -141,7 +142,39 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   MPILEARN_RETURN_IF_ERROR(NormalizeSnapshots(spec->mutable_snapshots()));
   if (spec->has_warm_start()) MPILEARN_RETURN_IF_ERROR(NormalizeWarmStart(spec->warm_start()));
   if (!spec->has_inband_validation()) spec->set_inband_validation(true);
+  return NormalizeSharing(spec);
+}
+
+absl::Status NormalizeSharing(v1::JobSpec* spec) {
+  if (!spec->has_priority()) spec->set_priority(0);
+  MPILEARN_RETURN_IF_ERROR(
+      CheckIntRange("priority", spec->priority(), kMinPriority, kMaxPriority));
+  if (!spec->has_max_wall_seconds()) spec->set_max_wall_seconds(0);
+  if (spec->max_wall_seconds() != 0) {
+    MPILEARN_RETURN_IF_ERROR(spec_internal::CheckPositiveFinite("max_wall_seconds", spec->max_wall_seconds()));
+    if (spec->max_wall_seconds() > kMaxWallSeconds) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_wall_seconds is ", spec->max_wall_seconds(), "; at most ",
+                       kMaxWallSeconds, " (a year), or 0 for no limit"));
+    }
+  }
+  for (const auto& [field, name] : {std::pair<const char*, const std::string*>{
+                                        "owner", &spec->owner()},
+                                    {"study", &spec->study()}}) {
+    if (!name->empty() && !IsOwnerName(*name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " '", name->substr(0, 64), "' is not a name: 1 to 64 of A-Z a-z 0-9 _ . @ -"));
+    }
+  }
   return absl::OkStatus();
+}
+
+bool IsOwnerName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_' && c != '.' && c != '-' && c != '@') return false;
+  }
+  return true;
 }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json) {

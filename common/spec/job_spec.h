@@ -36,6 +36,20 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
 // InvalidArgument and name the field ("epochs must be in [1, 100000], got 0").
 absl::Status NormalizeJobSpec(v1::JobSpec* spec);
 
+// Sharing one master (docs/scheduling.md): JobSpec.priority's range, the
+// largest max_wall_seconds (a year).
+inline constexpr int kMinPriority = -100;
+inline constexpr int kMaxPriority = 100;
+inline constexpr double kMaxWallSeconds = 366.0 * 24 * 3600;
+// The stop_reason of a job its max_wall_seconds ended begins with this
+// (MPI Opt does not retry such a trial).
+inline constexpr char kWallTimeStop[] = "wall-time limit";
+// NormalizeJobSpec's part for owner, study, priority and max_wall_seconds.
+absl::Status NormalizeSharing(v1::JobSpec* spec);
+// Whether `name` may be a token's, a job owner's or a study's name: 1 to 64
+// of A-Z a-z 0-9 _ . @ -.
+bool IsOwnerName(absl::string_view name);
+
 // The optimizer part of NormalizeJobSpec: fills in the named optimizer's
 // defaults (PyTorch's; sgd's learning rate defaults to 0.01) and checks the
 // fields it uses, leaving the others alone. Errors are InvalidArgument and

@@ -46,6 +46,28 @@ TEST(JobSpecTest, MinimalSpecGetsDefaults) {
   EXPECT_EQ(spec->data().validation_count(), 5000);
 }
 
+TEST(JobSpecTest, SharingFieldsGetDefaultsAndRanges) {
+  auto spec = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->priority(), 0);
+  EXPECT_EQ(spec->max_wall_seconds(), 0);
+  EXPECT_EQ(spec->owner(), "");
+  auto with = [](const std::string& fields) {
+    return std::string(kMinimal).substr(0, std::string(kMinimal).rfind('}')) + ", " + fields +
+           "}";
+  };
+  auto set = ParseJobSpecJson(with(R"("priority": -100, "maxWallSeconds": 90.5,
+                                      "owner": "alice@lab", "study": "s-3")"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->priority(), -100);
+  EXPECT_EQ(set->max_wall_seconds(), 90.5);
+  ExpectRefused({{with(R"("priority": 101)"), "priority"},
+                 {with(R"("max_wall_seconds": -1)"), "max_wall_seconds"},
+                 {with(R"("max_wall_seconds": 1e9)"), "at most"},
+                 {with(R"("owner": "al ice")"), "owner 'al ice' is not a name"},
+                 {with(R"("study": "s/3")"), "study 's/3' is not a name"}});
+}
+
 TEST(JobSpecTest, FullSpecKeepsValuesAndAcceptsCamelCase) {
   auto spec = ParseJobSpecJson(R"({
     "name": "cnn-run",

@@ -1,5 +1,6 @@
 #include "server/core/caller_bindings.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,8 @@ absl::string_view RoleName(Role role) {
   switch (role) {
     case Role::kAdmin:
       return "admin";
+    case Role::kOwner:
+      return "owner";
     case Role::kWorker:
       return "worker";
     case Role::kReader:
@@ -35,6 +38,70 @@ absl::string_view RoleName(Role role) {
 absl::Status PermissionError(absl::string_view message) {
   return WithReason(absl::PermissionDeniedError(message),
                     v1::ERROR_REASON_PERMISSION);
+}
+
+namespace {
+
+// "owner 'alice'" or, for jobs from before owners were kept, "no owner".
+std::string OwnerText(const std::string& owner) {
+  return owner.empty() ? std::string("no owner") : absl::StrCat("owner '", owner, "'");
+}
+
+}  // namespace
+
+absl::Status CheckManages(const Caller& caller, const std::string& owner,
+                          absl::string_view what) {
+  if (caller.role == Role::kAdmin ||
+      (caller.role == Role::kOwner && !owner.empty() && caller.name == owner)) {
+    return absl::OkStatus();
+  }
+  return PermissionError(absl::StrCat(
+      what, " has ", OwnerText(owner), "; token '", caller.name, "' (role ",
+      RoleName(caller.role),
+      ") may change only its own jobs and studies (rule \"owners manage their own\"; "
+      "an admin token may change any)"));
+}
+
+bool Scoped(const Caller& caller) {
+  return caller.role == Role::kOwner || (caller.role != Role::kAdmin && !caller.owners.empty());
+}
+
+bool MayTrain(const Caller& caller, const std::string& owner) {
+  if (!Scoped(caller)) return true;
+  if (caller.role == Role::kOwner && !owner.empty() && owner == caller.name) return true;
+  return std::find(caller.owners.begin(), caller.owners.end(), owner) != caller.owners.end();
+}
+
+absl::Status CheckTrains(const Caller& caller, const std::string& owner,
+                         absl::string_view what) {
+  if (MayTrain(caller, owner)) return absl::OkStatus();
+  std::string allowed = caller.role == Role::kOwner ? absl::StrCat("'", caller.name, "'") : "";
+  for (const std::string& name : caller.owners) {
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", "'", name, "'");
+  }
+  return PermissionError(absl::StrCat(
+      what, " has ", OwnerText(owner), "; token '", caller.name,
+      "' trains and reads only the jobs of ", allowed,
+      " (rule \"tokens train the owners they serve\": owners= in the tokens file)"));
+}
+
+absl::Status CheckSubmission(const Caller& caller, std::string* owner, int priority,
+                             absl::string_view what) {
+  if (owner->empty()) *owner = caller.name;
+  if (caller.role == Role::kAdmin) return absl::OkStatus();
+  if (*owner != caller.name) {
+    return PermissionError(absl::StrCat(
+        what, ": owner '", *owner, "' is not token '", caller.name,
+        "'; only an admin submits for another owner (rule \"jobs belong to their "
+        "submitter\"): leave owner out"));
+  }
+  if (priority > caller.max_priority) {
+    return PermissionError(absl::StrCat(
+        what, ": priority ", priority, " is above token '", caller.name, "''s max_priority ",
+        caller.max_priority, " (rule \"jobs belong to their submitter\"; an admin raises "
+        "max_priority= in the tokens file)"));
+  }
+  return absl::OkStatus();
 }
 
 CallerBindings::CallerBindings(bool enabled, absl::Duration group_timeout,

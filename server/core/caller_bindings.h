@@ -37,21 +37,53 @@
 
 namespace mpilearn::server {
 
-// Ordered: a role may make every call a lower one may.
-enum class Role { kReader = 1, kWorker = 2, kAdmin = 3 };
+// Ordered: a role may make every call a lower one may. An owner submits
+// jobs and studies and manages its own; an admin manages everyone's.
+enum class Role { kReader = 1, kWorker = 2, kOwner = 3, kAdmin = 4 };
 
-// "admin", "worker", "reader".
+// "admin", "owner", "worker", "reader".
 absl::string_view RoleName(Role role);
 
-// Who made a call: the token's name and role. Without tokens: an admin
-// named "".
+// Who made a call: the token's name, role and scope. Without tokens: an
+// admin named "".
 struct Caller {
   std::string name;
   Role role = Role::kAdmin;
+  // owners= in the tokens file: the job owners whose jobs this token may
+  // train and whose weights it may read. Empty: a worker's any owner's, an
+  // owner's only its own (it always may its own).
+  std::vector<std::string> owners;
+  // max_priority= in the tokens file: the highest JobSpec.priority this
+  // token may submit (admins: any).
+  int max_priority = 0;
 };
 
 // PERMISSION_DENIED with ERROR_REASON_PERMISSION.
 absl::Status PermissionError(absl::string_view message);
+
+// The ownership rules (docs/security.md, "Owners"). Each refusal is
+// PERMISSION_DENIED naming its rule.
+//
+// Rule "owners manage their own": cancelling or deleting a job, and
+// changing a study (cancel, cancel a trial, ask, tell), takes the owner's
+// token or an admin's. `what` names the thing ("job job-000003").
+absl::Status CheckManages(const Caller& caller, const std::string& owner,
+                          absl::string_view what);
+// Rule "tokens train the owners they serve": whether `caller` may train a
+// job of `owner`, or read its weights (snapshots, pulls): an admin any; an
+// owner its own and those of owners=; a worker those of owners=, any when
+// the tokens file gives none.
+bool MayTrain(const Caller& caller, const std::string& owner);
+absl::Status CheckTrains(const Caller& caller, const std::string& owner,
+                         absl::string_view what);
+// Whether `caller` may train some owners' jobs only (an owner, or a
+// worker with owners=).
+bool Scoped(const Caller& caller);
+// Rule "jobs belong to their submitter": a submitted spec's owner and
+// priority. Fills `owner` (empty: the caller's name); only an admin names
+// another owner or a priority above its max_priority.
+absl::Status CheckSubmission(const Caller& caller, std::string* owner,
+                             int priority, absl::string_view what);
 
 class CallerBindings {
  public:

@@ -34,8 +34,85 @@ TEST(CallerBindingsOffTest, DisabledBindsNothingAndAllowsEverything) {
 
 TEST(RoleNameTest, NamesEveryRole) {
   EXPECT_EQ(RoleName(Role::kAdmin), "admin");
+  EXPECT_EQ(RoleName(Role::kOwner), "owner");
   EXPECT_EQ(RoleName(Role::kWorker), "worker");
   EXPECT_EQ(RoleName(Role::kReader), "reader");
+}
+
+Caller Token(const std::string& name, Role role, std::vector<std::string> owners = {},
+             int max_priority = 0) {
+  Caller caller;
+  caller.name = name;
+  caller.role = role;
+  caller.owners = std::move(owners);
+  caller.max_priority = max_priority;
+  return caller;
+}
+
+// A refusal is PERMISSION_DENIED with the reason and the rule's name.
+void ExpectRefused(const absl::Status& status, const std::string& rule) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
+  EXPECT_NE(status.message().find(rule), std::string::npos) << status;
+}
+
+TEST(OwnershipTest, OwnersManageTheirOwnAndAdminsAny) {
+  const Caller alice = Token("alice", Role::kOwner);
+  EXPECT_TRUE(CheckManages(alice, "alice", "job job-1").ok());
+  ExpectRefused(CheckManages(alice, "bob", "job job-1"), "owners manage their own");
+  // A job from before owners were kept belongs to nobody: admins only.
+  ExpectRefused(CheckManages(alice, "", "job job-1"), "has no owner");
+  ExpectRefused(CheckManages(Token("", Role::kOwner), "", "job job-1"), "owners manage");
+  EXPECT_TRUE(CheckManages(Token("ops", Role::kAdmin), "bob", "job job-1").ok());
+  // Without tokens every caller is an admin named "".
+  EXPECT_TRUE(CheckManages(Caller{}, "bob", "job job-1").ok());
+  ExpectRefused(CheckManages(Token("rack", Role::kWorker), "rack", "job job-1"),
+                "owners manage their own");
+}
+
+TEST(OwnershipTest, TokensTrainTheOwnersTheyServe) {
+  const Caller any_worker = Token("rack", Role::kWorker);
+  const Caller alice_worker = Token("rack", Role::kWorker, {"alice"});
+  const Caller alice = Token("alice", Role::kOwner);
+  const Caller alice_helping_bob = Token("alice", Role::kOwner, {"bob"});
+  EXPECT_FALSE(Scoped(any_worker));
+  EXPECT_TRUE(Scoped(alice_worker));
+  EXPECT_TRUE(Scoped(alice));
+  EXPECT_FALSE(Scoped(Token("ops", Role::kAdmin, {"alice"})));
+  EXPECT_TRUE(MayTrain(any_worker, "bob"));
+  EXPECT_TRUE(MayTrain(any_worker, ""));
+  EXPECT_TRUE(MayTrain(alice_worker, "alice"));
+  EXPECT_FALSE(MayTrain(alice_worker, "bob"));
+  EXPECT_FALSE(MayTrain(alice_worker, ""));
+  EXPECT_TRUE(MayTrain(alice, "alice"));
+  EXPECT_FALSE(MayTrain(alice, "bob"));
+  EXPECT_TRUE(MayTrain(alice_helping_bob, "bob"));
+  EXPECT_TRUE(MayTrain(Token("ops", Role::kAdmin), "bob"));
+  ExpectRefused(CheckTrains(alice_worker, "bob", "job job-7"),
+                "tokens train the owners they serve");
+  const absl::Status refused = CheckTrains(alice_helping_bob, "carol", "job job-7");
+  EXPECT_NE(refused.message().find("only the jobs of 'alice', 'bob'"), std::string::npos)
+      << refused;
+}
+
+TEST(OwnershipTest, JobsBelongToTheirSubmitter) {
+  const Caller alice = Token("alice", Role::kOwner, {}, /*max_priority=*/5);
+  std::string owner;
+  EXPECT_TRUE(CheckSubmission(alice, &owner, 5, "SubmitJob").ok());
+  EXPECT_EQ(owner, "alice");
+  owner = "alice";
+  EXPECT_TRUE(CheckSubmission(alice, &owner, -100, "SubmitJob").ok());
+  owner = "bob";
+  ExpectRefused(CheckSubmission(alice, &owner, 0, "SubmitJob"), "jobs belong to their submitter");
+  owner = "";
+  ExpectRefused(CheckSubmission(alice, &owner, 6, "SubmitJob"), "max_priority 5");
+  // An admin submits for anyone, at any priority.
+  owner = "bob";
+  EXPECT_TRUE(CheckSubmission(Token("ops", Role::kAdmin), &owner, 100, "SubmitJob").ok());
+  EXPECT_EQ(owner, "bob");
+  owner = "";
+  EXPECT_TRUE(CheckSubmission(Token("ops", Role::kAdmin), &owner, 0, "SubmitJob").ok());
+  EXPECT_EQ(owner, "ops");
 }
 
 TEST_F(CallerBindingsTest, GroupsBelongToTheTokenThatRegisteredThem) {

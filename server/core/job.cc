@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/error_reason.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/core/store/job_checkpoint.h"
@@ -74,6 +76,7 @@ absl::StatusOr<v1::RegisterGroupResponse> Job::AddGroup(
   }
   groups_.Add(group_id, ranks, host, now, liveness);
   state_ = v1::JOB_STATE_RUNNING;
+  if (started_ == absl::InfinitePast()) started_ = now;
 
   v1::RegisterGroupResponse response;
   response.set_job_id(id_);
@@ -411,6 +414,29 @@ absl::Status Job::Cancel(const std::string& reason) {
   return absl::OkStatus();
 }
 
+bool Job::EndIfOverWallTime(absl::Time now) {
+  const double limit = spec().max_wall_seconds();
+  if (limit <= 0) return false;
+  absl::MutexLock lock(&mu_);
+  if (state_ != v1::JOB_STATE_RUNNING || started_ == absl::InfinitePast() ||
+      now - started_ < absl::Seconds(limit)) {
+    return false;
+  }
+  state_ = v1::JOB_STATE_FAILED;
+  stop_reason_ = absl::StrCat(kWallTimeStop, " of ", limit, " s reached");
+  message_ = absl::StrCat("ran past its wall-time limit of ", limit,
+                          " s (max_wall_seconds), running since ",
+                          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", started_, absl::UTCTimeZone()),
+                          "; its groups were told to leave");
+  checkpoints_.Changed();
+  return true;
+}
+
+int Job::LiveGroups() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(groups_.Live());
+}
+
 bool Job::Releasable() const {
   absl::MutexLock lock(&mu_);
   // A group still training gets its updates dropped with the final
@@ -684,6 +710,9 @@ v1::JobStatus Job::StatusLocked(bool with_history, absl::Time now) const {
     status.set_parameters(resumed_parameters_);
   }
   status.set_checkpoint_version(checkpoints_.written_version());
+  if (started_ != absl::InfinitePast()) {
+    status.set_started_unix_seconds(absl::ToDoubleSeconds(started_ - absl::UnixEpoch()));
+  }
   status.set_learning_rate(LearningRateLocked());
   if (rules_.best_value().has_value()) {
     status.set_best_metric_value(*rules_.best_value());

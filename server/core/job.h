@@ -291,6 +291,15 @@ class Job {
   // JOB_ENDED. FAILED_PRECONDITION (ERROR_REASON_JOB_ENDED) for a job that
   // has ended.
   absl::Status Cancel(const std::string& reason);
+  // Ends a RUNNING job whose spec.max_wall_seconds have passed since it
+  // first became RUNNING (JobStatus.started_unix_seconds) as FAILED, with
+  // stop_reason "wall-time limit of N s reached" (kWallTimeStop) and a
+  // message saying so; its groups' next calls are refused (JOB_ENDED) and
+  // they leave. Returns whether it
+  // ended the job now.
+  bool EndIfOverWallTime(absl::Time now);
+  // Groups not lost nor gone.
+  int LiveGroups() const;
   // Whether the job has ended (COMPLETED, FAILED, CANCELLED) and no group
   // is live (a group still training, or the one to finish a job a stop
   // rule ended, gets the final weights in its replies until it leaves or is
@@ -473,6 +482,8 @@ class Job {
   LrSchedule schedule_ ABSL_GUARDED_BY(mu_);
   // Set when a stop rule ended the job (then state_ is COMPLETED).
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  // When the job first became RUNNING; InfinitePast before.
+  absl::Time started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // A group left with completed = true after the stop, or Stop ended the
   // job: nobody (else) is told to finish.
   bool stop_finished_ ABSL_GUARDED_BY(mu_) = false;

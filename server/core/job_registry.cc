@@ -133,7 +133,7 @@ absl::StatusOr<std::string> JobRegistry::Submit(JobConfig config, std::string as
 }
 
 absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
-    const v1::RegisterGroupRequest& request) {
+    const v1::RegisterGroupRequest& request, const OwnerFilter& may_train) {
   if (request.ranks() < 1) {
     return InvalidRequestError(
         absl::StrCat("ranks must be >= 1, got ", request.ranks()));
@@ -146,36 +146,31 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
   std::shared_ptr<Job> job;
   std::shared_ptr<JobJournal> journal;
   std::string group_id;
+  v1::RegisterGroupResponse response;
   {
+    // The pick, the limits and the group's joining happen under one lock,
+    // so groups arriving together see each other's picks.
     absl::MutexLock lock(&mu_);
     if (request.job_id().empty()) {
-      for (const std::string& id : order_) {
-        const Entry& entry = jobs_[id];
-        if (entry.job->state() == v1::JOB_STATE_QUEUED) {
-          job = entry.job;
-          journal = entry.journal;
-          break;
-        }
-      }
-      if (job == nullptr) {
-        return NoQueuedJobError(
-            "no queued job; submit one with `mpilearnctl submit SPEC.json` "
-            "or start the workers with --job SPEC.json");
-      }
+      MPILEARN_ASSIGN_OR_RETURN(const Entry picked, PickQueuedLocked(may_train));
+      job = picked.job;
+      journal = picked.journal;
     } else {
       auto it = jobs_.find(request.job_id());
       if (it == jobs_.end()) return UnknownJob(request.job_id());
       job = it->second.job;
       journal = it->second.journal;
+      // A shard's group is the lead's, counted there.
+      if (request.group_id().empty()) MPILEARN_RETURN_IF_ERROR(CheckGroupLimitLocked(*job));
     }
     // A shard registers a group under the id its lead gave it.
     group_id = request.group_id().empty()
-                   ? absl::StrFormat("g-%d", ++last_group_number_)
+                   ? absl::StrFormat("g-%d", last_group_number_ + 1)
                    : request.group_id();
+    MPILEARN_ASSIGN_OR_RETURN(response, job->AddGroup(group_id, request.ranks(),
+                                                      request.host(), Now(), liveness));
+    if (request.group_id().empty()) ++last_group_number_;
   }
-  MPILEARN_ASSIGN_OR_RETURN(v1::RegisterGroupResponse response,
-                            job->AddGroup(group_id, request.ranks(),
-                                          request.host(), Now(), liveness));
   response.set_group_timeout_seconds(
       absl::ToDoubleSeconds(options_.group_timeout));
   // On disk before the group hears its id, so a restarted master, which
@@ -639,6 +634,11 @@ absl::Status JobRegistry::WriteShardManifest(const v1::ShardManifest& manifest) 
 
 void JobRegistry::Tick() {
   ReapLostGroups();
+  EndJobsOverWallTime();
+  {
+    absl::MutexLock lock(&mu_);
+    usage_.Advance(QueueEntriesLocked(nullptr), Now(), options_.scheduling.half_life);
+  }
   for (const Entry& entry : AllEntries()) {
     if (entry.job->CheckpointDue(CheckpointTrigger::kSeconds, Now())) {
       entry.journal->WriteCheckpoint(CheckpointTrigger::kSeconds,

@@ -45,6 +45,7 @@
 #include "server/core/job_observer.h"
 #include "server/core/store/job_journal.h"
 #include "server/core/store/job_store.h"
+#include "server/sched/queue_order.h"
 
 namespace mpilearn::server {
 
@@ -72,6 +73,9 @@ class JobRegistry {
     // The largest file a warm start reads (a checkpoint holds the weights and
     // up to three times as much optimizer state).
     uint64_t max_warm_start_bytes = uint64_t{8} << 30;
+    // Which queued job a group without a job id takes, and the limits on
+    // the groups an owner or a study holds (docs/scheduling.md).
+    SchedulingPolicy scheduling;
     // Injected for tests.
     std::function<absl::Time()> clock = [] { return absl::Now(); };
   };
@@ -86,11 +90,34 @@ class JobRegistry {
   // bound; ALREADY_EXISTS when taken).
   absl::StatusOr<std::string> Submit(JobConfig config, std::string as_id = {});
 
-  // Attaches a group to the named job, or to the oldest queued job when
-  // request.job_id() is empty; as request.group_id() when given (a shard:
-  // the lead's id; registering it again refreshes it).
+  // Which owners' jobs a group may take (its token's scope); empty: any.
+  using OwnerFilter = std::function<bool(const std::string& owner)>;
+
+  // Attaches a group to the named job, or, when request.job_id() is empty,
+  // to the queued job first in the queue order (server/sched/queue_order.h)
+  // among those `may_train` allows and no limit holds back; as
+  // request.group_id() when given (a shard: the lead's id; registering it
+  // again refreshes it). RESOURCE_EXHAUSTED (LIMIT) when the named job's
+  // owner or study holds as many groups as its limit; NO_QUEUED_JOB when
+  // no queued job may be taken (the message says why).
   absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
-      const v1::RegisterGroupRequest& request);
+      const v1::RegisterGroupRequest& request, const OwnerFilter& may_train = nullptr);
+
+  // Each QUEUED job's place in the queue order (1 is next) and, when a
+  // limit holds it back, the note saying which.
+  struct QueueSlot {
+    int position = 0;
+    std::string note;
+  };
+  std::map<std::string, QueueSlot> QueueOrder() const;
+  // What each owner's jobs hold and wait with, for the metrics.
+  struct OwnerLoad {
+    int groups = 0;       // live groups of its jobs
+    int queued_jobs = 0;  // QUEUED
+    double recent_groups = 0;  // OwnerUsage: its recent use
+    double share = 1.0;
+  };
+  std::map<std::string, OwnerLoad> OwnerLoads() const;
 
   // NOT_FOUND with a hint for an unknown id.
   absl::StatusOr<std::shared_ptr<Job>> FindJob(const std::string& job_id) const;
@@ -210,8 +237,13 @@ class JobRegistry {
   int ReapLostGroups();
 
   // The periodic work, called by the server at least every second:
-  // ReapLostGroups, then the checkpoints checkpoint.every_seconds makes due.
+  // ReapLostGroups, ends jobs past their max_wall_seconds, moves the
+  // owners' recent use on, then the checkpoints checkpoint.every_seconds
+  // makes due.
   void Tick();
+  // Ends every RUNNING job past its spec.max_wall_seconds (Job::
+  // EndIfOverWallTime) and writes its end; returns how many.
+  int EndJobsOverWallTime();
 
   // Checkpoints every job changed since its last checkpoint, waiting for
   // writes under way, then tries every unwritten record once more and logs
@@ -243,6 +275,17 @@ class JobRegistry {
 
   // NOT_FOUND (JOB_UNKNOWN) with a hint for an unknown id.
   absl::StatusOr<Entry> FindEntry(const std::string& job_id) const;
+  // Every job that is QUEUED or holds groups, as the queue order sees it
+  // (job_registry_queue.cc); `may_train`, when given, leaves the jobs it
+  // refuses out of the candidates (they still count their groups).
+  std::vector<QueueEntry> QueueEntriesLocked(const OwnerFilter& may_train) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job a group without a job id takes, or NO_QUEUED_JOB saying why
+  // none.
+  absl::StatusOr<Entry> PickQueuedLocked(const OwnerFilter& may_train) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LIMIT when `job`'s owner or study holds its limit of groups.
+  absl::Status CheckGroupLimitLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every job with its journal, in submission order.
   std::vector<Entry> AllEntries() const;
 
@@ -261,6 +304,8 @@ class JobRegistry {
   // queued, so concurrent submits cannot overshoot max_queued_jobs.
   int submits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_group_number_ ABSL_GUARDED_BY(mu_) = 0;
+  // Each owner's and study's recent use, for fair share (Tick moves it).
+  OwnerUsage usage_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mpilearn::server

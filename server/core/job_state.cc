@@ -187,6 +187,9 @@ void Job::ResumeOutcomeLocked(const v1::JobStatus& status) {
   state_ = status.state();
   message_ = status.message();
   stop_reason_ = status.stop_reason();
+  if (status.started_unix_seconds() > 0) {
+    started_ = absl::FromUnixSeconds(0) + absl::Seconds(status.started_unix_seconds());
+  }
   if (status.has_test_loss() || status.has_test_accuracy()) {
     test_result_ = TestResult::Of(status);
   }

@@ -198,6 +198,11 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(Options options) 
 
 absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
     const v1::SubmitJobRequest& request) {
+  return SubmitJob(Caller{}, request);
+}
+
+absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
+    const Caller& caller, const v1::SubmitJobRequest& request) {
   if (!shard_of_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this master is a parameter shard of the lead at ", shard_of_,
@@ -211,7 +216,11 @@ absl::StatusOr<v1::SubmitJobResponse> MasterCore::SubmitJob(
   // spec's own checks, then its model's size.
   MPILEARN_RETURN_IF_ERROR(
       CheckStringFields(request.spec(), "spec", limits_.max_string_bytes));
-  MPILEARN_ASSIGN_OR_RETURN(JobConfig config, JobConfig::Create(request.spec()));
+  // The owner is the submitter's unless an admin names another.
+  v1::JobSpec spec = request.spec();
+  MPILEARN_RETURN_IF_ERROR(
+      CheckSubmission(caller, spec.mutable_owner(), spec.priority(), "SubmitJob"));
+  MPILEARN_ASSIGN_OR_RETURN(JobConfig config, JobConfig::Create(std::move(spec)));
   MPILEARN_RETURN_IF_ERROR(CheckModelBound(config.spec()));
   MPILEARN_RETURN_IF_ERROR(CheckWarmStartSource(config.spec()));
   MPILEARN_ASSIGN_OR_RETURN(std::string job_id,
@@ -265,8 +274,20 @@ absl::StatusOr<v1::RegisterGroupResponse> MasterCore::RegisterGroup(
       MPILEARN_RETURN_IF_ERROR(shard_table_->ReadyToPlace(request.job_id(), registry_->Now()));
     }
   }
+  // Only jobs of owners the caller's token trains.
+  JobRegistry::OwnerFilter may_train;
+  if (Scoped(caller)) {
+    if (!request.job_id().empty()) {
+      absl::StatusOr<std::shared_ptr<Job>> job = registry_->FindJob(request.job_id());
+      if (job.ok()) {
+        MPILEARN_RETURN_IF_ERROR(
+            CheckTrains(caller, (*job)->spec().owner(), absl::StrCat("job ", request.job_id())));
+      }
+    }
+    may_train = [&caller](const std::string& owner) { return MayTrain(caller, owner); };
+  }
   MPILEARN_ASSIGN_OR_RETURN(v1::RegisterGroupResponse response,
-                            registry_->RegisterGroup(request));
+                            registry_->RegisterGroup(request, may_train));
   // No other caller may act for this group.
   MPILEARN_RETURN_IF_ERROR(
       callers_->BindGroup(response.group_id(), response.job_id(), caller));
@@ -380,6 +401,9 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> MasterCore::PullWeights(
                             registry_->FindJob(request.job_id()));
   if (!request.group_id().empty()) {
     MPILEARN_RETURN_IF_ERROR(job->Touch(request.group_id(), registry_->Now()));
+  } else {
+    MPILEARN_RETURN_IF_ERROR(
+        CheckTrains(caller, job->spec().owner(), absl::StrCat("job ", request.job_id())));
   }
   if (OnShards(request.job_id())) return GatherWeights(request.job_id(), job->spec());
   return WeightsOf(*job);
@@ -462,7 +486,15 @@ MasterCore::SubscribeSnapshots(const Caller& caller,
   std::vector<std::string> job_ids(request.job_ids().begin(),
                                    request.job_ids().end());
   for (const std::string& job_id : job_ids) {
-    MPILEARN_RETURN_IF_ERROR(registry_->FindJob(job_id).status());
+    MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, registry_->FindJob(job_id));
+    MPILEARN_RETURN_IF_ERROR(
+        CheckTrains(caller, job->spec().owner(), absl::StrCat("job ", job_id)));
+  }
+  if (job_ids.empty() && Scoped(caller)) {
+    return PermissionError(absl::StrCat(
+        "SubscribeSnapshots: token '", caller.name,
+        "' reads some owners' jobs only, so it must name the jobs to follow (rule \"tokens "
+        "train the owners they serve\"; mpilearn-worker --role validate --jobs ID,ID)"));
   }
   // The subscription handed out owns a Counted, so the count drops, and the
   // caller stops following its jobs, when the last reference to it goes.
@@ -518,7 +550,35 @@ absl::StatusOr<v1::JobStatus> MasterCore::GetJobStatus(
                             registry_->Status(request.job_id()));
   snapshots_->FillCounters(status);
   FillShards(status);
+  if (status.state() == v1::JOB_STATE_QUEUED) {
+    FillQueuePlaces(registry_->QueueOrder(), status);
+  }
   return status;
+}
+
+void MasterCore::FillQueuePlaces(const std::map<std::string, JobRegistry::QueueSlot>& order,
+                                 v1::JobStatus& status) {
+  const auto it = order.find(status.job_id());
+  if (it == order.end()) return;
+  status.set_queue_position(it->second.position);
+  status.set_queue_note(it->second.note);
+}
+
+absl::Status MasterCore::CheckManagesJob(const Caller& caller, const std::string& job_id) const {
+  MPILEARN_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, registry_->FindJob(job_id));
+  return CheckManages(caller, job->spec().owner(), absl::StrCat("job ", job_id));
+}
+
+absl::StatusOr<v1::JobStatus> MasterCore::CancelJob(
+    const Caller& caller, const v1::CancelJobRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(CheckManagesJob(caller, request.job_id()));
+  return CancelJob(request);
+}
+
+absl::StatusOr<v1::DeleteJobResponse> MasterCore::DeleteJob(
+    const Caller& caller, const v1::DeleteJobRequest& request) {
+  MPILEARN_RETURN_IF_ERROR(CheckManagesJob(caller, request.job_id()));
+  return DeleteJob(request);
 }
 
 absl::StatusOr<v1::JobStatus> MasterCore::CancelJob(
@@ -560,8 +620,16 @@ absl::StatusOr<v1::ListJobsResponse> MasterCore::ListJobPage(
   std::vector<JobRegistry::ListedJob> jobs =
       registry_->ListPage(after, states, page_size, &more);
   uint64_t total = 0;
+  std::map<std::string, JobRegistry::QueueSlot> order;
+  for (const JobRegistry::ListedJob& job : jobs) {
+    if (job.status.state() == v1::JOB_STATE_QUEUED) {
+      order = registry_->QueueOrder();
+      break;
+    }
+  }
   for (JobRegistry::ListedJob& job : jobs) {
     snapshots_->FillCounters(job.status);
+    FillQueuePlaces(order, job.status);
     total += job.status.ByteSizeLong();
   }
   const uint64_t budget = limits_.max_list_bytes;
@@ -635,6 +703,10 @@ std::vector<JobMetricsView> MasterCore::ListForMetrics() const {
     FillShards(job.status);  // a sharded job's counters are its shards'
   }
   return jobs;
+}
+
+std::map<std::string, JobRegistry::OwnerLoad> MasterCore::OwnerLoads() const {
+  return registry_->OwnerLoads();
 }
 
 void MasterCore::Tick() { registry_->Tick(); }

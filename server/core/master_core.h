@@ -32,6 +32,7 @@
 #define MPILEARN_SERVER_CORE_MASTER_CORE_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -192,10 +193,18 @@ class MasterCore {
   MasterCore& operator=(const MasterCore&) = delete;
   ~MasterCore();
 
-  // Jobs and groups.
+  // Jobs and groups. The job's owner is `caller`'s name unless the spec
+  // names one; only an admin names another, or a priority above the
+  // caller's max_priority (CheckSubmission: PERMISSION_DENIED). Without a
+  // caller: an admin named "" (in-process callers, MPI Opt's trials).
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
       const v1::SubmitJobRequest& request);
-  // Binds the new group to `caller`.
+  absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
+      const Caller& caller, const v1::SubmitJobRequest& request);
+  // Binds the new group to `caller`. A scoped caller (an owner, a worker
+  // with owners=) joins or takes only jobs of the owners it trains
+  // (CheckTrains); without a job id the group takes the job first in the
+  // queue order (server/sched/queue_order.h).
   absl::StatusOr<v1::RegisterGroupResponse> RegisterGroup(
       const Caller& caller, const v1::RegisterGroupRequest& request);
 
@@ -272,12 +281,20 @@ class MasterCore {
   // control characters escaped. FAILED_PRECONDITION (JOB_ENDED) for a job
   // that has ended; NOT_FOUND for an unknown id.
   absl::StatusOr<v1::JobStatus> CancelJob(const v1::CancelJobRequest& request);
+  // The same after the ownership check: the job's owner or an admin
+  // (CheckManages: PERMISSION_DENIED naming the rule).
+  absl::StatusOr<v1::JobStatus> CancelJob(const Caller& caller,
+                                          const v1::CancelJobRequest& request);
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const Caller& caller,
+                                                  const v1::DeleteJobRequest& request);
   // Removes an ended job (JobRegistry::Delete). FAILED_PRECONDITION for a
   // QUEUED or RUNNING one; NOT_FOUND for an unknown id.
   absl::StatusOr<v1::DeleteJobResponse> DeleteJob(
       const v1::DeleteJobRequest& request);
   // Every job as the metrics exporter reads it, snapshot counters filled.
   std::vector<JobMetricsView> ListForMetrics() const;
+  // What each owner's jobs hold and wait with (JobRegistry::OwnerLoads).
+  std::map<std::string, JobRegistry::OwnerLoad> OwnerLoads() const;
 
   // Sharding, the lead's side: a shard's report and its orders (ShardSync;
   // `wait` bounds the long poll). INVALID_ARGUMENT for a report over its
@@ -340,6 +357,11 @@ class MasterCore {
   // version, so the view is one state of the model.
   absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> GatherWeights(
       const std::string& job_id, const v1::JobSpec& spec);
+  // QUEUED `status`'s queue_position and queue_note from `order`.
+  static void FillQueuePlaces(const std::map<std::string, JobRegistry::QueueSlot>& order,
+                              v1::JobStatus& status);
+  // CheckManages for job `job_id`'s owner; NOT_FOUND for an unknown job.
+  absl::Status CheckManagesJob(const Caller& caller, const std::string& job_id) const;
   // The bounds of a tensor set arriving (InitWeights, ReportSlice): tensor
   // count, fp32 bytes, names. `what` names it in errors.
   absl::Status CheckIncomingSet(const v1::TensorSetHeader& weights, const std::string& what) const;

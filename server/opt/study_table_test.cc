@@ -283,6 +283,29 @@ TEST_F(StudyTableTest, FailedJobIsRetriedThenTheTrialFails) {
   EXPECT_EQ(status.trials(1).state(), v1::TRIAL_STATE_QUEUED);
 }
 
+TEST_F(StudyTableTest, ATrialPastItsWallTimeLimitIsNotRetried) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.set_parallelism(1);
+  spec.set_trials(2);
+  spec.set_max_retries(3);
+  spec.mutable_base()->set_max_wall_seconds(5);
+  const std::string id = CreateStudy(*table, spec);
+  const std::string first = Get(*table, id).trials(0).job_id();
+  // Trials' jobs carry their study and the base's limit.
+  EXPECT_EQ(jobs_.jobs.at(first).spec().study(), id);
+  EXPECT_EQ(jobs_.jobs.at(first).spec().max_wall_seconds(), 5);
+  jobs_.Fail(first, "ran past its wall-time limit of 5 s (max_wall_seconds)");
+  jobs_.jobs.at(first).set_stop_reason("wall-time limit of 5 s reached");
+  table->Refresh();
+  const v1::StudyStatus status = Get(*table, id);
+  EXPECT_EQ(status.trials(0).state(), v1::TRIAL_STATE_FAILED);
+  EXPECT_EQ(status.trials(0).retries(), 0);
+  EXPECT_THAT(status.trials(0).message(), HasSubstr("max_wall_seconds"));
+  ASSERT_EQ(status.trials_size(), 2);
+  EXPECT_EQ(status.trials(1).state(), v1::TRIAL_STATE_QUEUED);
+}
+
 TEST_F(StudyTableTest, AshaStopsTheJobOfAPrunedTrial) {
   auto table = NewTable();
   v1::StudySpec spec = BaseStudy();

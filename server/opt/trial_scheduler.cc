@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -208,7 +209,9 @@ void TrialScheduler::RefreshTrial(Study& study, v1::Trial& trial) {
       }
       return;
     case v1::JOB_STATE_FAILED:
-      if (trial.retries() < spec.max_retries()) {
+      // A trial that ran past its wall-time limit would only do so again.
+      if (trial.retries() < spec.max_retries() &&
+          !absl::StartsWith(job->stop_reason(), kWallTimeStop)) {
         LOG(INFO) << "study " << study_id << ": trial " << trial.number()
                   << ": job " << trial.job_id() << " failed (" << job->message()
                   << "); running it again";
@@ -322,6 +325,8 @@ void TrialScheduler::SubmitTrialJob(Study& study, v1::Trial& trial,
       return;
     }
     spec->set_name(name);
+    // Fair share and group limits count the trials of one study together.
+    spec->set_study(study.status.study_id());
     absl::StatusOr<std::string> submitted = jobs_.Submit(*spec);
     if (!submitted.ok()) {
       if (submitted.status().code() == absl::StatusCode::kInvalidArgument) {

@@ -1,0 +1,156 @@
+#include "server/sched/queue_order.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace mpilearn::server {
+namespace {
+
+// Averages below this are dropped (a group held for a second, an hour's
+// half-life ago and a week further back).
+constexpr double kForgotten = 1e-9;
+
+// Live groups by owner, by unit and by study.
+struct Counts {
+  absl::flat_hash_map<std::string, int> owners;
+  absl::flat_hash_map<std::string, int> units;
+  absl::flat_hash_map<std::string, int> studies;
+
+  explicit Counts(const std::vector<QueueEntry>& jobs) {
+    for (const QueueEntry& job : jobs) {
+      if (job.groups <= 0) continue;
+      Add(job, job.groups);
+    }
+  }
+  void Add(const QueueEntry& job, int groups) {
+    owners[job.owner] += groups;
+    units[ShareUnit(job)] += groups;
+    if (!job.study.empty()) studies[job.study] += groups;
+  }
+  static int Of(const absl::flat_hash_map<std::string, int>& map,
+                const std::string& key) {
+    auto it = map.find(key);
+    return it == map.end() ? 0 : it->second;
+  }
+};
+
+std::string NoteFor(const QueueEntry& job, const Counts& counts,
+                    const SchedulingPolicy& policy) {
+  const int owner_limit = policy.GroupLimitOf(job.owner);
+  if (owner_limit > 0 && Counts::Of(counts.owners, job.owner) >= owner_limit) {
+    const auto it = policy.owners.find(job.owner);
+    const bool own = it != policy.owners.end() && it->second.max_groups > 0;
+    return absl::StrCat("owner '", job.owner, "' may hold ", owner_limit,
+                        " group(s) at once (",
+                        own ? absl::StrCat("max_groups=", owner_limit,
+                                           " in the tokens file")
+                            : std::string("mpilearn-master --max_groups_per_owner"),
+                        ")");
+  }
+  if (!job.study.empty() && policy.max_groups_per_study > 0 &&
+      Counts::Of(counts.studies, job.study) >= policy.max_groups_per_study) {
+    return absl::StrCat("study ", job.study, " may hold ", policy.max_groups_per_study,
+                        " group(s) at once (mpilearn-master --max_groups_per_study)");
+  }
+  return "";
+}
+
+}  // namespace
+
+double SchedulingPolicy::ShareOf(const std::string& owner) const {
+  const auto it = owners.find(owner);
+  return it == owners.end() ? 1.0 : it->second.share;
+}
+
+int SchedulingPolicy::GroupLimitOf(const std::string& owner) const {
+  const auto it = owners.find(owner);
+  if (it != owners.end() && it->second.max_groups > 0) return it->second.max_groups;
+  return max_groups_per_owner;
+}
+
+std::string ShareUnit(const QueueEntry& job) {
+  return job.study.empty() ? absl::StrCat("job ", job.job_id)
+                           : absl::StrCat("study ", job.study);
+}
+
+void OwnerUsage::Advance(const std::vector<QueueEntry>& jobs, absl::Time now,
+                         absl::Duration half_life) {
+  if (last_ == absl::InfinitePast() || now <= last_) {
+    if (last_ == absl::InfinitePast()) last_ = now;
+    return;
+  }
+  const double elapsed = absl::ToDoubleSeconds(now - last_);
+  last_ = now;
+  const double half = std::max(1e-3, absl::ToDoubleSeconds(half_life));
+  // The weight of what the averages held before: 2^(-elapsed / half-life).
+  const double keep = std::exp2(-elapsed / half);
+  const Counts counts(jobs);
+  auto move = [&](absl::flat_hash_map<std::string, double>& averages,
+                  const absl::flat_hash_map<std::string, int>& now_held) {
+    for (auto& [name, average] : averages) average *= keep;
+    for (const auto& [name, groups] : now_held) {
+      averages[name] += (1.0 - keep) * groups;
+    }
+    absl::erase_if(averages, [](const auto& entry) { return entry.second < kForgotten; });
+  };
+  move(owners_, counts.owners);
+  move(units_, counts.units);
+}
+
+double OwnerUsage::Owner(const std::string& owner) const {
+  const auto it = owners_.find(owner);
+  return it == owners_.end() ? 0.0 : it->second;
+}
+
+double OwnerUsage::Unit(const std::string& unit) const {
+  const auto it = units_.find(unit);
+  return it == units_.end() ? 0.0 : it->second;
+}
+
+std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
+                                   const OwnerUsage& usage,
+                                   const SchedulingPolicy& policy) {
+  Counts counts(jobs);
+  std::vector<size_t> waiting;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].queued) waiting.push_back(i);
+  }
+  // Smaller is taken first.
+  auto key = [&](size_t i) {
+    const QueueEntry& job = jobs[i];
+    const double owner_use =
+        (Counts::Of(counts.owners, job.owner) + usage.Owner(job.owner)) /
+        policy.ShareOf(job.owner);
+    const std::string unit = ShareUnit(job);
+    const double unit_use = Counts::Of(counts.units, unit) + usage.Unit(unit);
+    return std::make_tuple(-job.priority, owner_use, unit_use, job.number);
+  };
+  std::vector<QueuePlace> order;
+  order.reserve(waiting.size());
+  while (!waiting.empty()) {
+    size_t best = waiting.size();
+    for (size_t w = 0; w < waiting.size(); ++w) {
+      if (!NoteFor(jobs[waiting[w]], counts, policy).empty()) continue;
+      if (best == waiting.size() || key(waiting[w]) < key(waiting[best])) best = w;
+    }
+    if (best == waiting.size()) break;  // every one left is held back
+    const size_t picked = waiting[best];
+    order.push_back(QueuePlace{picked, ""});
+    counts.Add(jobs[picked], 1);
+    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(best));
+  }
+  std::sort(waiting.begin(), waiting.end(),
+            [&](size_t a, size_t b) { return key(a) < key(b); });
+  for (size_t i : waiting) order.push_back(QueuePlace{i, NoteFor(jobs[i], counts, policy)});
+  return order;
+}
+
+std::string LimitNote(const QueueEntry& job, const std::vector<QueueEntry>& jobs,
+                      const SchedulingPolicy& policy) {
+  return NoteFor(job, Counts(jobs), policy);
+}
+
+}  // namespace mpilearn::server
