@@ -2,14 +2,18 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/spec_kinds.h"
@@ -18,6 +22,26 @@ namespace mpilearn::ctl {
 namespace {
 
 constexpr char kNone[] = "-";
+
+std::string OrNone(const std::string& text) {
+  return text.empty() ? kNone : text;
+}
+
+// "0.10.0" -> {0, 10}; nullopt unless it starts with two numbers.
+std::optional<std::pair<int, int>> MajorMinor(absl::string_view version) {
+  const std::vector<absl::string_view> parts =
+      absl::StrSplit(version, absl::MaxSplits('.', 2));
+  if (parts.size() < 2) return std::nullopt;
+  std::pair<int, int> numbers;
+  for (auto [part, number] : {std::pair{parts[0], &numbers.first},
+                              std::pair{parts[1], &numbers.second}}) {
+    if (part.empty() || !absl::c_all_of(part, absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(part, number)) {
+      return std::nullopt;
+    }
+  }
+  return numbers;
+}
 
 std::string Fixed(double value, int digits) {
   return absl::StrFormat("%.*f", digits, value);
@@ -420,13 +444,14 @@ std::string StateName(v1::JobState state) {
 }
 
 std::string FormatJobList(absl::Span<const v1::JobStatus> jobs) {
-  TextTable table({"JOB", "STATE", "NAME", "MODEL", "ALGORITHM", "EPOCHS",
-                   "UPDATES", "TEST_ACC"});
+  TextTable table({"JOB", "STATE", "OWNER", "NAME", "MODEL", "ALGORITHM",
+                   "EPOCHS", "UPDATES", "TEST_ACC"});
   for (const v1::JobStatus& job : jobs) {
     table.AddRow({
         job.job_id(),
         StateName(job.state()),
-        job.spec().name().empty() ? "-" : job.spec().name(),
+        OrNone(job.spec().owner()),
+        OrNone(job.spec().name()),
         job.spec().model().name(),
         job.spec().algorithm(),
         absl::StrCat(job.epochs_done(), "/", job.spec().epochs()),
@@ -436,6 +461,78 @@ std::string FormatJobList(absl::Span<const v1::JobStatus> jobs) {
     });
   }
   return table.Format();
+}
+
+std::vector<v1::JobStatus> QueuedInOrder(
+    absl::Span<const v1::JobStatus> jobs) {
+  std::vector<v1::JobStatus> queued;
+  for (const v1::JobStatus& job : jobs) {
+    if (job.state() == v1::JOB_STATE_QUEUED) queued.push_back(job);
+  }
+  // Position 0 (not known) after every known one; list order otherwise.
+  std::stable_sort(queued.begin(), queued.end(),
+                   [](const v1::JobStatus& a, const v1::JobStatus& b) {
+                     const auto key = [](const v1::JobStatus& job) {
+                       return job.queue_position() > 0
+                                  ? job.queue_position()
+                                  : std::numeric_limits<int32_t>::max();
+                     };
+                     return key(a) < key(b);
+                   });
+  return queued;
+}
+
+std::string FormatQueue(absl::Span<const v1::JobStatus> queued) {
+  const bool notes = absl::c_any_of(queued, [](const v1::JobStatus& job) {
+    return !job.queue_note().empty();
+  });
+  std::vector<std::string> header = {"POS",      "JOB",   "OWNER",
+                                     "PRIORITY", "STUDY", "NAME"};
+  if (notes) header.push_back("NOTE");
+  TextTable table(std::move(header));
+  for (const v1::JobStatus& job : queued) {
+    std::vector<std::string> row = {
+        job.queue_position() > 0 ? absl::StrCat(job.queue_position()) : kNone,
+        job.job_id(),
+        OrNone(job.spec().owner()),
+        absl::StrCat(job.spec().priority()),
+        OrNone(job.spec().study()),
+        OrNone(job.spec().name()),
+    };
+    if (notes) row.push_back(job.queue_note());
+    table.AddRow(std::move(row));
+  }
+  return table.Format();
+}
+
+bool SameMajorMinor(absl::string_view client, absl::string_view master) {
+  const auto ours = MajorMinor(client);
+  return ours.has_value() && ours == MajorMinor(master);
+}
+
+std::string FormatVersions(absl::string_view client_version,
+                           const v1::ServerInfo& info,
+                           absl::string_view address) {
+  TextTable lines({"client", absl::StrCat(client_version, " (mpilearnctl)")});
+  lines.AddRow({"master", absl::StrCat(OrNone(info.version()), " at ", address)});
+  lines.AddRow({"caller", absl::StrCat(OrNone(info.caller()), " (role ",
+                                       OrNone(info.role()), ")")});
+  return lines.Format();
+}
+
+std::string VersionMismatchMessage(absl::string_view client_version,
+                                   absl::string_view master_version,
+                                   absl::string_view address) {
+  const std::string master =
+      master_version.empty()
+          ? absl::StrCat("the master at ", address,
+                         " predates 0.10 (it does not answer GetServerInfo)")
+          : absl::StrCat("the master at ", address, " runs ", master_version);
+  return absl::StrCat(
+      "this mpilearnctl is ", client_version, " and ", master,
+      ": use the mpilearnctl built with the master (the same major.minor: "
+      "bazel build //tools:mpilearnctl in the master's checkout), or run a "
+      "master of this release");
 }
 
 std::string FormatJobsTable(absl::Span<const v1::JobStatus> jobs) {
@@ -452,7 +549,7 @@ std::string FormatJobsTable(absl::Span<const v1::JobStatus> jobs) {
   for (const v1::JobStatus& job : jobs) {
     table.AddRow({
         job.job_id(),
-        job.spec().name().empty() ? kNone : job.spec().name(),
+        OrNone(job.spec().name()),
         StateName(job.state()),
         absl::StrCat(job.epochs_done(), "/", job.spec().epochs()),
         ProgressPercent(job),

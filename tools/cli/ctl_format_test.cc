@@ -51,13 +51,122 @@ TEST(FormatJobListTest, OneRowPerJob) {
   jobs[1].set_epochs_done(2);
   jobs[1].set_updates_applied(7);
   jobs[1].set_test_accuracy(0.87654);
+  jobs[1].mutable_spec()->set_owner("alice");
   EXPECT_EQ(
       FormatJobList(jobs),
-      "JOB         STATE      NAME  MODEL  ALGORITHM  EPOCHS  UPDATES  TEST_ACC\n"
-      "job-000001  RUNNING    fm    mlp    downpour   3/10    120      -\n"
-      "job-000002  COMPLETED  -     cnn    easgd      2/2     7        0.8765\n");
+      "JOB         STATE      OWNER  NAME  MODEL  ALGORITHM  EPOCHS  UPDATES  TEST_ACC\n"
+      "job-000001  RUNNING    -      fm    mlp    downpour   3/10    120      -\n"
+      "job-000002  COMPLETED  alice  -     cnn    easgd      2/2     7        0.8765\n");
   EXPECT_EQ(FormatJobList({}),
-            "JOB  STATE  NAME  MODEL  ALGORITHM  EPOCHS  UPDATES  TEST_ACC\n");
+            "JOB  STATE  OWNER  NAME  MODEL  ALGORITHM  EPOCHS  UPDATES  TEST_ACC\n");
+}
+
+v1::JobStatus QueuedJob(const std::string& id, int position,
+                        const std::string& owner) {
+  v1::JobStatus job;
+  job.set_job_id(id);
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.set_queue_position(position);
+  job.mutable_spec()->set_owner(owner);
+  return job;
+}
+
+TEST(QueuedInOrderTest, QueuedJobsByPositionUnknownPositionsLast) {
+  std::vector<v1::JobStatus> jobs = {
+      QueuedJob("job-000001", 3, "alice"), QueuedJob("job-000002", 0, "bob"),
+      QueuedJob("job-000003", 1, "carol"), QueuedJob("job-000004", 0, "dan"),
+      QueuedJob("job-000005", 2, "erin")};
+  jobs.push_back(QueuedJob("job-000006", 0, "frank"));
+  jobs.back().set_state(v1::JOB_STATE_RUNNING);  // not queued: left out
+  std::vector<std::string> ids;
+  for (const v1::JobStatus& job : QueuedInOrder(jobs)) {
+    ids.push_back(job.job_id());
+  }
+  EXPECT_THAT(ids, ::testing::ElementsAre("job-000003", "job-000005",
+                                          "job-000001", "job-000002",
+                                          "job-000004"));
+  EXPECT_TRUE(QueuedInOrder({}).empty());
+}
+
+TEST(FormatQueueTest, PositionOwnerPriorityStudyName) {
+  std::vector<v1::JobStatus> queued = {QueuedJob("job-000004", 1, "alice"),
+                                       QueuedJob("job-000002", 2, ""),
+                                       QueuedJob("job-000007", 0, "bob")};
+  queued[0].mutable_spec()->set_priority(10);
+  queued[0].mutable_spec()->set_name("urgent");
+  queued[1].mutable_spec()->set_priority(-5);
+  queued[2].mutable_spec()->set_study("s-3");
+  queued[2].mutable_spec()->set_name("trial-0");
+  EXPECT_EQ(FormatQueue(queued),
+            "POS  JOB         OWNER  PRIORITY  STUDY  NAME\n"
+            "1    job-000004  alice  10        -      urgent\n"
+            "2    job-000002  -      -5        -      -\n"
+            "-    job-000007  bob    0         s-3    trial-0\n");
+}
+
+TEST(FormatQueueTest, NoteColumnOnlyWhenAJobHasOne) {
+  std::vector<v1::JobStatus> queued = {QueuedJob("job-000001", 1, "alice"),
+                                       QueuedJob("job-000002", 2, "bob")};
+  queued[1].set_queue_note("owner bob holds 2 groups, its limit");
+  EXPECT_EQ(FormatQueue(queued),
+            "POS  JOB         OWNER  PRIORITY  STUDY  NAME  NOTE\n"
+            "1    job-000001  alice  0         -      -\n"
+            "2    job-000002  bob    0         -      -     owner bob holds 2 "
+            "groups, its limit\n");
+  EXPECT_EQ(FormatQueue({}), "POS  JOB  OWNER  PRIORITY  STUDY  NAME\n");
+}
+
+TEST(SameMajorMinorTest, OnlyMajorAndMinorCount) {
+  struct Case {
+    const char* master;
+    bool same;  // with a client of 0.10.0
+  };
+  for (const Case& c : std::vector<Case>{
+           {"0.10.0", true},
+           {"0.10.7", true},
+           {"0.10", true},
+           {"0.10.0-rc1", true},
+           {"0.010.2", true},  // numbers, not text
+           {"0.9.1", false},
+           {"0.1.0", false},  // not a prefix match
+           {"1.10.0", false},
+           {"", false},
+           {"0", false},
+           {"dev", false},
+           {"0.x.1", false},
+           {"-0.10.0", false},
+           {"0.10rc1", false},
+       }) {
+    EXPECT_EQ(SameMajorMinor("0.10.0", c.master), c.same) << c.master;
+  }
+  EXPECT_FALSE(SameMajorMinor("", ""));  // nothing to go by
+}
+
+TEST(FormatVersionsTest, ClientMasterAndCaller) {
+  v1::ServerInfo info;
+  info.set_version("0.10.2");
+  info.set_caller("alice");
+  info.set_role("owner");
+  EXPECT_EQ(FormatVersions("0.10.0", info, "10.0.0.5:7070"),
+            "client  0.10.0 (mpilearnctl)\n"
+            "master  0.10.2 at 10.0.0.5:7070\n"
+            "caller  alice (role owner)\n");
+  // A master without tokens: no name, every caller an admin.
+  info.clear_caller();
+  info.set_role("admin");
+  EXPECT_THAT(FormatVersions("0.10.0", info, "h:1"),
+              HasSubstr("caller  - (role admin)\n"));
+}
+
+TEST(VersionMismatchMessageTest, NamesBothVersionsAndWhatToDo) {
+  const std::string message =
+      VersionMismatchMessage("0.10.0", "0.9.1", "10.0.0.5:7070");
+  EXPECT_THAT(message, HasSubstr("this mpilearnctl is 0.10.0 and the master "
+                                 "at 10.0.0.5:7070 runs 0.9.1"));
+  EXPECT_THAT(message,
+              HasSubstr("use the mpilearnctl built with the master"));
+  EXPECT_THAT(VersionMismatchMessage("0.10.0", "", "h:1"),
+              HasSubstr("the master at h:1 predates 0.10"));
 }
 
 TEST(FormatJobsTableTest, LatestValuesProgressAndAliveGroups) {

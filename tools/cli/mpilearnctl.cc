@@ -1,5 +1,5 @@
 // mpilearnctl: submit, list, inspect, wait for, cancel and delete jobs on
-// mpilearn-master.
+// mpilearn-master; show its queue and check its version.
 //
 //   JOB=$(mpilearnctl submit docs/examples/fashion_mnist.json)
 //   mpilearnctl wait "$JOB" --timeout_s 3600
@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -48,8 +49,11 @@
 #include "common/file_list.h"
 #include "common/spec/job_config.h"
 #include "common/spec/job_spec.h"
+#include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
 #include "proto/mpilearn.pb.h"
 #include "tools/cli/ctl_format.h"
 
@@ -64,8 +68,9 @@ ABSL_FLAG(bool, skip_file_check, false,
           "file lists name) are readable here (for a master and workers on "
           "other hosts).");
 ABSL_FLAG(bool, json, false,
-          "status: print the job status (or, without a job id, every job's "
-          "status) as JSON instead of tables.");
+          "status, queue: print the job status (without a job id, every "
+          "job's status; queue: the queued jobs' in queue order) as JSON "
+          "instead of tables.");
 ABSL_FLAG(double, timeout_s, 0,
           "wait: give up (exit 3) after this many seconds; 0 waits forever.");
 ABSL_FLAG(std::string, reason, "",
@@ -86,7 +91,8 @@ constexpr char kDefaultMaster[] = "127.0.0.1:7070";
 constexpr absl::Duration kPollInterval = absl::Seconds(1);
 
 constexpr char kUsage[] =
-    "MPI Learn control: submit, list, inspect and wait for training jobs.\n"
+    "MPI Learn control: submit, list, inspect and wait for training jobs;\n"
+    "see the queue and check the master's version (docs/cli.md).\n"
     "\n"
     "Usage: mpilearnctl [--master HOST:PORT] COMMAND [ARGS] [FLAGS]\n"
     "\n"
@@ -94,7 +100,7 @@ constexpr char kUsage[] =
     "  submit SPEC.json   validate a job spec as the master does, check its data\n"
     "                     files (those its file lists name too), queue it;\n"
     "                     prints the job id alone on stdout\n"
-    "  list               table of the master's jobs\n"
+    "  list               table of the master's jobs and their owners\n"
     "  status             one row per job: state, epoch, progress, samples/s,\n"
     "                     loss, accuracies, groups (--json: ListJobs as JSON)\n"
     "  status JOB_ID      summary, groups with their step-time breakdown,\n"
@@ -108,10 +114,16 @@ constexpr char kUsage[] =
     "                     --reason TEXT is kept in its message\n"
     "  delete JOB_ID      remove an ended job from the master and its files\n"
     "                     from the state directory\n"
+    "  queue              the queued jobs in the order groups will take them:\n"
+    "                     position, owner, priority, study, and why a limit\n"
+    "                     holds a job back (--json: the JobStatus messages)\n"
+    "  version            this mpilearnctl's release, the master's, and who\n"
+    "                     the token is (name and role); exit 1 when the two\n"
+    "                     releases differ in major.minor\n"
     "  health [SERVICE]   the master's gRPC health status (grpc.health.v1;\n"
     "                     SERVICE mpilearn.v1.Master or mpilearn.v1.Studies):\n"
     "                     prints SERVING (exit 0) or NOT_SERVING (exit 1);\n"
-    "                     needs no token, for probes and scripts"
+    "                     needs no token, for probes and scripts\n"
     "\n"
     "list and status follow the master's pages; --state STATE[,STATE] lists\n"
     "only jobs in those states.\n"
@@ -124,11 +136,13 @@ constexpr char kUsage[] =
     "  mpilearnctl status \"$JOB\" --json\n"
     "  mpilearnctl --master 10.0.0.5:7070 wait \"$JOB\" --timeout_s 3600\n"
     "  mpilearnctl list --state running,queued\n"
+    "  mpilearnctl queue\n"
+    "  mpilearnctl version\n"
     "  mpilearnctl cancel \"$JOB\" --reason 'wrong learning rate'\n"
     "  mpilearnctl delete \"$JOB\"\n"
     "\n"
-    "Exit codes: 0 ok, 1 master/RPC error or job failed, 2 usage or spec\n"
-    "error, 3 wait timed out. The master address defaults to\n"
+    "Exit codes: 0 ok, 1 master/RPC error, job failed or versions differ,\n"
+    "2 usage or spec error, 3 wait timed out. The master address defaults to\n"
     "$MPILEARN_MASTER, else 127.0.0.1:7070.\n"
     "\n"
     "A master with TLS and tokens (docs/security.md) takes --tls_ca FILE\n"
@@ -270,15 +284,24 @@ void NoteLeftOut(uint32_t left_out) {
                 left_out);
 }
 
+// Every job in `states` (all when empty), following the master's pages;
+// says on stderr how many it left out.
+absl::StatusOr<std::vector<v1::JobStatus>> ListAllJobs(
+    MasterClient& master, const std::vector<v1::JobState>& states) {
+  uint32_t left_out = 0;
+  absl::StatusOr<std::vector<v1::JobStatus>> jobs =
+      master.ListJobs(states, &left_out);
+  if (jobs.ok()) NoteLeftOut(left_out);
+  return jobs;
+}
+
 int ListJobs(const Options& options) {
   auto master = ConnectToMaster(options);
   if (!master.ok()) return FailRpc(master.status(), options);
-  uint32_t left_out = 0;
   absl::StatusOr<std::vector<v1::JobStatus>> jobs =
-      (*master)->ListJobs(options.states, &left_out);
+      ListAllJobs(**master, options.states);
   if (!jobs.ok()) return FailRpc(jobs.status(), options);
   absl::PrintF("%s", FormatJobList(*jobs));
-  NoteLeftOut(left_out);
   return kExitOk;
 }
 
@@ -320,6 +343,13 @@ int PrintJson(const google::protobuf::Message& message) {
   return kExitOk;
 }
 
+// Prints `jobs` as a ListJobsResponse in JSON ({"jobs": [...]}).
+int PrintJobsJson(std::vector<v1::JobStatus> jobs) {
+  v1::ListJobsResponse response;
+  for (v1::JobStatus& job : jobs) *response.add_jobs() = std::move(job);
+  return PrintJson(response);
+}
+
 // Whether a listed job (ListJobs leaves out history and validations) may
 // have history or validations worth a GetJobStatus call.
 bool MayHaveHistory(const v1::JobStatus& job) {
@@ -330,16 +360,10 @@ bool MayHaveHistory(const v1::JobStatus& job) {
 int ShowAllJobs(const Options& options) {
   auto master = ConnectToMaster(options);
   if (!master.ok()) return FailRpc(master.status(), options);
-  uint32_t left_out = 0;
   absl::StatusOr<std::vector<v1::JobStatus>> jobs =
-      (*master)->ListJobs(options.states, &left_out);
+      ListAllJobs(**master, options.states);
   if (!jobs.ok()) return FailRpc(jobs.status(), options);
-  NoteLeftOut(left_out);
-  if (options.json) {
-    v1::ListJobsResponse response;
-    for (v1::JobStatus& job : *jobs) *response.add_jobs() = std::move(job);
-    return PrintJson(response);
-  }
+  if (options.json) return PrintJobsJson(*std::move(jobs));
   if (jobs->empty()) {
     absl::PrintF("no jobs on the master at %s\n", options.master);
     return kExitOk;
@@ -411,6 +435,48 @@ int WaitForJob(const std::string& job_id, const Options& options) {
   }
 }
 
+// The QUEUED jobs in the order groups will take them.
+int ShowQueue(const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  absl::StatusOr<std::vector<v1::JobStatus>> jobs =
+      ListAllJobs(**master, {v1::JOB_STATE_QUEUED});
+  if (!jobs.ok()) return FailRpc(jobs.status(), options);
+  std::vector<v1::JobStatus> queued = QueuedInOrder(*jobs);
+  if (options.json) return PrintJobsJson(std::move(queued));
+  if (queued.empty()) {
+    absl::PrintF("no queued jobs on the master at %s\n", options.master);
+    return kExitOk;
+  }
+  absl::PrintF("%s", FormatQueue(queued));
+  return kExitOk;
+}
+
+// This mpilearnctl's release, the master's (GetServerInfo) and who the
+// token is; exit 1 when the releases differ in major.minor, or the master
+// predates GetServerInfo.
+int ShowVersion(const Options& options) {
+  auto master = ConnectToMaster(options);
+  if (!master.ok()) return FailRpc(master.status(), options);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(options.client.rpc_timeout));
+  v1::ServerInfo info;
+  const grpc::Status status = (*master)->stub().GetServerInfo(
+      &context, v1::GetServerInfoRequest(), &info);
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return Fail(absl::FailedPreconditionError(
+        VersionMismatchMessage(kMpiLearnVersion, "", options.master)));
+  }
+  if (!status.ok()) return FailRpc(FromGrpcStatus(status), options);
+  absl::PrintF("%s", FormatVersions(kMpiLearnVersion, info, options.master));
+  if (!SameMajorMinor(kMpiLearnVersion, info.version())) {
+    return Fail(absl::FailedPreconditionError(VersionMismatchMessage(
+        kMpiLearnVersion, info.version(), options.master)));
+  }
+  return kExitOk;
+}
+
 // The master's health (grpc.health.v1.Health/Check) on stdout; exit 0 only
 // for SERVING. A master that does not answer is an RPC error (exit 1).
 int ShowHealth(const std::string& service, const Options& options) {
@@ -447,6 +513,8 @@ int Run(const std::vector<std::string>& args, const Options& options) {
       {"wait", "JOB_ID", false},
       {"cancel", "JOB_ID", false},
       {"delete", "JOB_ID", false},
+      {"queue", "", false},
+      {"version", "", false},
       {"health", "SERVICE", true},
   };
   const Command* found = nullptr;
@@ -456,7 +524,7 @@ int Run(const std::vector<std::string>& args, const Options& options) {
   if (found == nullptr) {
     return UsageError(absl::StrCat("unknown command '", command,
                                    "'; commands: submit, list, status, wait, "
-                                   "cancel, delete, health"));
+                                   "cancel, delete, queue, version, health"));
   }
   const size_t operands = found->operand.empty() ? 0 : 1;
   const size_t required = found->optional ? 0 : operands;
@@ -470,6 +538,8 @@ int Run(const std::vector<std::string>& args, const Options& options) {
   }
   if (command == "submit") return SubmitJob(args[1], options);
   if (command == "list") return ListJobs(options);
+  if (command == "queue") return ShowQueue(options);
+  if (command == "version") return ShowVersion(options);
   if (command == "cancel") return CancelJob(args[1], options);
   if (command == "delete") return DeleteJob(args[1], options);
   if (command == "health") return ShowHealth(args.size() == 1 ? "" : args[1], options);

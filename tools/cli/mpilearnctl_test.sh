@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Drives a real mpilearn-master with mpilearnctl: submit, list (--state),
-# status (the jobs table and one job's summary and sections), wait, cancel,
-# delete, and every error path
+# Drives a real mpilearn-master with mpilearnctl: version, submit, list
+# (--state), queue (order by priority), status (the jobs table and one job's
+# summary and sections), wait, cancel, delete, and every error path
 # (bad specs, missing data, unknown job, unknown command, unreachable
 # master), then checks the master still serves.
 #
@@ -90,8 +90,19 @@ check_table() {
     fail "table columns not aligned (cell starts per line: $starts):"$'\n'"$text"
 }
 
-# The jobs table of a master without jobs.
+# The jobs table and the queue of a master without jobs.
 expect 0 "^no jobs on the master at $ADDR$" ctl status
+expect 0 "^no queued jobs on the master at $ADDR$" ctl queue
+
+# --- version: this build's release is the master's; no tokens: admin. ----
+expect 0 '^client +[0-9]+\.[0-9]+\.[0-9]+[^ ]* \(mpilearnctl\)$' ctl version
+CLIENT_VERSION="$(sed -nE 's/^client +([^ ]+) .*/\1/p' <<<"$OUTPUT")"
+grep -Eq "^master +${CLIENT_VERSION//./\\.} at $ADDR$" <<<"$OUTPUT" || \
+  fail "version: the master's line does not show $CLIENT_VERSION at $ADDR:"$'\n'"$OUTPUT"
+grep -Eq '^caller +- \(role admin\)$' <<<"$OUTPUT" || \
+  fail "version: a master without tokens makes every caller an admin:"$'\n'"$OUTPUT"
+[[ "$(wc -l <<<"$OUTPUT")" == 3 ]] || fail "version: want 3 lines:"$'\n'"$OUTPUT"
+check_table "$OUTPUT"
 
 # --- Health (grpc.health.v1): the whole master and each service. ----------
 expect 0 "^SERVING$" ctl health
@@ -112,10 +123,17 @@ JOB="$(ctl submit "$SPEC" "${submit_flags[@]}")" || rc=$?
 echo "ok: submit -> $JOB"
 
 # The address also comes from $MPILEARN_MASTER.
-expect 0 "^$JOB +QUEUED +fashion-mnist-mlp +mlp +downpour +0/5 +0 +-$" \
+# OWNER is "-": a master without tokens has no names.
+expect 0 "^$JOB +QUEUED +- +fashion-mnist-mlp +mlp +downpour +0/5 +0 +-$" \
   env MPILEARN_MASTER="$ADDR" "$CTL" list
-grep -Eq '^JOB +STATE +NAME +MODEL +ALGORITHM +EPOCHS +UPDATES +TEST_ACC$' \
+grep -Eq '^JOB +STATE +OWNER +NAME +MODEL +ALGORITHM +EPOCHS +UPDATES +TEST_ACC$' \
   <<<"$OUTPUT" || fail "list header missing:"$'\n'"$OUTPUT"
+check_table "$OUTPUT"
+
+QUEUE_HEADER='^POS +JOB +OWNER +PRIORITY +STUDY +NAME$'
+expect 0 "^1 +$JOB +- +0 +- +fashion-mnist-mlp$" ctl queue
+grep -Eq "$QUEUE_HEADER" <<<"$OUTPUT" || fail "queue header missing:"$'\n'"$OUTPUT"
+[[ "$(wc -l <<<"$OUTPUT")" == 2 ]] || fail "queue: want header and one row:"$'\n'"$OUTPUT"
 
 expect 0 '"state": "JOB_STATE_QUEUED"' ctl status "$JOB" --json
 expect 0 '"job_id": "job-000001"' ctl status "$JOB" --json
@@ -217,7 +235,9 @@ printf '{"name": "tab\\there", "data": {"train_files": ["%s"]}}\n' "$TMP/present
 expect 2 "spec.name.*control" ctl submit "$TMP/control.json"
 
 # --- Usage errors (exit 2). -------------------------------------------------
-expect 2 "unknown command 'frobnicate'" ctl frobnicate
+expect 2 "unknown command 'frobnicate'.*queue, version" ctl frobnicate
+expect 2 "unexpected argument 'extra' after 'queue'" ctl queue extra
+expect 2 "unexpected argument 'extra' after 'version'" ctl version extra
 expect 2 "missing argument" ctl wait
 expect 2 "missing argument" ctl submit
 expect 2 "unexpected argument 'extra' after 'status'" ctl status "$JOB" extra
@@ -226,6 +246,9 @@ expect 2 "unknown flag '--no_such_flag'" ctl --no_such_flag list
 
 # --help lists the commands (absl exits 1 after printing help).
 expect 1 "submit SPEC.json" "$CTL" --help
+for command in queue version; do
+  grep -Eq "^  $command +" <<<"$OUTPUT" || fail "--help does not list $command:"$'\n'"$OUTPUT"
+done
 
 # --- Nothing listens on port 1: exit 1, bounded by --connect_timeout_s. ----
 start=$SECONDS
@@ -237,6 +260,8 @@ expect 1 "address 127.0.0.1:1 taken from --master; start a master there with .mp
   timeout 30 "$CTL" --master 127.0.0.1:1 --connect_timeout_s 2 status
 expect 1 "address 127.0.0.1:1 taken from \\\$MPILEARN_MASTER" \
   env MPILEARN_MASTER=127.0.0.1:1 timeout 30 "$CTL" --connect_timeout_s 2 status "$JOB"
+expect 1 "cannot reach mpilearn-master at 127.0.0.1:1" \
+  timeout 30 "$CTL" --master 127.0.0.1:1 --connect_timeout_s 2 version
 
 # --- Nothing above disturbed the master: one job, still queued. ------------
 kill -0 "$MASTER_PID" 2>/dev/null || fail "mpilearn-master died"
@@ -244,11 +269,23 @@ expect 0 "^$JOB +QUEUED" ctl list
 [[ "$(grep -c '^job-' <<<"$OUTPUT")" == 1 ]] || \
   fail "want exactly one job listed:"$'\n'"$OUTPUT"
 
-# --- A second job with a longer name: the jobs table stays aligned. --------
-sed 's/"name": "fashion-mnist-mlp"/"name": "fashion-mnist-mlp-second-job"/' \
+# --- A second job with a longer name and a higher priority: the jobs table
+# stays aligned, and the queue puts the second job first. ---------------
+sed 's/"name": "fashion-mnist-mlp"/"name": "fashion-mnist-mlp-second-job", "priority": 10/' \
   "$SPEC" >"$TMP/second.json"
 grep -q 'second-job' "$TMP/second.json" || fail "could not write the second spec"
 JOB2="$(ctl submit "$TMP/second.json" "${submit_flags[@]}")" || fail "second submit failed"
+expect 0 "$QUEUE_HEADER" ctl queue
+want_queue="1 $JOB2 - 10 - fashion-mnist-mlp-second-job
+2 $JOB - 0 - fashion-mnist-mlp"
+[[ "$(tail -n +2 <<<"$OUTPUT" | tr -s ' ')" == "$want_queue" ]] || \
+  fail "queue: want $JOB2 (priority 10) before $JOB:"$'\n'"$OUTPUT"
+check_table "$OUTPUT"
+expect 0 '"queue_position": 1' ctl queue --json
+ids="$(grep -oE '"job_id": "[^"]+"' <<<"$OUTPUT" | tr '\n' ' ')"
+[[ "$ids" == "\"job_id\": \"$JOB2\" \"job_id\": \"$JOB\" " ]] || \
+  fail "queue --json: want $JOB2 then $JOB, got $ids:"$'\n'"$OUTPUT"
+echo "ok: queue in priority order"
 expect 0 "^$JOB2 +fashion-mnist-mlp-second-job +QUEUED +0/5 " ctl status
 grep -Eq "$STATUS_HEADER" <<<"$OUTPUT" || fail "status header missing:"$'\n'"$OUTPUT"
 grep -Eq "^$JOB +fashion-mnist-mlp +QUEUED +0/5 " <<<"$OUTPUT" || \
@@ -280,6 +317,10 @@ expect 2 "missing argument: mpilearnctl delete JOB_ID" ctl delete
 expect 0 "^$JOB +QUEUED" ctl list
 [[ "$(grep -c '^job-' <<<"$OUTPUT")" == 1 ]] || \
   fail "after delete: want $JOB alone:"$'\n'"$OUTPUT"
+# The cancelled job left the queue: the first job is next again.
+expect 0 "^1 +$JOB +" ctl queue
+[[ "$(grep -c '^[0-9]' <<<"$OUTPUT")" == 1 ]] || \
+  fail "queue after cancel: want $JOB alone:"$'\n'"$OUTPUT"
 echo "ok: cancel, delete, list --state"
 
 echo "PASS"

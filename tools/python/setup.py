@@ -1,11 +1,15 @@
-"""Builds the mpilearn package with its gRPC stubs (pyproject.toml has the
-metadata). The stubs are generated at build time from the checkout's
-proto/mpilearn.proto and proto/study.proto, as tools/python/gen_stubs.sh
-does, into mpilearn/_gen/proto/ of the built package, where
-mpilearn/_stubs.py finds them. Needs protoc and grpc_python_plugin
-(Debian's protobuf-compiler and protobuf-compiler-grpc); the error says so.
+"""Builds the mpilearn package with its gRPC stubs and its version
+(pyproject.toml has the rest of the metadata). The stubs are generated at
+build time from the checkout's proto/mpilearn.proto and proto/study.proto,
+as tools/python/gen_stubs.sh does, into mpilearn/_gen/proto/ of the built
+package, where mpilearn/_stubs.py finds them. The version is the master's,
+read from the checkout's common/version.h and written into the package as
+mpilearn/_gen/version.py (mpilearn.__version__; mpilearn/_version.py).
+Needs protoc and grpc_python_plugin (Debian's protobuf-compiler and
+protobuf-compiler-grpc); the error says so.
 """
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,6 +20,30 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 PROTOS = ("proto/mpilearn.proto", "proto/study.proto")
+VERSION_HEADER = "common/version.h"
+
+
+def _version_module():
+    """mpilearn/_version.py, loaded alone (the package itself imports grpc
+    and its stubs, which are not built yet)."""
+    spec = importlib.util.spec_from_file_location(
+        "mpilearn_version", os.path.join(HERE, "mpilearn", "_version.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+VERSIONS = _version_module()
+
+
+def read_version():
+    """The release in the checkout's common/version.h."""
+    version = VERSIONS.version_in_header(os.path.join(ROOT, VERSION_HEADER))
+    if version is None:
+        raise SystemExit(
+            f"mpilearn: no kMpiLearnVersion in {VERSION_HEADER} under {ROOT}: "
+            "install from a checkout (pip install ./tools/python)")
+    return version
 
 
 class BuildWithStubs(build_py):
@@ -47,6 +75,8 @@ class BuildWithStubs(build_py):
             cwd=ROOT, check=True)
         with open(os.path.join(out, "proto", "__init__.py"), "w") as f:
             f.write("# Generated when the mpilearn package was built.\n")
+        with open(os.path.join(out, "version.py"), "w") as f:
+            f.write(VERSIONS.generated_file_text(read_version()))
 
 
-setup(cmdclass={"build_py": BuildWithStubs})
+setup(version=read_version(), cmdclass={"build_py": BuildWithStubs})

@@ -11,8 +11,15 @@ Messages come back as plain Python values (dicts, lists, numbers, strings),
 as google.protobuf.json_format.MessageToDict writes them: proto field names
 (snake_case), enums by name, 64-bit integers as strings. See docs/opt.md and
 tools/python/README.md.
+
+mpilearn.__version__ is the release of the checkout the package was built
+from (common/version.h); Client refuses a master of another major.minor
+with VersionMismatch.
 """
 
-from mpilearn.client import Client, MpiLearnError
+from mpilearn import _version
+from mpilearn.client import Client, MpiLearnError, VersionMismatch
 
-__all__ = ["Client", "MpiLearnError"]
+__version__ = _version.find_version()
+
+__all__ = ["Client", "MpiLearnError", "VersionMismatch", "__version__"]

@@ -1,15 +1,20 @@
 """Command line: studies on a master, their progress, and their plots;
-jobs listed, cancelled and deleted.
+jobs listed, queued, cancelled and deleted; the master's version.
 
     python3 -m mpilearn --master 127.0.0.1:7070 status [STUDY_ID] [--json]
     python3 -m mpilearn --master 127.0.0.1:7070 watch STUDY_ID
     python3 -m mpilearn --master 127.0.0.1:7070 plots STUDY_ID --out DIR
     python3 -m mpilearn --master 127.0.0.1:7070 jobs [--state S[,S]] [--json]
+    python3 -m mpilearn --master 127.0.0.1:7070 queue [--json]
     python3 -m mpilearn --master 127.0.0.1:7070 cancel JOB_ID [--reason TEXT]
     python3 -m mpilearn --master 127.0.0.1:7070 delete JOB_ID
+    python3 -m mpilearn --master 127.0.0.1:7070 version
 
-The address may also come from $MPILEARN_MASTER (as for mpilearnctl).
-Exit status: 0 done, 1 the master refused or could not be reached, 2 usage.
+`list` is another name for `jobs`. The address may also come from
+$MPILEARN_MASTER (as for mpilearnctl). Every command but `version` first
+checks that the master's release has this package's major.minor.
+Exit status: 0 done, 1 the master refused, could not be reached or is of
+another release, 2 usage.
 """
 
 import argparse
@@ -17,9 +22,11 @@ import json
 import os
 import sys
 
+from mpilearn import _version
 from mpilearn.client import Client
 from mpilearn.client import MpiLearnError
 from mpilearn.client import TRIAL_ENDED_STATES
+from mpilearn.client import VersionMismatch
 
 
 def _short(state):
@@ -121,6 +128,54 @@ def _print_studies(studies):
     print(_table(rows))
 
 
+def _or_none(text):
+    return text if text else "-"
+
+
+def _print_queue(queued, target):
+    """The queue table (mpilearnctl queue's columns): POS JOB OWNER
+    PRIORITY STUDY NAME, and NOTE when a limit holds a job back."""
+    if not queued:
+        print("no queued jobs on the master at %s" % target)
+        return
+    notes = any(job.get("queue_note") for job in queued)
+    rows = [["POS", "JOB", "OWNER", "PRIORITY", "STUDY", "NAME"] +
+            (["NOTE"] if notes else [])]
+    for job in queued:
+        spec = job.get("spec", {})
+        rows.append([
+            _or_none(job.get("queue_position")),
+            job.get("job_id", ""),
+            _or_none(spec.get("owner")),
+            spec.get("priority", 0),
+            _or_none(spec.get("study")),
+            _or_none(spec.get("name")),
+        ] + ([job.get("queue_note", "")] if notes else []))
+    print(_table(rows))
+
+
+def _print_versions(client_version, info, target):
+    """This package's release, the master's and who the token is."""
+    print(_table([
+        ["client", "%s (mpilearn)" % client_version],
+        ["master", "%s at %s" % (_or_none(info.get("version")), target)],
+        ["caller", "%s (role %s)" % (_or_none(info.get("caller")),
+                                     _or_none(info.get("role")))],
+    ]))
+
+
+def _version_command(client):
+    """`version`: the versions, then exit 1 when the master's major.minor
+    is not this package's (or the master predates 0.10)."""
+    try:
+        info = client.check_version()
+    except VersionMismatch as e:
+        if e.info is not None:
+            _print_versions(e.client_version, e.info, client.target)
+        raise
+    _print_versions(_version.find_version(), info, client.target)
+
+
 def _event_line(event):
     kind = _short(event.get("kind", ""))
     if kind == "STUDY_ENDED":
@@ -144,7 +199,8 @@ def _event_line(event):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="mpilearn",
-        description="MPI Opt studies on an mpilearn-master.")
+        description="MPI Opt studies, jobs and the queue on an "
+        "mpilearn-master, and its version.")
     parser.add_argument("--master",
                         default=os.environ.get("MPILEARN_MASTER", ""),
                         help="host:port of mpilearn-master "
@@ -173,7 +229,9 @@ def main(argv=None):
     plots = commands.add_parser("plots", help="write a study's PNG plots")
     plots.add_argument("study_id")
     plots.add_argument("--out", required=True, help="directory for the PNGs")
-    jobs = commands.add_parser("jobs", help="every job: id, state, name")
+    jobs = commands.add_parser("jobs", aliases=["list"],
+                               help="every job: id, state, name, owner "
+                               "(tab-separated)")
     jobs.add_argument("--state", default="",
                       help="only jobs in these states (comma-separated: "
                       "queued, running, completed, failed, cancelled)")
@@ -187,11 +245,19 @@ def main(argv=None):
     delete = commands.add_parser("delete",
                                  help="remove an ended job from the master")
     delete.add_argument("job_id")
+    queue = commands.add_parser(
+        "queue", help="the queued jobs in the order groups will take them")
+    queue.add_argument("--json", action="store_true",
+                       help="print the queued jobs' JobStatus as JSON")
+    commands.add_parser(
+        "version",
+        help="this package's release, the master's and who the token is; "
+        "exit 1 when they differ in major.minor")
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_usage(sys.stderr)
-        print("error: missing command (status, watch, plots, jobs, cancel "
-              "or delete)",
+        print("error: missing command (status, watch, plots, jobs, queue, "
+              "cancel, delete or version)",
               file=sys.stderr)
         return 2
     if not args.master:
@@ -211,8 +277,11 @@ def main(argv=None):
     try:
         with Client(args.master, timeout=args.timeout, tls_ca=args.tls_ca,
                     tls_cert=args.tls_cert, tls_key=args.tls_key,
-                    token=token) as client:
-            if args.command == "status":
+                    token=token,
+                    check_version=args.command != "version") as client:
+            if args.command == "version":
+                _version_command(client)
+            elif args.command == "status":
                 if args.study_id:
                     study = client.get_study(args.study_id)
                     if args.json:
@@ -225,17 +294,25 @@ def main(argv=None):
                         print(json.dumps({"studies": studies}, indent=2))
                     else:
                         _print_studies(studies)
-            elif args.command == "jobs":
+            elif args.command in ("jobs", "list"):
                 states = [s for s in args.state.split(",") if s.strip()]
                 listed = client.list_jobs(states=[s.strip() for s in states])
                 if args.json:
                     print(json.dumps({"jobs": listed}, indent=2))
                 else:
                     for job in listed:
-                        print("%s\t%s\t%s" % (
+                        spec = job.get("spec", {})
+                        print("%s\t%s\t%s\t%s" % (
                             job.get("job_id", ""),
                             _short(job.get("state", "")),
-                            job.get("spec", {}).get("name", "") or "-"))
+                            _or_none(spec.get("name")),
+                            _or_none(spec.get("owner"))))
+            elif args.command == "queue":
+                queued = client.queue()
+                if args.json:
+                    print(json.dumps({"jobs": queued}, indent=2))
+                else:
+                    _print_queue(queued, client.target)
             elif args.command == "cancel":
                 job = client.cancel(args.job_id, reason=args.reason)
                 print("%s %s" % (job.get("job_id", ""),

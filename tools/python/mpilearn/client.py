@@ -16,6 +16,12 @@ master attaches (proto ErrorReason, by name). A spec that cannot be read or
 does not match the message raises MpiLearnError with INVALID_ARGUMENT
 before anything is sent.
 
+Versions: a Client asks the master its release when it is made
+(GetServerInfo) and raises VersionMismatch, an MpiLearnError, when the
+master's major.minor is not this package's (mpilearn.__version__, the
+release of the checkout it was built from) or the master predates 0.10;
+Client(..., check_version=False) skips that call.
+
 A master with TLS and tokens (docs/security.md): pass tls_ca (the CA's PEM
 file; tls_cert and tls_key too for mutual TLS) and token (default: the
 MPILEARN_TOKEN environment variable); the token rides on every call as
@@ -33,6 +39,7 @@ import time
 import grpc
 from google.protobuf import json_format
 
+from mpilearn import _version
 from mpilearn._stubs import mpilearn_pb2
 from mpilearn._stubs import mpilearn_pb2_grpc
 from mpilearn._stubs import study_pb2
@@ -102,6 +109,38 @@ class MpiLearnError(Exception):
             message = "cannot reach mpilearn-master at %s: %s" % (target,
                                                                  message)
         return cls(code, message or "", reason=reason, method=method)
+
+
+class VersionMismatch(MpiLearnError):
+    """The master is of another release than this package (a different
+    major.minor), or predates 0.10 (it has no GetServerInfo). Its code is
+    FAILED_PRECONDITION; the message names both releases and what to do.
+
+    Attributes:
+      client_version: this package's release (mpilearn.__version__).
+      master_version: the master's, or None when it predates 0.10.
+      info: the master's ServerInfo as a dict (version, caller, role), or
+        None when it predates 0.10.
+    """
+
+    def __init__(self, target, client_version, info):
+        self.client_version = client_version
+        self.info = info
+        self.master_version = info["version"] if info else None
+        if info is None:
+            master = ("the master at %s predates 0.10 (it does not answer "
+                      "GetServerInfo)" % target)
+        else:
+            master = "the master at %s runs %s" % (target,
+                                                   info["version"] or "?")
+        super().__init__(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "this mpilearn package is %s and %s: install the client of the "
+            "master's release (pip install ./tools/python from the master's "
+            "checkout), or run a master of this release; "
+            "Client(check_version=False) skips this check" %
+            (client_version, master),
+            method="GetServerInfo")
 
 
 def _invalid(message):
@@ -273,10 +312,14 @@ class Client:
         (mutual TLS).
       token: the bearer token; None takes $MPILEARN_TOKEN (if set), ""
         sends none.
+      check_version: ask the master its release now (check_version()):
+        VersionMismatch for another major.minor or a master before 0.10,
+        and the master's error when it cannot answer (UNAVAILABLE,
+        UNAUTHENTICATED). False: no call until the first method's.
     """
 
     def __init__(self, target, timeout=30.0, channel=None, tls_ca=None,
-                 tls_cert=None, tls_key=None, token=None):
+                 tls_cert=None, tls_key=None, token=None, check_version=True):
         self.target = target
         self.timeout = timeout
         self._own_channel = channel is None
@@ -285,6 +328,12 @@ class Client:
             token=token)
         self._master = mpilearn_pb2_grpc.MasterStub(self._channel)
         self._studies = study_pb2_grpc.StudiesStub(self._channel)
+        if check_version:
+            try:
+                self.check_version()
+            except MpiLearnError:
+                self.close()
+                raise
 
     def close(self):
         if self._own_channel:
@@ -302,6 +351,33 @@ class Client:
         except grpc.RpcError as e:
             raise MpiLearnError.from_rpc_error(e, method, self.target) \
                 from None
+
+    # -- The master ----------------------------------------------------------
+
+    def server_info(self):
+        """The master's ServerInfo as a dict: "version" (its release,
+        "0.10.0"), "caller" (the token's name; "" without tokens) and
+        "role" ("admin", "owner", "worker" or "reader"). UNIMPLEMENTED from
+        a master before 0.10."""
+        return to_dict(
+            self._call(self._master, "GetServerInfo",
+                       mpilearn_pb2.GetServerInfoRequest()))
+
+    def check_version(self):
+        """The master's server_info() when its release has this package's
+        major.minor; VersionMismatch otherwise (also for a master before
+        0.10, which has no GetServerInfo)."""
+        client_version = _version.find_version()
+        try:
+            info = self.server_info()
+        except MpiLearnError as e:
+            if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                raise VersionMismatch(self.target, client_version,
+                                      None) from None
+            raise
+        if not _version.same_major_minor(client_version, info["version"]):
+            raise VersionMismatch(self.target, client_version, info)
+        return info
 
     # -- Jobs (the Master service) -----------------------------------------
 
@@ -352,10 +428,20 @@ class Client:
                 return
             request.page_token = response.next_page_token
 
+    def queue(self):
+        """The QUEUED jobs' JobStatus dicts in the order groups will take
+        them ("queue_position" 1 first; a job without a position, from a
+        master before 0.10, last); each says why a limit holds it back in
+        "queue_note" (docs/scheduling.md)."""
+        queued = self.list_jobs(states=["queued"])
+        return sorted(queued, key=lambda job: job.get("queue_position") or
+                      float("inf"))
+
     def cancel(self, job_id, reason=""):
         """Ends a QUEUED or RUNNING job as CANCELLED (its groups leave, its
-        weights are checkpointed); returns its JobStatus dict. Needs an
-        admin token; FAILED_PRECONDITION for a job that has ended."""
+        weights are checkpointed); returns its JobStatus dict. Needs the
+        job's owner or an admin token; FAILED_PRECONDITION for a job that
+        has ended."""
         return to_dict(
             self._call(self._master, "CancelJob",
                        mpilearn_pb2.CancelJobRequest(job_id=job_id,
@@ -363,7 +449,7 @@ class Client:
 
     def delete(self, job_id):
         """Removes an ended job from the master and its state directory.
-        Needs an admin token; FAILED_PRECONDITION for a job still QUEUED or
+        Needs the job's owner or an admin token; FAILED_PRECONDITION for a job still QUEUED or
         RUNNING (cancel it first)."""
         self._call(self._master, "DeleteJob",
                    mpilearn_pb2.DeleteJobRequest(job_id=job_id))

@@ -1,5 +1,6 @@
 """The Python client (mpilearn.client, python3 -m mpilearn) against a real
-mpilearn-master on a free loopback port with a temporary --state_dir.
+mpilearn-master on a free loopback port with a temporary --state_dir: jobs,
+the queue, the version check, studies, TLS and tokens.
 
 JobsTest needs only the Master service. StudiesTest needs the master to
 serve the Studies service (proto/study.proto); against a master without it
@@ -24,6 +25,8 @@ import unittest
 import grpc
 import yaml
 
+from cli_runner import run_cli
+import mpilearn
 from mpilearn import Client
 from mpilearn import MpiLearnError
 
@@ -73,13 +76,8 @@ def tearDownModule():
 
 def _cli(*args):
     """Runs python3 -m mpilearn; returns (exit status, stdout + stderr)."""
-    done = subprocess.run([sys.executable, "-B", "-m", "mpilearn"] +
-                          list(args),
-                          stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT,
-                          timeout=60,
-                          check=False)
-    return done.returncode, done.stdout.decode()
+    status, out, err = run_cli(*args)
+    return status, out + err
 
 
 class JobsTest(unittest.TestCase):
@@ -179,14 +177,68 @@ class JobsTest(unittest.TestCase):
                 self.assertIsNone(caught.exception.method)  # never sent
 
     def test_unreachable_master(self):
-        start = time.monotonic()
-        with Client("127.0.0.1:1", timeout=3) as client:
+        # The version check on construction is the first call that fails.
+        with self.assertRaises(MpiLearnError) as caught:
+            Client("127.0.0.1:1", timeout=3)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(caught.exception.method, "GetServerInfo")
+        self.assertIn("cannot reach mpilearn-master at 127.0.0.1:1",
+                      caught.exception.message)
+        with Client("127.0.0.1:1", timeout=3, check_version=False) as client:
             with self.assertRaises(MpiLearnError) as caught:
                 client.list_jobs()
         self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertIn("cannot reach mpilearn-master at 127.0.0.1:1",
                       caught.exception.message)
-        self.assertLess(time.monotonic() - start, 30)
+
+    def test_server_info_and_version(self):
+        info = self.client.server_info()
+        # The same build: the master's release is this package's.
+        self.assertEqual(info["version"], mpilearn.__version__)
+        self.assertRegex(mpilearn.__version__, r"^\d+\.\d+\.\d+")
+        # A master without tokens: no name, every caller an admin.
+        self.assertEqual(info["caller"], "")
+        self.assertEqual(info["role"], "admin")
+        self.assertEqual(self.client.check_version(), info)
+        rc, out = _cli("--master", _address, "version")
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(
+            out.splitlines(),
+            ["client  %s (mpilearn)" % mpilearn.__version__,
+             "master  %s at %s" % (info["version"], _address),
+             "caller  - (role admin)"])
+
+    def test_queue_in_priority_order(self):
+        with open(JOB_SPEC) as f:
+            spec = json.load(f)
+        spec["name"] = "queued-low"
+        low = self.client.submit(spec)
+        spec["name"] = "queued-high"
+        spec["priority"] = 7
+        high = self.client.submit(spec)
+        queued = self.client.queue()
+        ids = [job["job_id"] for job in queued]
+        self.assertLess(ids.index(high), ids.index(low))
+        self.assertEqual([job["queue_position"] for job in queued],
+                         list(range(1, len(queued) + 1)))
+        self.assertTrue(
+            all(job["state"] == "JOB_STATE_QUEUED" for job in queued))
+        # The CLI's table: one row per queued job, in the same order.
+        rc, out = _cli("--master", _address, "queue")
+        self.assertEqual(rc, 0, out)
+        lines = out.splitlines()
+        self.assertRegex(lines[0], r"^POS +JOB +OWNER +PRIORITY +STUDY +NAME")
+        self.assertEqual([line.split()[1] for line in lines[1:]], ids)
+        self.assertRegex(out, r"\n\d+ +%s +- +7 +- +queued-high\n" % high)
+        rc, out = _cli("--master", _address, "queue", "--json")
+        self.assertEqual(rc, 0, out)
+        self.assertEqual([j["job_id"] for j in json.loads(out)["jobs"]], ids)
+        # jobs (or list): tab-separated id, state, name and owner ("-"
+        # without tokens).
+        for command in ("jobs", "list"):
+            rc, out = _cli("--master", _address, command, "--state", "queued")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("%s\tQUEUED\tqueued-high\t-\n" % high, out)
 
     def test_cli_usage_and_unreachable(self):
         rc, out = _cli("--master", "127.0.0.1:1", "--timeout", "3", "status")
@@ -198,6 +250,9 @@ class JobsTest(unittest.TestCase):
         rc, out = _cli("--master", _address, "plots", "s-1")
         self.assertEqual(rc, 2, out)
         self.assertIn("--out", out)
+        rc, out = _cli("--master", "127.0.0.1:1", "--timeout", "3", "version")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("cannot reach mpilearn-master at 127.0.0.1:1", out)
 
 
 def _study_spec():
@@ -383,6 +438,7 @@ class StudiesTest(unittest.TestCase):
 
 _READER_TOKEN = "reader-token-0123456789abcdef"
 _ADMIN_TOKEN = "admin-token-0123456789abcdef"
+_OWNER_TOKEN = "owner-token-0123456789abcdef"
 
 
 class TlsAndTokensTest(unittest.TestCase):
@@ -409,8 +465,8 @@ class TlsAndTokensTest(unittest.TestCase):
                 "ca.key", "-CAcreateserial", "-days", "2", "-extfile",
                 "server.ext", "-out", "server.pem")
         with open(os.path.join(cls.dir, "tokens.txt"), "w") as f:
-            f.write("admin alice %s\nreader dash %s\n" %
-                    (_ADMIN_TOKEN, _READER_TOKEN))
+            f.write("admin alice %s\nreader dash %s\nowner bob %s\n" %
+                    (_ADMIN_TOKEN, _READER_TOKEN, _OWNER_TOKEN))
         cls.ca = os.path.join(cls.dir, "ca.pem")
         port_file = os.path.join(cls.dir, "port")
         cls.log = os.path.join(cls.dir, "master.log")
@@ -449,8 +505,13 @@ class TlsAndTokensTest(unittest.TestCase):
                              grpc.StatusCode.PERMISSION_DENIED)
             self.assertEqual(refused.exception.reason,
                              "ERROR_REASON_PERMISSION")
-        with Client(self.address, timeout=10, tls_ca=self.ca,
-                    token="") as anonymous:
+        # Without a token the version check on construction is refused.
+        with self.assertRaises(MpiLearnError) as refused:
+            Client(self.address, timeout=10, tls_ca=self.ca, token="")
+        self.assertEqual(refused.exception.code,
+                         grpc.StatusCode.UNAUTHENTICATED)
+        with Client(self.address, timeout=10, tls_ca=self.ca, token="",
+                    check_version=False) as anonymous:
             with self.assertRaises(MpiLearnError) as refused:
                 anonymous.list_studies()
             self.assertEqual(refused.exception.code,
@@ -459,6 +520,28 @@ class TlsAndTokensTest(unittest.TestCase):
                     token=_ADMIN_TOKEN) as admin:
             job_id = admin.submit(JOB_SPEC)
             self.assertTrue(job_id.startswith("job-"))
+
+    def test_server_info_names_the_token_and_owner_lists_its_jobs(self):
+        for token, name, role in ((_READER_TOKEN, "dash", "reader"),
+                                  (_OWNER_TOKEN, "bob", "owner"),
+                                  (_ADMIN_TOKEN, "alice", "admin")):
+            with Client(self.address, timeout=10, tls_ca=self.ca,
+                        token=token) as client:
+                info = client.server_info()
+                self.assertEqual((info["caller"], info["role"]), (name, role))
+                self.assertEqual(info["version"], mpilearn.__version__)
+        with Client(self.address, timeout=10, tls_ca=self.ca,
+                    token=_OWNER_TOKEN) as owner:
+            job_id = owner.submit(JOB_SPEC)
+            self.assertEqual(owner.status(job_id)["spec"]["owner"], "bob")
+            queued = {job["job_id"]: job for job in owner.queue()}
+            self.assertEqual(queued[job_id]["spec"]["owner"], "bob")
+        status, output = self._cli_with(_OWNER_TOKEN, "version")
+        self.assertEqual(status, 0, output)
+        self.assertIn("caller  bob (role owner)\n", output)
+        status, output = self._cli_with(_OWNER_TOKEN, "list")
+        self.assertEqual(status, 0, output)
+        self.assertIn("%s\tQUEUED\tfashion-mnist-mlp\tbob\n" % job_id, output)
 
     def test_token_from_the_environment(self):
         os.environ["MPILEARN_TOKEN"] = _READER_TOKEN
@@ -469,18 +552,27 @@ class TlsAndTokensTest(unittest.TestCase):
             del os.environ["MPILEARN_TOKEN"]
 
     def test_plaintext_client_cannot_talk_to_the_tls_port(self):
-        with Client(self.address, timeout=3, token=_READER_TOKEN) as client:
+        with self.assertRaises(MpiLearnError) as refused:
+            Client(self.address, timeout=3, token=_READER_TOKEN)
+        self.assertEqual(refused.exception.code, grpc.StatusCode.UNAVAILABLE)
+        with Client(self.address, timeout=3, token=_READER_TOKEN,
+                    check_version=False) as client:
             with self.assertRaises(MpiLearnError) as refused:
                 client.list_studies()
             self.assertEqual(refused.exception.code,
                              grpc.StatusCode.UNAVAILABLE)
 
-    def test_cli_takes_tls_ca_and_token_file(self):
-        token_file = os.path.join(self.dir, "reader.token")
+    def _cli_with(self, token, *args):
+        """The CLI against this master with --tls_ca and `token` in a
+        --token_file."""
+        token_file = os.path.join(self.dir, "%s.token" % token[:6])
         with open(token_file, "w") as f:
-            f.write(_READER_TOKEN + "\n")
-        status, output = _cli("--master", self.address, "--tls_ca", self.ca,
-                              "--token_file", token_file, "status")
+            f.write(token + "\n")
+        return _cli("--master", self.address, "--tls_ca", self.ca,
+                    "--token_file", token_file, *args)
+
+    def test_cli_takes_tls_ca_and_token_file(self):
+        status, output = self._cli_with(_READER_TOKEN, "status")
         self.assertEqual(status, 0, output)
         self.assertIn("no studies", output)
 
