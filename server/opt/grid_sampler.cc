@@ -106,7 +106,8 @@ class GridSampler final : public Sampler {
       const double step =
           d.kind == Dimension::Kind::kCategorical ? 1.0 : d.step.value_or(1.0);
       const double low = d.kind == Dimension::Kind::kCategorical ? 0.0 : d.low;
-      key[i] = std::llround((point[i] - low) / step);
+      // A dimension that does not exist at the point (NaN) has its own key.
+      key[i] = std::isnan(point[i]) ? -1 : std::llround((point[i] - low) / step);
     }
     return key;
   }

@@ -26,6 +26,8 @@ class RandomSampler final : public Sampler {
     for (const Dimension& d : dimensions_) {
       point.push_back(SampleUniform(d, rng));
     }
+    // Conditional parameters exist only where their condition holds.
+    MaskInactive(dimensions_, point);
     return point;
   }
 

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,6 +85,7 @@ absl::StatusOr<SearchSpace> SearchSpace::Create(
   SearchSpace space;
   space.base_ = base;
   absl::flat_hash_map<std::string, int> seen;  // canonical path -> index
+  std::vector<std::string> canonical_paths;     // by index
   int checked_values = 0;
   for (int i = 0; i < parameters.size(); ++i) {
     const v1::ParameterSpec& parameter = parameters[i];
@@ -236,10 +239,16 @@ absl::StatusOr<SearchSpace> SearchSpace::Create(
     space.parameters_.push_back(parameter);
     space.dimensions_.push_back(std::move(dimension));
     space.fields_.push_back(*std::move(chain));
+    canonical_paths.push_back(canonical);
+    const size_t index = space.dimensions_.size() - 1;
+    if (parameter.has_when()) {
+      const absl::Status condition =
+          space.AddCondition(index, parameter.when(), canonical_paths);
+      if (!condition.ok()) return error(condition.message());
+    }
 
     // Ranges: their lowest and highest values (high itself unless a step
     // stops short of it).
-    const size_t index = space.dimensions_.size() - 1;
     const Dimension& added = space.dimensions_[index];
     if (added.kind != Dimension::Kind::kCategorical) {
       const double top = space.Snap(index, added.high);
@@ -258,6 +267,14 @@ absl::StatusOr<SearchSpace> SearchSpace::Create(
     }
     for (const auto& [name, value] : checks) {
       v1::JobSpec trial = base;
+      // A conditional parameter is checked where it exists: its parent at
+      // the first value that makes it.
+      const Dimension& checked = space.dimensions_[index];
+      if (checked.parent >= 0) {
+        const size_t parent = static_cast<size_t>(checked.parent);
+        SetJobSpecValue(&trial, space.fields_[parent],
+                        space.ValueAt(parent, checked.parent_values.front()));
+      }
       SetJobSpecValue(&trial, space.fields_[index], value);
       const absl::Status valid = NormalizeJobSpec(&trial);
       if (!valid.ok()) {
@@ -267,7 +284,84 @@ absl::StatusOr<SearchSpace> SearchSpace::Create(
       }
     }
   }
+  if (space.conditional_) space.EnumerateConditionalGrid();
   return space;
+}
+
+absl::Status SearchSpace::AddCondition(size_t index, const v1::ParameterCondition& when,
+                                       const std::vector<std::string>& canonical_paths) {
+  absl::StatusOr<JobSpecPath> chain = ResolveJobSpecPath(when.path());
+  int parent = -1;
+  if (chain.ok()) {
+    const std::string canonical = CanonicalPath(*chain);
+    for (size_t j = 0; j < index; ++j) {
+      if (canonical_paths[j] == canonical) parent = static_cast<int>(j);
+    }
+  }
+  if (parent < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "when.path '", ShownPath(when.path()),
+        "' is not an earlier parameter of the study; a condition names a parameter listed "
+        "before the one it conditions"));
+  }
+  const Dimension& on = dimensions_[static_cast<size_t>(parent)];
+  if (on.kind == Dimension::Kind::kReal) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "when.path ", on.path, " is a real range; a condition needs a categorical or an int "
+        "range"));
+  }
+  if (when.values().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "when.values is empty; give the values of ", on.path, " under which it exists"));
+  }
+  Dimension& d = dimensions_[index];
+  for (const Value& value : when.values()) {
+    std::optional<double> coordinate;
+    if (on.kind == Dimension::Kind::kCategorical) {
+      const auto& choices = parameters_[static_cast<size_t>(parent)].categorical().choices();
+      for (int j = 0; j < choices.size() && !coordinate.has_value(); ++j) {
+        if (ValuesEqual(choices[j], value)) coordinate = j;
+      }
+    } else {
+      const double x = value.number_value();
+      if (value.kind_case() == Value::kNumberValue && x >= on.low && x <= on.high &&
+          Snap(static_cast<size_t>(parent), x) == x) {
+        coordinate = x;
+      }
+    }
+    if (!coordinate.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "when.values: ", DescribeValue(value), " is not a value ", on.path, " takes"));
+    }
+    d.parent_values.push_back(*coordinate);
+  }
+  d.parent = parent;
+  conditional_ = true;
+  return absl::OkStatus();
+}
+
+bool Active(const std::vector<Dimension>& dimensions, const Point& point, size_t i) {
+  const Dimension& d = dimensions[i];
+  if (d.parent < 0) return true;
+  const size_t parent = static_cast<size_t>(d.parent);
+  if (parent >= point.size() || std::isnan(point[parent])) return false;
+  const Dimension& on = dimensions[parent];
+  double x = point[parent];
+  // The parent's coordinate on its grid (a sampler may hand back one in
+  // between).
+  if (on.kind == Dimension::Kind::kCategorical) {
+    x = std::clamp(std::round(x), 0.0, static_cast<double>(on.choices - 1));
+  } else {
+    const double step = on.step.value_or(1.0);
+    x = std::clamp(on.low + std::round((x - on.low) / step) * step, on.low, on.high);
+  }
+  return std::find(d.parent_values.begin(), d.parent_values.end(), x) != d.parent_values.end();
+}
+
+void MaskInactive(const std::vector<Dimension>& dimensions, Point& point) {
+  for (size_t i = 0; i < dimensions.size() && i < point.size(); ++i) {
+    if (!Active(dimensions, point, i)) point[i] = std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
 double SearchSpace::Snap(size_t i, double x) const {
@@ -328,6 +422,7 @@ absl::StatusOr<v1::JobSpec> SearchSpace::Apply(const Point& point) const {
   v1::JobSpec spec = base_;
   std::vector<std::string> applied;
   for (size_t i = 0; i < dimensions_.size(); ++i) {
+    if (!Active(dimensions_, point, i)) continue;
     if (!std::isfinite(point[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameters[", i, "] (", dimensions_[i].path, "): coordinate ",
@@ -351,6 +446,7 @@ absl::StatusOr<v1::JobSpec> SearchSpace::Apply(const Point& point) const {
 ParamValues SearchSpace::Values(const Point& point) const {
   ParamValues values;
   for (size_t i = 0; i < dimensions_.size() && i < point.size(); ++i) {
+    if (!Active(dimensions_, point, i)) continue;
     values[dimensions_[i].path] = ValueAt(i, point[i]);
   }
   return values;
@@ -377,8 +473,16 @@ absl::StatusOr<Point> SearchSpace::FromValues(const ParamValues& values) const {
           absl::StrCat("parameters[", i, "] (", d.path, "): ", parts...));
     };
     const auto found = values.find(d.path);
+    if (!Active(dimensions_, point, i)) {
+      if (found != values.end()) {
+        return error("does not exist unless ", dimensions_[static_cast<size_t>(d.parent)].path,
+                     " takes one of its when.values; leave it out");
+      }
+      point[i] = std::numeric_limits<double>::quiet_NaN();
+      continue;
+    }
     if (found == values.end()) {
-      return error("missing; give a value for every parameter");
+      return error("missing; give a value for every parameter (that exists at these values)");
     }
     const Value& value = found->second;
     if (d.kind == Dimension::Kind::kCategorical) {
@@ -450,10 +554,44 @@ absl::StatusOr<uint64_t> SearchSpace::GridSize() const {
     }
     size *= static_cast<uint64_t>(count);
   }
-  return size;
+  if (!conditional_) return size;
+  if (size > kMaxConditionalGrid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the grid of a space with conditional parameters is enumerated and has ", size,
+        " combinations before its conditions, over ", kMaxConditionalGrid,
+        "; use larger steps, fewer parameters or another sampler"));
+  }
+  return conditional_grid_.size();
+}
+
+void SearchSpace::EnumerateConditionalGrid() {
+  uint64_t size = 1;
+  for (size_t i = 0; i < dimensions_.size(); ++i) {
+    const double count = GridCount(i);
+    if (count == 0 || count > static_cast<double>(kMaxConditionalGrid / size)) return;
+    size *= static_cast<uint64_t>(count);
+  }
+  const Point firsts = FullGridPoint(0);
+  for (uint64_t index = 0; index < size; ++index) {
+    Point point = FullGridPoint(index);
+    const Point full = point;
+    MaskInactive(dimensions_, point);
+    // One point per valid combination: only the combination with a
+    // dimension that does not exist at its first value stands for all.
+    bool first = true;
+    for (size_t i = 0; i < point.size() && first; ++i) {
+      if (std::isnan(point[i])) first = full[i] == firsts[i];
+    }
+    if (first) conditional_grid_.push_back(std::move(point));
+  }
 }
 
 Point SearchSpace::GridPoint(uint64_t index) const {
+  if (conditional_) return conditional_grid_.at(index);
+  return FullGridPoint(index);
+}
+
+Point SearchSpace::FullGridPoint(uint64_t index) const {
   Point point(dimensions_.size());
   for (size_t i = dimensions_.size(); i-- > 0;) {
     const Dimension& d = dimensions_[i];

@@ -54,14 +54,31 @@ struct Dimension {
   std::optional<double> step;
   // kCategorical: the number of choices (>= 2).
   int choices = 0;
+  // A conditional parameter (ParameterSpec.when): the earlier dimension it
+  // depends on and that dimension's coordinates (choice indices, int
+  // values) under which it exists; -1: it always does.
+  int parent = -1;
+  std::vector<double> parent_values;
 };
 
-// A point of the space in internal coordinates (see the file comment).
+// A point of the space in internal coordinates (see the file comment). A
+// conditional dimension that does not exist at the point (its condition
+// fails) holds NaN.
 using Point = std::vector<double>;
+
+// Whether dimension `i` exists at `point`: unconditional, or its parent
+// exists and takes one of parent_values (the parent's coordinate rounded to
+// its grid). Parents come before their children.
+bool Active(const std::vector<Dimension>& dimensions, const Point& point, size_t i);
+// Sets every dimension that does not exist at `point` to NaN, in order.
+void MaskInactive(const std::vector<Dimension>& dimensions, Point& point);
 using ParamValues = google::protobuf::Map<std::string, google::protobuf::Value>;
 
 class SearchSpace {
  public:
+  // The most combinations a conditional space's grid enumerates.
+  static constexpr uint64_t kMaxConditionalGrid = uint64_t{1} << 16;
+
   // Checks every parameter and returns the space. INVALID_ARGUMENT, with a
   // message naming the parameter ("parameters[2] (optimizer.momentum): ..."),
   // for: no parameters; an empty or duplicate path; a path that names no
@@ -78,23 +95,29 @@ class SearchSpace {
   const std::vector<Dimension>& dimensions() const { return dimensions_; }
 
   // The base spec with the point's values applied (not normalized: the
-  // registry's Submit normalizes). An int dimension's value is rounded to
-  // its step; a real's to its step if it has one. INVALID_ARGUMENT naming
-  // the path when the combination fails the job spec's validation.
+  // registry's Submit normalizes); a dimension that does not exist at the
+  // point is left as the base has it. An int dimension's value is rounded
+  // to its step; a real's to its step if it has one. INVALID_ARGUMENT
+  // naming the path when the combination fails the job spec's validation.
   absl::StatusOr<v1::JobSpec> Apply(const Point& point) const;
 
   // The point's values by path as users read them: numbers (ints as whole
   // numbers), strings, bools, or lists (a categorical's chosen value).
+  // Dimensions that do not exist at the point are left out.
   ParamValues Values(const Point& point) const;
 
   // The point of values given by path (AskTrial). INVALID_ARGUMENT naming
   // the path for a missing or unknown path, a value of the wrong type, out
-  // of range, off the step, or not one of the choices.
+  // of range, off the step, or not one of the choices, and for a value of
+  // a conditional parameter whose condition fails.
   absl::StatusOr<Point> FromValues(const ParamValues& values) const;
 
   // The grid sampler's points: INVALID_ARGUMENT naming the first real
   // dimension without a step; else the number of points (the product of
   // each dimension's value count; at most 2^40, else INVALID_ARGUMENT).
+  // With conditional parameters, only the valid combinations (a
+  // dimension that does not exist counts once), enumerated at Create from
+  // at most kMaxConditionalGrid combinations.
   absl::StatusOr<uint64_t> GridSize() const;
   // Point `index` of the grid, index < GridSize(): mixed-radix over the
   // dimensions, the first dimension varying slowest.
@@ -113,8 +136,19 @@ class SearchSpace {
   // Dimension i's number of grid values (0 for a real without a step).
   double GridCount(size_t i) const;
 
+  // ParameterSpec.when of parameter `index` into dimension `index`.
+  absl::Status AddCondition(size_t index, const v1::ParameterCondition& when,
+                            const std::vector<std::string>& canonical_paths);
+  // The valid combinations of a conditional space's grid (empty when it
+  // has no conditions, or no grid).
+  void EnumerateConditionalGrid();
+  // The grid's point at mixed-radix `index` over every dimension.
+  Point FullGridPoint(uint64_t index) const;
+
   v1::JobSpec base_;
   std::vector<v1::ParameterSpec> parameters_;
+  bool conditional_ = false;
+  std::vector<Point> conditional_grid_;
   std::vector<Dimension> dimensions_;
   // Per parameter: the fields its path names, from v1::JobSpec down to the
   // field it sets (every one but the last a singular message field).

@@ -11,32 +11,15 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "server/opt/space_fixtures.h"
 
 namespace mpilearn::opt {
 namespace {
 
+using fixtures::Base;
+using fixtures::Params;
 using google::protobuf::RepeatedPtrField;
 using google::protobuf::Value;
-
-// A base spec that passes NormalizeJobSpec: only the required data files.
-v1::JobSpec Base() {
-  v1::JobSpec base;
-  base.mutable_data()->set_train_images("train-images.gz");
-  base.mutable_data()->set_train_labels("train-labels.gz");
-  return base;
-}
-
-// Parameters from their JSON form, as a study spec file gives them.
-RepeatedPtrField<v1::ParameterSpec> Params(
-    const std::vector<std::string>& json) {
-  RepeatedPtrField<v1::ParameterSpec> parameters;
-  for (const std::string& one : json) {
-    const auto status =
-        google::protobuf::util::JsonStringToMessage(one, parameters.Add());
-    EXPECT_TRUE(status.ok()) << one << ": " << status.message();
-  }
-  return parameters;
-}
 
 Value Number(double x) {
   Value value;

@@ -146,11 +146,36 @@ class TpeSampler final : public Sampler {
         point[d] = dimensions_[d].low;
         continue;
       }
+      // A conditional parameter, as Optuna's univariate TPE treats one:
+      // only the trials in which it exists count, split among themselves,
+      // and it is drawn at random until startup_trials of them finished.
+      const std::vector<bool>* split = &is_below;
+      std::vector<bool> own_split;
+      if (dimensions_[d].parent >= 0) {
+        auto has = [&](size_t i) {
+          return !scored[i].point->empty() && !std::isnan((*scored[i].point)[d]);
+        };
+        int n_d = 0;
+        for (size_t i = 0; i < scored.size(); ++i) n_d += has(i) && scored[i].step != kInf;
+        if (n_d < options_.startup_trials) {
+          point[d] = SampleUniform(dimensions_[d], rng);
+          continue;
+        }
+        own_split.assign(scored.size(), false);
+        size_t taken = 0;
+        const size_t wanted = DefaultGamma(n_d);
+        for (size_t k = 0; k < order.size() && taken < wanted; ++k) {
+          if (!has(order[k])) continue;
+          own_split[order[k]] = true;
+          ++taken;
+        }
+        split = &own_split;
+      }
       below.clear();
       above.clear();
       for (size_t i = 0; i < scored.size(); ++i) {  // trial-number order
-        if (scored[i].point->empty()) continue;
-        (is_below[i] ? below : above).push_back((*scored[i].point)[d]);
+        if (scored[i].point->empty() || std::isnan((*scored[i].point)[d])) continue;
+        ((*split)[i] ? below : above).push_back((*scored[i].point)[d]);
       }
       const ParzenEstimator l(dimensions_[d], below, options_.prior_weight);
       const ParzenEstimator g(dimensions_[d], above, options_.prior_weight);
@@ -166,6 +191,7 @@ class TpeSampler final : public Sampler {
       }
       point[d] = best;
     }
+    MaskInactive(dimensions_, point);
     return point;
   }
 
