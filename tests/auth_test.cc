@@ -10,6 +10,10 @@
 //   - a plaintext client cannot talk to the TLS port; with mutual TLS a
 //     client without a certificate is refused;
 //   - one worker token cannot act for another's group;
+//   - two owners (alice, bob) change only their own jobs and studies, an
+//     admin anyone's; submissions take the submitter as owner and respect
+//     its max_priority; a worker token with owners=alice trains and reads
+//     only alice's jobs; GetServerInfo names the caller;
 //   - a worker token reports validations only for jobs it follows with an
 //     open SubscribeSnapshots stream or trains with a live group, and a
 //     real validation pool (mpirun, --tls_ca, its own --token_file) gets
@@ -21,6 +25,7 @@
 // Over 500 lines because the cases share one TLS master and its
 // certificates (made once per suite, which takes seconds); splitting them
 // into files would make each start its own.
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -33,6 +38,7 @@
 #include "common/client/master_client.h"
 #include "common/error_reason.h"
 #include "common/grpc_status.h"
+#include "common/version.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
@@ -40,6 +46,7 @@
 #include "gtest/gtest.h"
 #include "proto/mpilearn.grpc.pb.h"
 #include "proto/study.grpc.pb.h"
+#include "tests/study_helpers.h"
 #include "tests/test_process.h"
 
 namespace mpilearn::testing {
@@ -49,18 +56,27 @@ constexpr char kAdminToken[] = "admin-token-0123456789abcdef";
 constexpr char kWorkerToken[] = "worker-token-0123456789abcdef";
 constexpr char kOtherWorkerToken[] = "other-worker-token-0123456789";
 constexpr char kReaderToken[] = "reader-token-0123456789abcdef";
+constexpr char kAliceToken[] = "alice-owner-token-0123456789";
+constexpr char kBobToken[] = "bob-owner-token-0123456789ab";
+// A worker token that trains alice's jobs only (owners=alice).
+constexpr char kAliceWorkerToken[] = "alice-rack-token-0123456789";
 
-enum class Role { kReader = 1, kWorker = 2, kAdmin = 3 };
+enum class Role { kReader = 1, kWorker = 2, kOwner = 3, kAdmin = 4 };
 
 // The role each RPC needs, as docs/security.md documents it (an RPC not
 // listed: admin).
 Role Needs(const std::string& method) {
+  static const std::set<std::string> kOwner = {
+      "SubmitJob", "CancelJob", "DeleteJob", "CreateStudy", "CancelStudy",
+      "CancelTrial", "AskTrial", "TellTrial"};
   static const std::set<std::string> kWorker = {
       "RegisterGroup", "InitWeights", "PushGradient",  "PullWeights",
       "NextDataUnit",  "ReportEpoch", "Heartbeat",     "Leave",
       "SubscribeSnapshots", "ReportValidation"};
   static const std::set<std::string> kReader = {
-      "GetJobStatus", "ListJobs", "GetStudy", "ListStudies", "WatchStudy"};
+      "GetJobStatus", "ListJobs", "GetStudy", "ListStudies", "WatchStudy",
+      "GetServerInfo"};
+  if (kOwner.count(method) > 0) return Role::kOwner;
   if (kWorker.count(method) > 0) return Role::kWorker;
   if (kReader.count(method) > 0) return Role::kReader;
   return Role::kAdmin;
@@ -74,10 +90,14 @@ class AuthTest : public ::testing::Test {
         MakeCertificates(*dir_, "IP:127.0.0.1,DNS:localhost");
     ASSERT_TRUE(made.ok()) << made;
     WriteFileOrDie(*dir_ + "/tokens.txt",
-                   absl::StrCat("# role name token\n",
-                                "admin  alice ", kAdminToken, "\n",
+                   absl::StrCat("# role name token [options]\n",
+                                "admin  ops   ", kAdminToken, "\n",
+                                "owner  alice ", kAliceToken, "\n",
+                                "owner  bob   ", kBobToken, " max_priority=5\n",
                                 "worker rack1 ", kWorkerToken, "\n",
                                 "worker rack2 ", kOtherWorkerToken, "\n",
+                                "worker alice-rack ", kAliceWorkerToken,
+                                " owners=alice\n",
                                 "reader dash  ", kReaderToken, "\n"));
     WriteFileOrDie(*dir_ + "/worker.token", absl::StrCat(kWorkerToken, "\n"));
     auto master = MasterProcess::Start(
@@ -178,6 +198,7 @@ TEST_F(AuthTest, EveryRpcRefusesMissingUnknownAndTooLowTokens) {
   std::shared_ptr<grpc::Channel> unknown = Channel(Tls("not-a-token-of-this-master"));
   std::shared_ptr<grpc::Channel> reader = Channel(Tls(kReaderToken));
   std::shared_ptr<grpc::Channel> worker = Channel(Tls(kWorkerToken));
+  std::shared_ptr<grpc::Channel> owner = Channel(Tls(kAliceToken));
   int denied_by_role = 0;
   for (const auto& [path, name] : methods) {
     SCOPED_TRACE(path);
@@ -200,12 +221,20 @@ TEST_F(AuthTest, EveryRpcRefusesMissingUnknownAndTooLowTokens) {
       EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
       ++denied_by_role;
     }
+    if (needed > Role::kOwner) {
+      status = CallWithEmptyRequest(*owner, path);
+      EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+      EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION);
+      ++denied_by_role;
+    }
   }
   EXPECT_GT(denied_by_role, 10);
 
-  // The right roles get through (roles nest: admin > worker > reader).
+  // The right roles get through (roles nest: admin > owner > worker >
+  // reader).
   EXPECT_TRUE(Client(kReaderToken)->ListJobs().ok());
   EXPECT_TRUE(Client(kWorkerToken)->ListJobs().ok());
+  EXPECT_TRUE(Client(kAliceToken)->ListJobs().ok());
   EXPECT_TRUE(Client(kAdminToken)->ListJobs().ok());
 }
 
@@ -532,6 +561,293 @@ TEST_F(AuthTest, ValidationPoolReportsUnderItsOwnToken) {
     if (record.source() == "pool tls") ++from_pool;
   }
   EXPECT_GT(from_pool, 0) << (*pool)->Log();
+}
+
+// A refusal by one of the ownership rules (server/core/caller_bindings.h):
+// PERMISSION_DENIED, ERROR_REASON_PERMISSION, the rule named.
+void ExpectRuleRefusal(const absl::Status& status, const std::string& rule,
+                       const std::string& what) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied)
+      << what << ": " << status;
+  EXPECT_EQ(ReasonOf(status), v1::ERROR_REASON_PERMISSION) << what << ": " << status;
+  EXPECT_NE(status.message().find("rule \"" + rule + "\""), std::string::npos)
+      << what << ": " << status;
+}
+
+// One unary call of the Studies service with a 20 s deadline; its status
+// with the master's reason.
+template <typename Request, typename Response>
+absl::Status StudyCall(
+    v1::Studies::Stub& stub,
+    grpc::Status (v1::Studies::Stub::*method)(grpc::ClientContext*, const Request&,
+                                              Response*),
+    const Request& request, Response* response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  return FromGrpcStatus((stub.*method)(&context, request, response));
+}
+
+// GetServerInfo as `token`.
+absl::StatusOr<v1::ServerInfo> ServerInfoOf(MasterClient& client) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::ServerInfo info;
+  const grpc::Status status =
+      client.stub().GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return info;
+}
+
+TEST_F(AuthTest, GetServerInfoNamesTheCaller) {
+  struct Case {
+    const char* token;
+    const char* name;
+    const char* role;
+  };
+  for (const Case& c : {Case{kAdminToken, "ops", "admin"},
+                        Case{kAliceToken, "alice", "owner"},
+                        Case{kAliceWorkerToken, "alice-rack", "worker"},
+                        Case{kReaderToken, "dash", "reader"}}) {
+    std::unique_ptr<MasterClient> client = Client(c.token);
+    ASSERT_NE(client, nullptr);
+    absl::StatusOr<v1::ServerInfo> info = ServerInfoOf(*client);
+    ASSERT_TRUE(info.ok()) << c.name << ": " << info.status();
+    EXPECT_EQ(info->caller(), c.name);
+    EXPECT_EQ(info->role(), c.role);
+    EXPECT_EQ(info->version(), kMpiLearnVersion);
+  }
+}
+
+TEST_F(AuthTest, OwnersChangeOnlyTheirOwnJobs) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  std::unique_ptr<MasterClient> admin = Client(kAdminToken);
+  std::unique_ptr<MasterClient> alice = Client(kAliceToken);
+  std::unique_ptr<MasterClient> bob = Client(kBobToken);
+  ASSERT_TRUE(admin && alice && bob);
+  const v1::JobSpec spec = FashionMnistSubset("downpour", 2500, 1);
+  absl::StatusOr<std::string> alices = alice->SubmitJob(spec);
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  absl::StatusOr<std::string> bobs = bob->SubmitJob(spec);
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+
+  // A job belongs to the token that submitted it.
+  absl::StatusOr<v1::JobStatus> status = admin->GetJobStatus(*alices);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->spec().owner(), "alice");
+  status = alice->GetJobStatus(*bobs);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->spec().owner(), "bob");
+
+  // Bob can neither cancel nor delete alice's job.
+  constexpr char kManage[] = "owners manage their own";
+  ExpectRuleRefusal(bob->CancelJob(*alices, "not mine").status(), kManage,
+                    "bob cancels alice's job");
+  ExpectRuleRefusal(bob->DeleteJob(*alices), kManage, "bob deletes alice's job");
+  status = admin->GetJobStatus(*alices);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::JOB_STATE_QUEUED);
+
+  // Submissions: no other owner's name, no priority above max_priority
+  // (bob's is 5, alice's the default 0); admins may do both.
+  constexpr char kSubmitter[] = "jobs belong to their submitter";
+  v1::JobSpec as_alice = spec;
+  as_alice.set_owner("alice");
+  ExpectRuleRefusal(bob->SubmitJob(as_alice).status(), kSubmitter,
+                    "bob submits as alice");
+  v1::JobSpec urgent = spec;
+  urgent.set_priority(6);
+  ExpectRuleRefusal(bob->SubmitJob(urgent).status(), kSubmitter,
+                    "bob above his max_priority");
+  urgent.set_priority(1);
+  ExpectRuleRefusal(alice->SubmitJob(urgent).status(), kSubmitter,
+                    "alice above her max_priority");
+  urgent.set_priority(5);
+  absl::StatusOr<std::string> bobs_urgent = bob->SubmitJob(urgent);
+  ASSERT_TRUE(bobs_urgent.ok()) << bobs_urgent.status();
+  absl::StatusOr<std::string> for_alice = admin->SubmitJob(as_alice);
+  ASSERT_TRUE(for_alice.ok()) << for_alice.status();
+  status = admin->GetJobStatus(*for_alice);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->spec().owner(), "alice");
+  // The study field is MPI Opt's own, whoever submits.
+  v1::JobSpec with_study = spec;
+  with_study.set_study("s-1");
+  for (MasterClient* client : {admin.get(), alice.get()}) {
+    const absl::Status refused = client->SubmitJob(with_study).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  }
+
+  // Owners cancel and delete their own; an admin anyone's.
+  absl::StatusOr<v1::JobStatus> cancelled = alice->CancelJob(*alices, "mine");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  ExpectRuleRefusal(bob->DeleteJob(*alices), kManage,
+                    "bob deletes alice's ended job");
+  EXPECT_TRUE(alice->DeleteJob(*alices).ok());
+  cancelled = admin->CancelJob(*bobs, "admin");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(bob->CancelJob(*bobs_urgent, "mine").ok());
+  EXPECT_TRUE(alice->CancelJob(*for_alice, "mine").ok());
+}
+
+TEST_F(AuthTest, AWorkerTokenTrainsOnlyTheOwnersItServes) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  std::unique_ptr<MasterClient> alice = Client(kAliceToken);
+  std::unique_ptr<MasterClient> bob = Client(kBobToken);
+  std::unique_ptr<MasterClient> rack = Client(kAliceWorkerToken);
+  ASSERT_TRUE(alice && bob && rack);
+  const v1::JobSpec spec = FashionMnistSubset("downpour", 2500, 1);
+  absl::StatusOr<std::string> alices = alice->SubmitJob(spec);
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  absl::StatusOr<std::string> bobs = bob->SubmitJob(spec);
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+
+  constexpr char kServe[] = "tokens train the owners they serve";
+  v1::RegisterGroupRequest registration;
+  registration.set_job_id(*bobs);
+  registration.set_ranks(1);
+  registration.set_host("alice-rack-host");
+  ExpectRuleRefusal(rack->RegisterGroup(registration).status(), kServe,
+                    "RegisterGroup for bob's job");
+  std::vector<float> out(4);
+  std::vector<absl::Span<float>> out_spans = {absl::MakeSpan(out)};
+  ExpectRuleRefusal(rack->PullWeights(*bobs, "", out_spans).status(), kServe,
+                    "PullWeights of bob's job");
+  v1::SubscribeSnapshotsRequest subscribe;
+  subscribe.set_subscriber("auth test");
+  subscribe.add_job_ids(*bobs);
+  ExpectRuleRefusal(rack->SubscribeSnapshots(subscribe).status(), kServe,
+                    "SubscribeSnapshots of bob's job");
+  subscribe.clear_job_ids();
+  ExpectRuleRefusal(rack->SubscribeSnapshots(subscribe).status(), kServe,
+                    "SubscribeSnapshots of every job");
+  // Alice's own job it follows and trains.
+  subscribe.add_job_ids(*alices);
+  absl::StatusOr<std::unique_ptr<SnapshotStream>> stream =
+      rack->SubscribeSnapshots(subscribe);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  (*stream)->Cancel();
+  registration.set_job_id(*alices);
+  absl::StatusOr<v1::RegisterGroupResponse> group = rack->RegisterGroup(registration);
+  ASSERT_TRUE(group.ok()) << group.status();
+  v1::LeaveRequest leave;  // no error: the job goes on
+  leave.set_job_id(*alices);
+  leave.set_group_id(group->group_id());
+  EXPECT_TRUE(rack->Leave(leave).ok());
+  EXPECT_TRUE(alice->CancelJob(*alices, "test over").ok());
+  // Asking for any queued job, it is never given bob's (nor the admin's
+  // of the other cases): only alice's, or none.
+  registration.clear_job_id();
+  group = rack->RegisterGroup(registration);
+  if (group.ok()) {
+    absl::StatusOr<v1::JobStatus> taken = alice->GetJobStatus(group->job_id());
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    EXPECT_EQ(taken->spec().owner(), "alice") << group->job_id();
+    leave.set_job_id(group->job_id());
+    leave.set_group_id(group->group_id());
+    EXPECT_TRUE(rack->Leave(leave).ok());
+    EXPECT_TRUE(alice->CancelJob(group->job_id(), "test over").ok());
+  } else {
+    EXPECT_EQ(ReasonOf(group.status()), v1::ERROR_REASON_NO_QUEUED_JOB) << group.status();
+  }
+  absl::StatusOr<v1::JobStatus> still = bob->GetJobStatus(*bobs);
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_TRUE(bob->CancelJob(*bobs, "test over").ok());
+}
+
+TEST_F(AuthTest, OwnersChangeOnlyTheirOwnStudies) {
+  if (!HaveFashionMnist()) {
+    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  }
+  auto alice = v1::Studies::NewStub(Channel(Tls(kAliceToken)));
+  auto bob = v1::Studies::NewStub(Channel(Tls(kBobToken)));
+  auto admin = v1::Studies::NewStub(Channel(Tls(kAdminToken)));
+  v1::CreateStudyRequest create;
+  v1::StudySpec& spec = *create.mutable_spec();
+  spec = LearningRateStudy(FashionMnistSubset("downpour", 2500, 1), /*trials=*/4,
+                           /*parallelism=*/1);
+  spec.set_name("alice's");
+  spec.set_sampler("external");  // trials only from AskTrial
+  v1::CreateStudyResponse created;
+  ASSERT_TRUE(StudyCall(*alice, &v1::Studies::Stub::CreateStudy, create, &created).ok());
+  const std::string id = created.study_id();
+  EXPECT_EQ(created.spec().base().owner(), "alice");
+
+  constexpr char kManage[] = "owners manage their own";
+  // Bob cannot create a study in alice's name.
+  v1::CreateStudyRequest as_alice = create;
+  as_alice.mutable_spec()->mutable_base()->set_owner("alice");
+  v1::CreateStudyResponse not_created;
+  ExpectRuleRefusal(
+      StudyCall(*bob, &v1::Studies::Stub::CreateStudy, as_alice, &not_created),
+      "jobs belong to their submitter", "bob creates a study as alice");
+  as_alice.mutable_spec()->mutable_base()->clear_owner();
+  as_alice.mutable_spec()->mutable_base()->set_study("s-9");
+  EXPECT_EQ(StudyCall(*alice, &v1::Studies::Stub::CreateStudy, as_alice, &not_created)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Alice asks for a trial; bob may neither ask, tell, cancel a trial nor
+  // cancel the study.
+  v1::AskTrialRequest ask;
+  ask.set_study_id(id);
+  (*ask.mutable_params())["optimizer.learning_rate"].set_number_value(0.01);
+  v1::Trial trial;
+  ExpectRuleRefusal(StudyCall(*bob, &v1::Studies::Stub::AskTrial, ask, &trial),
+                    kManage, "bob asks alice's study");
+  const absl::Status asked = StudyCall(*alice, &v1::Studies::Stub::AskTrial, ask, &trial);
+  ASSERT_TRUE(asked.ok()) << asked;
+  v1::TellTrialRequest tell;
+  tell.set_study_id(id);
+  tell.set_trial(trial.number());
+  tell.set_state(v1::TRIAL_STATE_COMPLETED);
+  tell.set_value(0.5);
+  v1::Trial told;
+  ExpectRuleRefusal(StudyCall(*bob, &v1::Studies::Stub::TellTrial, tell, &told), kManage,
+                    "bob tells alice's study");
+  v1::CancelTrialRequest cancel_trial;
+  cancel_trial.set_study_id(id);
+  cancel_trial.set_trial(trial.number());
+  ExpectRuleRefusal(
+      StudyCall(*bob, &v1::Studies::Stub::CancelTrial, cancel_trial, &told), kManage,
+      "bob cancels alice's trial");
+  v1::CancelStudyRequest cancel;
+  cancel.set_study_id(id);
+  cancel.set_reason("bob's");
+  v1::StudyStatus study;
+  ExpectRuleRefusal(StudyCall(*bob, &v1::Studies::Stub::CancelStudy, cancel, &study),
+                    kManage, "bob cancels alice's study");
+  // The trial's job is alice's too.
+  std::unique_ptr<MasterClient> reader = Client(kReaderToken);
+  ASSERT_NE(reader, nullptr);
+  absl::StatusOr<v1::JobStatus> job = reader->GetJobStatus(trial.job_id());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().owner(), "alice");
+  EXPECT_EQ(job->spec().study(), id);
+  ExpectRuleRefusal(Client(kBobToken)->CancelJob(trial.job_id(), "bob's").status(),
+                    kManage, "bob cancels alice's trial job");
+
+  // Alice tells and cancels her own; an admin cancels anyone's.
+  const absl::Status told_ok = StudyCall(*alice, &v1::Studies::Stub::TellTrial, tell, &told);
+  EXPECT_TRUE(told_ok.ok()) << told_ok;
+  cancel.set_reason("alice's");
+  const absl::Status cancelled =
+      StudyCall(*alice, &v1::Studies::Stub::CancelStudy, cancel, &study);
+  ASSERT_TRUE(cancelled.ok()) << cancelled;
+  EXPECT_EQ(study.state(), v1::STUDY_STATE_CANCELLED);
+  v1::CreateStudyResponse bobs_study;
+  ASSERT_TRUE(StudyCall(*bob, &v1::Studies::Stub::CreateStudy, create, &bobs_study).ok());
+  cancel.set_study_id(bobs_study.study_id());
+  const absl::Status by_admin =
+      StudyCall(*admin, &v1::Studies::Stub::CancelStudy, cancel, &study);
+  ASSERT_TRUE(by_admin.ok()) << by_admin;
+  EXPECT_EQ(study.state(), v1::STUDY_STATE_CANCELLED);
 }
 
 TEST_F(AuthTest, MasterRefusesBadSecuritySettingsAtStart) {

@@ -251,21 +251,11 @@ std::vector<std::string> CheckDashboard(PrometheusServer& prometheus,
 // Two trials, one at a time, each a short Fashion-MNIST downpour job with
 // snapshots for a validation pool.
 v1::StudySpec SmallStudy() {
-  v1::StudySpec spec;
-  spec.set_name("dashboard");
-  v1::JobSpec& base = *spec.mutable_base();
-  base = FashionMnistSubset("downpour", 6000, 2);  // 4,000 train + 2,000 validation
+  v1::JobSpec base = FashionMnistSubset("downpour", 6000, 2);  // 4,000 train + 2,000 validation
   base.set_data_unit_size(500);
   base.mutable_snapshots()->set_every_updates(20);
-  v1::ParameterSpec* lr = spec.add_parameters();
-  lr->set_path("optimizer.learning_rate");
-  lr->mutable_real()->set_low(1e-3);
-  lr->mutable_real()->set_high(3e-2);
-  lr->mutable_real()->set_log(true);
-  spec.set_sampler("random");
-  spec.set_trials(2);
-  spec.set_parallelism(1);
-  spec.set_seed(1);
+  v1::StudySpec spec = LearningRateStudy(base, /*trials=*/2, /*parallelism=*/1);
+  spec.set_name("dashboard");
   return spec;
 }
 

@@ -7,6 +7,21 @@
 
 namespace mpilearn::testing {
 
+v1::StudySpec LearningRateStudy(const v1::JobSpec& base, int trials, int parallelism) {
+  v1::StudySpec spec;
+  *spec.mutable_base() = base;
+  v1::ParameterSpec* lr = spec.add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->mutable_real()->set_low(1e-3);
+  lr->mutable_real()->set_high(3e-2);
+  lr->mutable_real()->set_log(true);
+  spec.set_sampler("random");
+  spec.set_trials(trials);
+  spec.set_parallelism(parallelism);
+  spec.set_seed(1);
+  return spec;
+}
+
 absl::StatusOr<std::string> CreateStudy(v1::Studies::Stub& stub, const v1::StudySpec& spec) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

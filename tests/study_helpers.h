@@ -1,5 +1,5 @@
-// MPI Opt's Studies service from the integration tests: a study's status,
-// waiting for a condition on it.
+// MPI Opt's Studies service from the integration tests: a small study's
+// spec, a study's status, waiting for a condition on it.
 #ifndef MPILEARN_TESTS_STUDY_HELPERS_H_
 #define MPILEARN_TESTS_STUDY_HELPERS_H_
 
@@ -11,6 +11,11 @@
 #include "proto/study.grpc.pb.h"
 
 namespace mpilearn::testing {
+
+// A study of `trials` trials of `base`, `parallelism` of them at once, the
+// random sampler drawing optimizer.learning_rate log-uniformly from
+// [1e-3, 3e-2] (seed 1).
+v1::StudySpec LearningRateStudy(const v1::JobSpec& base, int trials, int parallelism);
 
 // CreateStudy; the new study's id.
 absl::StatusOr<std::string> CreateStudy(v1::Studies::Stub& stub, const v1::StudySpec& spec);

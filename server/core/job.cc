@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -25,6 +26,14 @@ static_assert(GroupTable::kNoUnit == DataQueue::kNoUnit,
 absl::Status FailedPrecondition(v1::ErrorReason reason,
                                 absl::string_view message) {
   return WithReason(absl::FailedPreconditionError(message), reason);
+}
+
+// A job ended for its wall-time limit (EndIfOverWallTime): its groups are
+// told DONE as for a cancelled job, so each ends its unit and leaves
+// cleanly (a serving group goes on), instead of a rank failing alone on a
+// refused push.
+bool EndedByWallTime(v1::JobState state, const std::string& stop_reason) {
+  return state == v1::JOB_STATE_FAILED && absl::StartsWith(stop_reason, kWallTimeStop);
 }
 
 }  // namespace
@@ -135,7 +144,8 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   // learns the job is done at its next NextDataUnit, DONE, so every rank of
   // it ends its unit together and the group leaves cleanly: a refusal here
   // would end a downpour rank on its own), or a push applied already.
-  const bool frozen = StoppedLocked() || state_ == v1::JOB_STATE_CANCELLED;
+  const bool frozen = StoppedLocked() || state_ == v1::JOB_STATE_CANCELLED ||
+                      EndedByWallTime(state_, stop_reason_);
   if (!frozen && state_ != v1::JOB_STATE_RUNNING) {
     return FailedPrecondition(
         EndedLocked() ? v1::ERROR_REASON_JOB_ENDED : v1::ERROR_REASON_JOB_STATE,
@@ -575,13 +585,14 @@ absl::StatusOr<v1::NextDataUnitResponse> Job::NextDataUnit(
   const std::string& group_id = request.group_id();
   absl::MutexLock lock(&mu_);
   MPILEARN_ASSIGN_OR_RETURN(GroupTable::Group * group, groups_.Active(group_id));
-  if (state_ == v1::JOB_STATE_FAILED) {
+  const bool wall_time = EndedByWallTime(state_, stop_reason_);
+  if (state_ == v1::JOB_STATE_FAILED && !wall_time) {
     return FailedPrecondition(
         v1::ERROR_REASON_JOB_ENDED,
         absl::StrCat("job ", id_, " has FAILED (", message_, ")"));
   }
   if (state_ == v1::JOB_STATE_COMPLETED ||
-      state_ == v1::JOB_STATE_CANCELLED) {
+      state_ == v1::JOB_STATE_CANCELLED || wall_time) {
     group->last_seen = now;
     if (request.has_telemetry()) group->telemetry = request.telemetry();
     return DoneLocked(group_id, *group);
@@ -645,7 +656,7 @@ v1::NextDataUnitResponse Job::DoneLocked(const std::string& group_id,
                                          GroupTable::Group& group) {
   v1::NextDataUnitResponse response;
   response.set_action(v1::NextDataUnitResponse::DONE);
-  if (state_ == v1::JOB_STATE_CANCELLED) {
+  if (state_ == v1::JOB_STATE_CANCELLED || EndedByWallTime(state_, stop_reason_)) {
     // Nobody finishes a cancelled job; what the group held is dropped.
     group.ReleaseUnits();
   } else if (StoppedLocked()) {

@@ -294,9 +294,9 @@ class Job {
   // Ends a RUNNING job whose spec.max_wall_seconds have passed since it
   // first became RUNNING (JobStatus.started_unix_seconds) as FAILED, with
   // stop_reason "wall-time limit of N s reached" (kWallTimeStop) and a
-  // message saying so; its groups' next calls are refused (JOB_ENDED) and
-  // they leave. Returns whether it
-  // ended the job now.
+  // message saying so; its groups are told DONE as for a cancelled job
+  // (pushes answered with the weights, NextDataUnit DONE) and leave.
+  // Returns whether it ended the job now.
   bool EndIfOverWallTime(absl::Time now);
   // Groups not lost nor gone.
   int LiveGroups() const;

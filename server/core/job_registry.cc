@@ -169,7 +169,10 @@ absl::StatusOr<v1::RegisterGroupResponse> JobRegistry::RegisterGroup(
                    : request.group_id();
     MPILEARN_ASSIGN_OR_RETURN(response, job->AddGroup(group_id, request.ranks(),
                                                       request.host(), Now(), liveness));
-    if (request.group_id().empty()) ++last_group_number_;
+    if (request.group_id().empty()) {
+      ++last_group_number_;
+      ServedLocked(*job);
+    }
   }
   response.set_group_timeout_seconds(
       absl::ToDoubleSeconds(options_.group_timeout));

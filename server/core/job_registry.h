@@ -284,6 +284,8 @@ class JobRegistry {
   // none.
   absl::StatusOr<Entry> PickQueuedLocked(const OwnerFilter& may_train) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records that a group took or joined `job` (fair share's turns).
+  void ServedLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // LIMIT when `job`'s owner or study holds its limit of groups.
   absl::Status CheckGroupLimitLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every job with its journal, in submission order.

@@ -72,6 +72,10 @@ absl::Status JobRegistry::CheckGroupLimitLocked(const Job& job) const {
                                  "; retry once one of them left"));
 }
 
+void JobRegistry::ServedLocked(const Job& job) {
+  usage_.Served(EntryOf(job, 0, v1::JOB_STATE_RUNNING, 0));
+}
+
 std::map<std::string, JobRegistry::QueueSlot> JobRegistry::QueueOrder() const {
   absl::MutexLock lock(&mu_);
   const std::vector<QueueEntry> entries = QueueEntriesLocked(nullptr);

@@ -110,9 +110,27 @@ double OwnerUsage::Unit(const std::string& unit) const {
   return it == units_.end() ? 0.0 : it->second;
 }
 
+void OwnerUsage::Served(const QueueEntry& job) {
+  ++services_;
+  owner_served_[job.owner] = services_;
+  unit_served_[ShareUnit(job)] = services_;
+}
+
+int64_t OwnerUsage::OwnerServed(const std::string& owner) const {
+  const auto it = owner_served_.find(owner);
+  return it == owner_served_.end() ? 0 : it->second;
+}
+
+int64_t OwnerUsage::UnitServed(const std::string& unit) const {
+  const auto it = unit_served_.find(unit);
+  return it == unit_served_.end() ? 0 : it->second;
+}
+
 std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
-                                   const OwnerUsage& usage,
+                                   const OwnerUsage& recorded,
                                    const SchedulingPolicy& policy) {
+  // Each pick is served in the simulation, as a group taking it would be.
+  OwnerUsage usage = recorded;
   Counts counts(jobs);
   std::vector<size_t> waiting;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -126,7 +144,8 @@ std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
         policy.ShareOf(job.owner);
     const std::string unit = ShareUnit(job);
     const double unit_use = Counts::Of(counts.units, unit) + usage.Unit(unit);
-    return std::make_tuple(-job.priority, owner_use, unit_use, job.number);
+    return std::make_tuple(-job.priority, owner_use, usage.OwnerServed(job.owner), unit_use,
+                           usage.UnitServed(unit), job.number);
   };
   std::vector<QueuePlace> order;
   order.reserve(waiting.size());
@@ -140,6 +159,7 @@ std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
     const size_t picked = waiting[best];
     order.push_back(QueuePlace{picked, ""});
     counts.Add(jobs[picked], 1);
+    usage.Served(jobs[picked]);
     waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(best));
   }
   std::sort(waiting.begin(), waiting.end(),

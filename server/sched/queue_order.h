@@ -7,10 +7,13 @@
 //      groups it held, averaged with exponentially decaying weights
 //      (OwnerUsage), and the share is share= in the tokens file (1 unless
 //      it says);
-//   3. then, within one owner, the study (or lone job) with the least use
-//      the same way, so that a study's many trials take turns with the
-//      owner's other work;
-//   4. then submission order.
+//   3. then the owner served least recently (a group taking one of its jobs
+//      is a service), so owners of equal use take turns even when their
+//      jobs are too short to show in the average;
+//   4. then, within one owner, the study (or lone job) with the least use
+//      and then the least recently served the same way, so that a study's
+//      many trials take turns with the owner's other work;
+//   5. then submission order.
 //
 // A job whose owner (or study) holds as many groups as its limit allows
 // (SchedulingPolicy) is not taken; it is listed after the others with a
@@ -86,10 +89,20 @@ class OwnerUsage {
   double Owner(const std::string& owner) const;
   double Unit(const std::string& unit) const;
 
+  // A group took (or joined) `job`: its owner and unit are the most
+  // recently served now.
+  void Served(const QueueEntry& job);
+  // When the owner or unit was last served: larger is more recent, 0 never.
+  int64_t OwnerServed(const std::string& owner) const;
+  int64_t UnitServed(const std::string& unit) const;
+
  private:
   absl::Time last_ = absl::InfinitePast();
   absl::flat_hash_map<std::string, double> owners_;
   absl::flat_hash_map<std::string, double> units_;
+  int64_t services_ = 0;
+  absl::flat_hash_map<std::string, int64_t> owner_served_;
+  absl::flat_hash_map<std::string, int64_t> unit_served_;
 };
 
 // A queued job's place.

@@ -103,6 +103,20 @@ TEST(QueueOrderTest, RecentUseComesBeforeSubmissionOrder) {
   EXPECT_EQ(Ids(jobs, usage), (Order{"b", "t1"}));
 }
 
+TEST(QueueOrderTest, OwnersOfEqualUseTakeTurns) {
+  // Jobs too short to show in the average: the owner served last waits.
+  OwnerUsage usage;
+  usage.Served(Running("t0", 1, "alice", 0, "s-1"));
+  std::vector<QueueEntry> jobs = {Queued("t1", 2, "alice", "s-1"), Queued("t2", 3, "alice", "s-1"),
+                                  Queued("b", 4, "bob")};
+  EXPECT_EQ(Ids(jobs, usage), (Order{"b", "t1", "t2"}));
+  usage.Served(jobs[2]);
+  EXPECT_EQ(Ids(jobs, usage)[0], "t1");
+  // Within an owner, a lone job goes before the study served last.
+  std::vector<QueueEntry> own = {Queued("t1", 2, "alice", "s-1"), Queued("j", 3, "alice")};
+  EXPECT_EQ(Ids(own, usage), (Order{"j", "t1"}));
+}
+
 TEST(QueueOrderTest, UsageIsAnExponentialAverageOfGroupsHeld) {
   OwnerUsage usage;
   const absl::Time start = absl::FromUnixSeconds(1000);
