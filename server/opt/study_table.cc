@@ -130,7 +130,40 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
 
   FillPrunerDefaults(spec->mutable_pruner());
   MPILEARN_RETURN_IF_ERROR(NewPruner(spec->pruner()).status());
+
+  // Warm starts: each enqueued configuration must be a point of the space.
+  if (spec->enqueue_size() > spec->trials()) {
+    return Invalid("enqueue", absl::StrCat(spec->enqueue_size(), " configurations for a budget of ",
+                                           spec->trials(), " trials; raise trials or enqueue fewer"));
+  }
+  for (int i = 0; i < spec->enqueue_size(); ++i) {
+    const auto& fields = spec->enqueue(i).fields();
+    const absl::Status fits = space.FromValues(ParamValues(fields.begin(), fields.end())).status();
+    if (!fits.ok()) return Invalid(absl::StrCat("enqueue[", i, "]"), fits.message());
+  }
+  if (spec->warm_start_from().size() > kMaxNameBytes) {
+    return Invalid("warm_start_from", "is not a study id; give one such as s-3");
+  }
   return absl::OkStatus();
+}
+
+void StudyTable::SeedLocked(const Study& from, Study& study) const {
+  std::vector<const v1::Trial*> taken;
+  for (const v1::Trial& trial : from.status.trials()) {
+    const bool finished = (trial.state() == v1::TRIAL_STATE_COMPLETED && trial.has_value()) ||
+                          (trial.state() == v1::TRIAL_STATE_PRUNED && trial.intermediate_size() > 0);
+    if (finished && study.space->FromValues(trial.params()).ok()) taken.push_back(&trial);
+  }
+  int number = -static_cast<int>(taken.size());
+  for (const v1::Trial* trial : taken) {
+    v1::Trial* seeded = study.status.add_seeded();
+    *seeded = *trial;
+    seeded->clear_job_id();
+    seeded->clear_job_ids();
+    seeded->set_message(absl::StrCat("seeded from study ", from.status.study_id(), " trial ",
+                                     trial->number()));
+    seeded->set_number(number++);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -226,6 +259,15 @@ absl::StatusOr<v1::CreateStudyResponse> StudyTable::CreateStudy(
         "the master holds ", studies_.size(),
         " studies, its limit; remove old ones from the state directory"));
   }
+  const Study* warm_from = nullptr;
+  if (!spec.warm_start_from().empty()) {
+    absl::StatusOr<Study*> from = FindOrError(spec.warm_start_from());
+    if (!from.ok()) {
+      return Invalid("warm_start_from", absl::StrCat(from.status().message(),
+                                                     "; name a study on this master"));
+    }
+    warm_from = *from;
+  }
   v1::StudyStatus status;
   status.set_study_id(absl::StrCat("s-", ++last_study_number_));
   *status.mutable_spec() = spec;
@@ -233,6 +275,7 @@ absl::StatusOr<v1::CreateStudyResponse> StudyTable::CreateStudy(
   status.set_created_unix_seconds(scheduler_.NowSeconds());
   MPILEARN_ASSIGN_OR_RETURN(std::unique_ptr<Study> study,
                             scheduler_.NewStudy(std::move(status)));
+  if (warm_from != nullptr) SeedLocked(*warm_from, *study);
   const std::string id = study->status.study_id();
   study->dirty = true;
   scheduler_.Persist(*study);

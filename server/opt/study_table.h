@@ -145,6 +145,9 @@ class StudyTable : private StudyEvents {
   absl::Status LoadStudies();
 
   Study* FindLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // spec.warm_start_from: `from`'s finished trials that fit `study`'s space
+  // into study.status.seeded (StudyStatus.seeded).
+  void SeedLocked(const Study& from, Study& study) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Study*> FindOrError(const std::string& id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::Trial*> TrialOrError(Study& study, int number) const

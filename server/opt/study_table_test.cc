@@ -4,6 +4,8 @@
 // or cancel, survive a restart, and watches see every change.
 #include "server/opt/study_table.h"
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -517,6 +519,151 @@ TEST_F(StudyTableTest, StudiesSurviveARestartWithoutRunningATrialTwice) {
   // A later study continues the numbering.
   EXPECT_EQ(CreateStudy(*table, spec), "s-2");
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mpilearn::opt
+
+namespace mpilearn::opt {
+namespace {
+
+// A study of one parameter that matters (the learning rate; batch size does
+// not): accuracy 1 - (log10(lr) + 2.3)^2 / 10, best at lr = 10^-2.3.
+double LrAccuracy(double lr) {
+  const double x = std::log10(lr) + 2.3;
+  return 1 - x * x / 10;
+}
+
+class WarmStartTest : public StudyTableTest {
+ protected:
+  v1::StudySpec TpeStudy(uint64_t seed, int trials) {
+    v1::StudySpec spec = BaseStudy();
+    spec.set_sampler("tpe");
+    spec.set_seed(seed);
+    spec.set_trials(trials);
+    spec.set_parallelism(1);
+    return spec;
+  }
+
+  // Runs study `id` to its end, one trial at a time, each trial's job
+  // reporting LrAccuracy at epoch 1 and completing. The trials' values in
+  // order.
+  std::vector<double> Run(StudyTable& table, const std::string& id) {
+    for (int pass = 0; pass < 10000; ++pass) {
+      const v1::StudyStatus status = Get(table, id);
+      if (status.state() != v1::STUDY_STATE_RUNNING) break;
+      for (const v1::Trial& trial : status.trials()) {
+        if (trial.job_id().empty() ||
+            jobs_.jobs.at(trial.job_id()).state() == v1::JOB_STATE_COMPLETED) {
+          continue;
+        }
+        jobs_.Validate(trial.job_id(), 1,
+                       LrAccuracy(trial.params().at("optimizer.learning_rate").number_value()));
+        jobs_.Complete(trial.job_id());
+      }
+      table.Refresh();
+    }
+    std::vector<double> values;
+    const v1::StudyStatus ended = Get(table, id);
+    for (const v1::Trial& trial : ended.trials()) values.push_back(trial.value());
+    return values;
+  }
+
+  // Trials until the first value at or above `target` (values.size() + 1
+  // when none reaches it).
+  static int TrialsTo(const std::vector<double>& values, double target) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] >= target) return static_cast<int>(i) + 1;
+    }
+    return static_cast<int>(values.size()) + 1;
+  }
+};
+
+TEST_F(WarmStartTest, EnqueuedConfigurationsRunFirst) {
+  auto table = NewTable();
+  v1::StudySpec spec = TpeStudy(1, 4);
+  for (const auto& [lr, batch] : {std::pair<double, double>{0.01, 32}, {0.001, 64}}) {
+    google::protobuf::Struct* enqueued = spec.add_enqueue();
+    (*enqueued->mutable_fields())["optimizer.learning_rate"].set_number_value(lr);
+    (*enqueued->mutable_fields())["batch_size"].set_number_value(batch);
+  }
+  const std::string id = CreateStudy(*table, spec);
+  Run(*table, id);
+  const v1::StudyStatus status = Get(*table, id);
+  ASSERT_EQ(status.trials_size(), 4);
+  EXPECT_EQ(status.trials(0).params().at("optimizer.learning_rate").number_value(), 0.01);
+  EXPECT_EQ(status.trials(0).params().at("batch_size").number_value(), 32);
+  EXPECT_EQ(status.trials(1).params().at("optimizer.learning_rate").number_value(), 0.001);
+  EXPECT_EQ(jobs_.jobs.at(status.trials(1).job_id()).spec().batch_size(), 64);
+
+  // A configuration outside the space, or more than the budget, is refused.
+  (*spec.mutable_enqueue(1)->mutable_fields())["batch_size"].set_number_value(20);
+  v1::CreateStudyRequest request;
+  *request.mutable_spec() = spec;
+  absl::StatusOr<v1::CreateStudyResponse> refused = table->CreateStudy(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("enqueue[1]"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("off the step"));
+  spec.set_trials(1);
+  *request.mutable_spec() = spec;
+  EXPECT_THAT(std::string(table->CreateStudy(request).status().message()),
+              HasSubstr("2 configurations for a budget of 1 trials"));
+}
+
+TEST_F(WarmStartTest, SeededTrialsAreObservationsNotTrials) {
+  auto table = NewTable();
+  const std::string source = CreateStudy(*table, TpeStudy(7, 6));
+  Run(*table, source);
+  v1::StudySpec spec = TpeStudy(8, 3);
+  spec.set_warm_start_from(source);
+  const size_t submitted = jobs_.jobs.size();
+  const std::string id = CreateStudy(*table, spec);
+  v1::StudyStatus status = Get(*table, id);
+  ASSERT_EQ(status.seeded_size(), 6);
+  EXPECT_EQ(status.seeded(0).number(), -6);
+  EXPECT_EQ(status.seeded(5).number(), -1);
+  EXPECT_THAT(status.seeded(0).message(), HasSubstr("seeded from study " + source + " trial 0"));
+  EXPECT_TRUE(status.seeded(0).job_id().empty());
+  Run(*table, id);
+  status = Get(*table, id);
+  // Only the new study's own trials were trained and count in its budget.
+  EXPECT_EQ(status.trials_size(), 3);
+  EXPECT_EQ(jobs_.jobs.size(), submitted + 3);
+  EXPECT_EQ(status.trials_created(), 3);
+  ASSERT_TRUE(status.has_best_trial());
+  EXPECT_GE(status.best_trial(), 0);
+
+  spec.set_warm_start_from("s-99");
+  v1::CreateStudyRequest request;
+  *request.mutable_spec() = spec;
+  EXPECT_THAT(std::string(table->CreateStudy(request).status().message()),
+              HasSubstr("warm_start_from"));
+}
+
+// Over 8 seeds, a study seeded with an earlier study's 15 trials reaches
+// a value the cold study takes several trials to reach in fewer new ones
+// on average (TPE skips its random start-up and models the seeded trials).
+TEST_F(WarmStartTest, AWarmStudyReachesTheTargetInFewerNewTrials) {
+  constexpr double kTarget = 0.995;  // |log10(lr) + 2.3| <= 0.22
+  constexpr int kSeeds = 8;
+  double cold_total = 0;
+  double warm_total = 0;
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    auto table = NewTable();
+    const std::string cold = CreateStudy(*table, TpeStudy(seed, 30));
+    cold_total += TrialsTo(Run(*table, cold), kTarget);
+    const std::string earlier = CreateStudy(*table, TpeStudy(seed + 100, 15));
+    Run(*table, earlier);
+    v1::StudySpec warm_spec = TpeStudy(seed, 30);
+    warm_spec.set_warm_start_from(earlier);
+    const std::string warm = CreateStudy(*table, warm_spec);
+    warm_total += TrialsTo(Run(*table, warm), kTarget);
+  }
+  const double cold_mean = cold_total / kSeeds;
+  const double warm_mean = warm_total / kSeeds;
+  std::printf("trials to val_accuracy >= %.3f over %d seeds: cold %.2f, warm-started %.2f\n",
+              kTarget, kSeeds, cold_mean, warm_mean);
+  EXPECT_LT(warm_mean, cold_mean);
 }
 
 }  // namespace

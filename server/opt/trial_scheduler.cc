@@ -283,6 +283,14 @@ absl::StatusOr<v1::Trial*> TrialScheduler::NewTrial(Study& study,
                                                     std::optional<Point> point,
                                                     bool asked) {
   const int number = study.status.trials_size();
+  const v1::StudySpec& spec = study.status.spec();
+  if (!point.has_value() && number < spec.enqueue_size()) {
+    // An enqueued configuration (checked at creation) before any sampled.
+    const auto& fields = spec.enqueue(number).fields();
+    absl::StatusOr<Point> enqueued =
+        study.space->FromValues(ParamValues(fields.begin(), fields.end()));
+    if (enqueued.ok()) point = *std::move(enqueued);
+  }
   if (!point.has_value()) {
     MPILEARN_ASSIGN_OR_RETURN(
         Point suggested,
@@ -428,7 +436,12 @@ std::vector<Observation> TrialScheduler::History(const Study& study,
                                                  int except) const {
   const double sign = Maximizing(study.status.spec()) ? -1.0 : 1.0;
   std::vector<Observation> history;
-  for (const v1::Trial& trial : study.status.trials()) {
+  // The trials seeded from another study (numbered below 0) come first.
+  std::vector<const v1::Trial*> trials;
+  for (const v1::Trial& trial : study.status.seeded()) trials.push_back(&trial);
+  for (const v1::Trial& trial : study.status.trials()) trials.push_back(&trial);
+  for (const v1::Trial* seen : trials) {
+    const v1::Trial& trial = *seen;
     if (trial.number() == except) continue;
     absl::StatusOr<Point> point = study.space->FromValues(trial.params());
     if (!point.ok()) continue;
