@@ -43,7 +43,8 @@ std::vector<QueueEntry> JobRegistry::QueueEntriesLocked(const OwnerFilter& may_t
 absl::StatusOr<JobRegistry::Entry> JobRegistry::PickQueuedLocked(
     const OwnerFilter& may_train) const {
   const std::vector<QueueEntry> entries = QueueEntriesLocked(may_train);
-  const std::vector<QueuePlace> order = OrderQueue(entries, usage_, options_.scheduling);
+  const std::vector<QueuePlace> order =
+      OrderQueue(entries, usage_, options_.scheduling, /*most=*/1);
   if (!order.empty() && order.front().note.empty()) {
     return jobs_.at(entries[order.front().index].job_id);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -128,32 +129,40 @@ int64_t OwnerUsage::UnitServed(const std::string& unit) const {
 
 std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
                                    const OwnerUsage& recorded,
-                                   const SchedulingPolicy& policy) {
+                                   const SchedulingPolicy& policy, size_t most) {
   // Each pick is served in the simulation, as a group taking it would be.
   OwnerUsage usage = recorded;
   Counts counts(jobs);
   std::vector<size_t> waiting;
+  std::vector<std::string> units(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
-    if (jobs[i].queued) waiting.push_back(i);
+    if (!jobs[i].queued) continue;
+    waiting.push_back(i);
+    units[i] = ShareUnit(jobs[i]);
   }
   // Smaller is taken first.
-  auto key = [&](size_t i) {
+  using Key = std::tuple<int, double, int64_t, double, int64_t, int64_t>;
+  auto key = [&](size_t i) -> Key {
     const QueueEntry& job = jobs[i];
     const double owner_use =
         (Counts::Of(counts.owners, job.owner) + usage.Owner(job.owner)) /
         policy.ShareOf(job.owner);
-    const std::string unit = ShareUnit(job);
-    const double unit_use = Counts::Of(counts.units, unit) + usage.Unit(unit);
-    return std::make_tuple(-job.priority, owner_use, usage.OwnerServed(job.owner), unit_use,
-                           usage.UnitServed(unit), job.number);
+    const double unit_use = Counts::Of(counts.units, units[i]) + usage.Unit(units[i]);
+    return {-job.priority, owner_use, usage.OwnerServed(job.owner), unit_use,
+            usage.UnitServed(units[i]), job.number};
   };
   std::vector<QueuePlace> order;
-  order.reserve(waiting.size());
-  while (!waiting.empty()) {
+  order.reserve(std::min(waiting.size(), most));
+  while (!waiting.empty() && order.size() < most) {
     size_t best = waiting.size();
+    Key best_key;
     for (size_t w = 0; w < waiting.size(); ++w) {
       if (!NoteFor(jobs[waiting[w]], counts, policy).empty()) continue;
-      if (best == waiting.size() || key(waiting[w]) < key(waiting[best])) best = w;
+      Key candidate = key(waiting[w]);
+      if (best == waiting.size() || candidate < best_key) {
+        best = w;
+        best_key = candidate;
+      }
     }
     if (best == waiting.size()) break;  // every one left is held back
     const size_t picked = waiting[best];
@@ -162,9 +171,14 @@ std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
     usage.Served(jobs[picked]);
     waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(best));
   }
-  std::sort(waiting.begin(), waiting.end(),
-            [&](size_t a, size_t b) { return key(a) < key(b); });
-  for (size_t i : waiting) order.push_back(QueuePlace{i, NoteFor(jobs[i], counts, policy)});
+  if (!order.empty() && order.size() >= most) return order;
+  std::vector<std::pair<Key, size_t>> held;
+  held.reserve(waiting.size());
+  for (size_t i : waiting) held.emplace_back(key(i), i);
+  std::sort(held.begin(), held.end());
+  for (const auto& [unused, i] : held) {
+    order.push_back(QueuePlace{i, NoteFor(jobs[i], counts, policy)});
+  }
   return order;
 }
 

@@ -29,6 +29,7 @@
 #ifndef MPILEARN_SERVER_SCHED_QUEUE_ORDER_H_
 #define MPILEARN_SERVER_SCHED_QUEUE_ORDER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -115,11 +116,14 @@ struct QueuePlace {
 
 // The queued entries of `jobs` in the order groups would take them now, one
 // group each: after each pick the picked job's owner and unit count one
-// group more. Held-back jobs follow the others, in the same order, each
-// with its note.
+// group more and are the most recently served. Held-back jobs follow the
+// others, in the same order, each with its note. With `most`, only the
+// first `most` jobs a group may take (a group's pick: 1, in one pass), or
+// the held-back ones when none may be taken. O(queued^2) for a whole order.
 std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
                                    const OwnerUsage& usage,
-                                   const SchedulingPolicy& policy);
+                                   const SchedulingPolicy& policy,
+                                   size_t most = SIZE_MAX);
 
 // Why a group may not join `job` now given what `jobs` hold ("" when it
 // may): its owner's or its study's group limit.

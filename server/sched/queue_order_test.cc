@@ -103,6 +103,31 @@ TEST(QueueOrderTest, RecentUseComesBeforeSubmissionOrder) {
   EXPECT_EQ(Ids(jobs, usage), (Order{"b", "t1"}));
 }
 
+TEST(QueueOrderTest, AGroupsPickIsTheOrdersFirst) {
+  std::vector<QueueEntry> jobs;
+  for (int i = 0; i < 40; ++i) {
+    jobs.push_back(Queued("j" + std::to_string(i), i, i % 3 == 0 ? "alice" : "bob",
+                          i % 5 == 0 ? "s-1" : "", i % 7 == 0 ? 1 : 0));
+  }
+  jobs.push_back(Running("r", 99, "bob", 3));
+  SchedulingPolicy policy;
+  policy.owners["bob"].share = 3;
+  const std::vector<QueuePlace> all = OrderQueue(jobs, {}, policy);
+  const std::vector<QueuePlace> first = OrderQueue(jobs, {}, policy, 1);
+  ASSERT_EQ(all.size(), 40u);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].index, all[0].index);
+  const std::vector<QueuePlace> three = OrderQueue(jobs, {}, policy, 3);
+  ASSERT_EQ(three.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(three[i].index, all[i].index);
+  // Nothing may be taken: the held-back jobs, each with its note.
+  policy.max_groups_per_owner = 3;
+  jobs.push_back(Running("r2", 100, "alice", 3));
+  const std::vector<QueuePlace> held = OrderQueue(jobs, {}, policy, 1);
+  ASSERT_EQ(held.size(), 40u);
+  EXPECT_FALSE(held[0].note.empty());
+}
+
 TEST(QueueOrderTest, OwnersOfEqualUseTakeTurns) {
   // Jobs too short to show in the average: the owner served last waits.
   OwnerUsage usage;
