@@ -330,6 +330,14 @@ std::string FormatStudySummary(const v1::StudyStatus& study) {
   if (!counts.empty())
     absl::StrAppend(&trials, ": ", absl::StrJoin(counts, ", "));
   table.AddRow({"trials", trials});
+  if (study.seeded_size() > 0 || spec.enqueue_size() > 0) {
+    std::vector<std::string> warm;
+    if (spec.enqueue_size() > 0) warm.push_back(absl::StrCat(spec.enqueue_size(), " enqueued"));
+    if (study.seeded_size() > 0) {
+      warm.push_back(absl::StrCat(study.seeded_size(), " seeded from ", spec.warm_start_from()));
+    }
+    table.AddRow({"warm start", absl::StrJoin(warm, ", ")});
+  }
   table.AddRow({"epochs", absl::StrCat(study.epochs_trained(), " trained")});
   table.AddRow(
       {"best", study.has_best_trial()

@@ -235,6 +235,16 @@ TEST(StudySummaryTest, KeyValueBlockAndHeadline) {
             "best       -\n");
   EXPECT_EQ(FormatStudyHeadline(bare),
             "study s-2 CANCELLED  trials 0, 0 running  best -");
+
+  // A warm-started study says how.
+  v1::StudyStatus warm = bare;
+  warm.mutable_spec()->set_warm_start_from("s-1");
+  warm.add_seeded()->set_number(-2);
+  warm.add_seeded()->set_number(-1);
+  warm.mutable_spec()->add_enqueue();
+  EXPECT_NE(FormatStudySummary(warm).find("warm start  1 enqueued, 2 seeded from s-1\n"),
+            std::string::npos)
+      << FormatStudySummary(warm);
 }
 
 TEST(StudyListTest, OneRowPerStudy) {
