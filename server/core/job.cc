@@ -141,11 +141,12 @@ absl::StatusOr<std::shared_ptr<const WeightsSnapshot>> Job::ApplyGradient(
   MPILEARN_ASSIGN_OR_RETURN(GroupTable::Group * group,
                             groups_.Active(update.group_id));
   // Weights frozen (a group still training its unit gets them back and
-  // learns the job is done at its next NextDataUnit, DONE, so every rank of
-  // it ends its unit together and the group leaves cleanly: a refusal here
-  // would end a downpour rank on its own), or a push applied already.
+  // learns the job is done, or failed, at its next NextDataUnit, so every
+  // rank of it ends its unit together and the group leaves cleanly: a
+  // refusal here would end a downpour rank on its own, and with it a
+  // serving group that other jobs wait for), or a push applied already.
   const bool frozen = StoppedLocked() || state_ == v1::JOB_STATE_CANCELLED ||
-                      EndedByWallTime(state_, stop_reason_);
+                      state_ == v1::JOB_STATE_FAILED;
   if (!frozen && state_ != v1::JOB_STATE_RUNNING) {
     return FailedPrecondition(
         EndedLocked() ? v1::ERROR_REASON_JOB_ENDED : v1::ERROR_REASON_JOB_STATE,

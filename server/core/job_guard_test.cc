@@ -220,10 +220,11 @@ TEST(JobGuardTest, RefusalsInARowFailTheJob) {
             std::string::npos);
   EXPECT_EQ(last.message(), status.message());
   EXPECT_EQ(Bits(*job), before);  // the last one was not applied either
-  // The job takes no more updates.
-  EXPECT_EQ(ReasonOf(job->ApplyGradient(Update(spec, Values(0.1f)), absl::Now())
-                         .status()),
-            v1::ERROR_REASON_JOB_ENDED);
+  // The job takes no more updates: a push gets the weights back unapplied.
+  AppliedUpdate applied;
+  ASSERT_TRUE(job->ApplyGradient(Update(spec, Values(0.1f)), absl::Now(), &applied).ok());
+  EXPECT_FALSE(applied.applied);
+  EXPECT_EQ(Bits(*job), before);
 }
 
 // The count survives a checkpoint (JobStatus.updates_rejected).

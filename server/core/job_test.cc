@@ -1672,12 +1672,16 @@ TEST(JobErrorReasonTest, RefusalsCarryTheirReason) {
   fail.set_group_id("g2");
   fail.set_error("out of memory");
   ASSERT_EQ(job->Leave(fail).value(), v1::JOB_STATE_FAILED);
-  const absl::Status after_end =
-      job->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 2, {1, 1}),
-                         absl::Now())
-          .status();
-  EXPECT_EQ(after_end.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(ReasonOf(after_end), v1::ERROR_REASON_JOB_ENDED);
+  // A push of the group still training is answered with the frozen
+  // weights, not refused (a refusal would end that rank alone); the whole
+  // group hears the job ended at its next NextDataUnit.
+  const std::vector<float> frozen = job->Weights().value()->values[0];
+  AppliedUpdate applied;
+  const auto after_end = job->ApplyGradient(UpdateOf(v1::UPDATE_KIND_GRADIENT, 2, {1, 1}),
+                                            absl::Now(), &applied);
+  ASSERT_TRUE(after_end.ok()) << after_end.status();
+  EXPECT_FALSE(applied.applied);
+  EXPECT_EQ((*after_end)->values[0], frozen);
   EXPECT_EQ(ReasonOf(job->NextDataUnit(request, absl::Now()).status()),
             v1::ERROR_REASON_JOB_ENDED);
   const absl::Status add_after_end =
