@@ -21,6 +21,7 @@ namespace {
 constexpr int kMaxTrials = 10000;
 constexpr int kMaxParallelism = 1024;
 constexpr int kMaxRetries = 100;
+constexpr int kMaxObjectives = 8;
 constexpr size_t kMaxNameBytes = 256;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
@@ -49,29 +50,67 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
   MPILEARN_ASSIGN_OR_RETURN(const JobConfig base,
                             JobConfig::Create(spec->base()));
 
+  const std::vector<std::string> metrics = ReportedMetrics(base.spec());
+  // One objective: its metric must be reported; several may also take the
+  // parameter count.
+  auto normalize = [&](v1::Objective& objective, const std::string& field,
+                       bool several) -> absl::Status {
+    const bool counted = several && objective.metric() == kParametersObjective;
+    if (!counted && std::find(metrics.begin(), metrics.end(), objective.metric()) ==
+                        metrics.end()) {
+      return Invalid(absl::StrCat(field, ".metric"),
+                     absl::StrCat("\"", objective.metric(), "\" is never reported by jobs ",
+                                  base.multi_output()
+                                      ? std::string("of these outputs")
+                                      : absl::StrCat("with loss ", InfoOf(base.loss()).name),
+                                  "; use one of ", absl::StrJoin(metrics, ", "),
+                                  several ? ", parameters" : ""));
+    }
+    if (objective.direction().empty()) {
+      objective.set_direction(!counted && HigherIsBetter(objective.metric()) ? "maximize"
+                                                                             : "minimize");
+    }
+    if (objective.direction() != "maximize" && objective.direction() != "minimize") {
+      return Invalid(absl::StrCat(field, ".direction"),
+                     absl::StrCat("\"", objective.direction(), "\"; use maximize or minimize"));
+    }
+    return absl::OkStatus();
+  };
+  const bool several = spec->objectives_size() > 0;
+  if (several) {
+    if (spec->objectives_size() < 2 || spec->objectives_size() > kMaxObjectives) {
+      return Invalid("objectives", absl::StrCat(spec->objectives_size(), "; give 2 to ",
+                                                kMaxObjectives, ", or one as objective"));
+    }
+    if (!spec->objective().metric().empty()) {
+      return Invalid("objective", "give objective or objectives, not both");
+    }
+    int reported = -1;
+    for (int i = 0; i < spec->objectives_size(); ++i) {
+      MPILEARN_RETURN_IF_ERROR(
+          normalize(*spec->mutable_objectives(i), absl::StrCat("objectives[", i, "]"), true));
+      if (reported < 0 && spec->objectives(i).metric() != kParametersObjective) reported = i;
+    }
+    if (reported < 0) {
+      return Invalid("objectives", "name at least one metric the jobs report besides parameters");
+    }
+    // The first reported metric is followed epoch by epoch (intermediate
+    // values), as a single objective is.
+    *spec->mutable_objective() = spec->objectives(reported);
+    if (spec->has_target()) return Invalid("target", "is for one objective; remove it");
+    if (!spec->pruner().name().empty() && spec->pruner().name() != "none") {
+      return Invalid("pruner", "pruning is off for several objectives; remove it");
+    }
+    if (spec->sampler().empty()) spec->set_sampler("random");
+    if (spec->sampler() == "tpe") {
+      return Invalid("sampler", "tpe takes one objective; use random, grid or external");
+    }
+  }
   v1::Objective& objective = *spec->mutable_objective();
   if (objective.metric().empty()) {
     objective.set_metric(base.multi_output() ? "val_loss" : "val_accuracy");
   }
-  const std::vector<std::string> metrics = ReportedMetrics(base.spec());
-  if (std::find(metrics.begin(), metrics.end(), objective.metric()) ==
-      metrics.end()) {
-    return Invalid("objective.metric",
-                   absl::StrCat("\"", objective.metric(), "\" is never reported by jobs ",
-                                base.multi_output()
-                                    ? std::string("of these outputs")
-                                    : absl::StrCat("with loss ", InfoOf(base.loss()).name),
-                                "; use one of ", absl::StrJoin(metrics, ", ")));
-  }
-  if (objective.direction().empty()) {
-    objective.set_direction(HigherIsBetter(objective.metric()) ? "maximize" : "minimize");
-  }
-  if (objective.direction() != "maximize" &&
-      objective.direction() != "minimize") {
-    return Invalid("objective.direction",
-                   absl::StrCat("\"", objective.direction(),
-                                "\"; use maximize or minimize"));
-  }
+  MPILEARN_RETURN_IF_ERROR(normalize(objective, "objective", false));
 
   if (spec->sampler().empty()) spec->set_sampler("tpe");
   const std::string& sampler = spec->sampler();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -664,6 +665,98 @@ TEST_F(WarmStartTest, AWarmStudyReachesTheTargetInFewerNewTrials) {
   std::printf("trials to val_accuracy >= %.3f over %d seeds: cold %.2f, warm-started %.2f\n",
               kTarget, kSeeds, cold_mean, warm_mean);
   EXPECT_LT(warm_mean, cold_mean);
+}
+
+}  // namespace
+}  // namespace mpilearn::opt
+
+namespace mpilearn::opt {
+namespace {
+
+// Two objectives over a width and a learning rate: accuracy up, parameter
+// count down (a wider model is more accurate and larger).
+TEST_F(StudyTableTest, TwoObjectivesGiveTheBruteForceParetoFront) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.clear_parameters();
+  v1::ParameterSpec* width = spec.add_parameters();
+  width->set_path("model.hidden");
+  for (int w : {16, 32, 64, 128, 256}) {
+    width->mutable_categorical()->add_choices()->mutable_list_value()->add_values()
+        ->set_number_value(w);
+  }
+  v1::ParameterSpec* lr = spec.add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->mutable_real()->set_low(1e-4);
+  lr->mutable_real()->set_high(1e-1);
+  lr->mutable_real()->set_log(true);
+  spec.clear_objective();
+  spec.add_objectives()->set_metric("val_accuracy");
+  spec.add_objectives()->set_metric("parameters");
+  spec.clear_sampler();
+  spec.set_trials(24);
+  spec.set_parallelism(4);
+  const std::string id = CreateStudy(*table, spec);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(Get(*table, id).spec().sampler(), "random");
+  EXPECT_EQ(Get(*table, id).spec().objectives(1).direction(), "minimize");
+  for (int pass = 0; pass < 100 && Get(*table, id).state() == v1::STUDY_STATE_RUNNING; ++pass) {
+    const v1::StudyStatus status = Get(*table, id);
+    for (const v1::Trial& trial : status.trials()) {
+      if (trial.job_id().empty() ||
+          jobs_.jobs.at(trial.job_id()).state() == v1::JOB_STATE_COMPLETED) {
+        continue;
+      }
+      const double w = trial.params().at("model.hidden").list_value().values(0).number_value();
+      const double rate = trial.params().at("optimizer.learning_rate").number_value();
+      const double x = std::log10(rate) + 2.5;
+      jobs_.Validate(trial.job_id(), 1, 0.9 - 0.2 / std::sqrt(w) - 0.02 * x * x);
+      jobs_.jobs.at(trial.job_id()).set_parameters(static_cast<uint64_t>(785 * w + 10 * w + 10));
+      jobs_.Complete(trial.job_id());
+    }
+    table->Refresh();
+  }
+  const v1::StudyStatus status = Get(*table, id);
+  ASSERT_EQ(status.state(), v1::STUDY_STATE_COMPLETED);
+  EXPECT_FALSE(status.has_best_trial());
+  // The front by brute force, from the trials' own recorded values.
+  std::vector<int> expected;
+  for (const v1::Trial& a : status.trials()) {
+    ASSERT_EQ(a.values_size(), 2) << a.number();
+    bool dominated = false;
+    for (const v1::Trial& b : status.trials()) {
+      const bool no_worse = b.values(0) >= a.values(0) && b.values(1) <= a.values(1);
+      const bool better = b.values(0) > a.values(0) || b.values(1) < a.values(1);
+      dominated = dominated || (no_worse && better);
+    }
+    if (!dominated) expected.push_back(a.number());
+  }
+  EXPECT_EQ(std::vector<int>(status.pareto_front().begin(), status.pareto_front().end()),
+            expected);
+  EXPECT_GE(expected.size(), 2u);  // a trade-off, not one best trial
+
+  // Bad specs name the field.
+  const std::vector<std::pair<std::function<void(v1::StudySpec&)>, std::string>> bad = {
+      {[](v1::StudySpec& s) { s.mutable_objectives()->RemoveLast(); }, "objectives"},
+      {[](v1::StudySpec& s) { s.mutable_objective()->set_metric("val_loss"); },
+       "objective or objectives, not both"},
+      {[](v1::StudySpec& s) { s.set_sampler("tpe"); }, "tpe takes one objective"},
+      {[](v1::StudySpec& s) { s.mutable_pruner()->set_name("asha"); }, "pruning is off"},
+      {[](v1::StudySpec& s) { s.set_target(0.9); }, "target"},
+      {[](v1::StudySpec& s) { s.mutable_objectives(0)->set_metric("parameters"); },
+       "at least one metric the jobs report"},
+      {[](v1::StudySpec& s) { s.mutable_objectives(1)->set_metric("val_mae"); },
+       "objectives[1].metric"},
+  };
+  for (const auto& [change, part] : bad) {
+    v1::StudySpec broken = spec;
+    change(broken);
+    v1::CreateStudyRequest request;
+    *request.mutable_spec() = broken;
+    const absl::Status refused = table->CreateStudy(request).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << part;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr(part));
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/spec/job_spec.h"
 #include "common/status_macros.h"
+#include "server/opt/pareto.h"
 #include "glog/logging.h"
 
 namespace mpilearn::opt {
@@ -40,6 +41,32 @@ std::string JobName(const std::string& study_id, const v1::Trial& trial) {
   std::string name = absl::StrCat(study_id, "/trial-", trial.number());
   if (trial.retries() > 0) absl::StrAppend(&name, "/retry-", trial.retries());
   return name;
+}
+
+// Each of spec.objectives' values for a completed job: a metric's last
+// validation, or the parameter count. The error says which is missing.
+absl::StatusOr<std::vector<double>> ObjectiveValues(const v1::StudySpec& spec,
+                                                    const v1::JobStatus& job) {
+  std::vector<double> values;
+  for (const v1::Objective& objective : spec.objectives()) {
+    std::optional<double> value;
+    if (objective.metric() == kParametersObjective) {
+      if (job.parameters() > 0) value = static_cast<double>(job.parameters());
+    } else {
+      for (int i = job.validations_size() - 1; i >= 0 && !value.has_value(); --i) {
+        value = MetricOf(job.validations(i), objective.metric());
+      }
+    }
+    if (!value.has_value()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("completed without reporting ", objective.metric(),
+                       objective.metric() == kParametersObjective
+                           ? " (the master had no weights of it)"
+                           : "; keep inband_validation on or attach a validation pool"));
+    }
+    values.push_back(*value);
+  }
+  return values;
 }
 
 }  // namespace
@@ -198,6 +225,16 @@ void TrialScheduler::RefreshTrial(Study& study, v1::Trial& trial) {
         // Pruned before a restart that came before the study was written.
         EndTrial(study, trial, v1::TRIAL_STATE_PRUNED, job->stop_reason());
       } else if (trial.has_value()) {
+        if (spec.objectives_size() > 0) {
+          absl::StatusOr<std::vector<double>> values = ObjectiveValues(spec, *job);
+          if (!values.ok()) {
+            EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
+                     absl::StrCat("job ", trial.job_id(), " ", values.status().message()));
+            return;
+          }
+          trial.clear_values();
+          for (double value : *values) trial.add_values(value);
+        }
         EndTrial(study, trial, v1::TRIAL_STATE_COMPLETED, job->stop_reason());
       } else {
         EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
@@ -413,6 +450,27 @@ void TrialScheduler::Summarize(Study& study) const {
   v1::StudyStatus& status = study.status;
   status.clear_best_trial();
   status.clear_best_value();
+  status.clear_pareto_front();
+  const v1::StudySpec& spec = status.spec();
+  const bool several = spec.objectives_size() > 0;
+  if (several) {
+    // The result is the front of the COMPLETED trials, not a best one.
+    std::vector<std::vector<double>> points;
+    std::vector<int> numbers;
+    for (const v1::Trial& trial : status.trials()) {
+      if (trial.state() != v1::TRIAL_STATE_COMPLETED ||
+          trial.values_size() != spec.objectives_size()) {
+        continue;
+      }
+      std::vector<double>& point = points.emplace_back();
+      for (int i = 0; i < spec.objectives_size(); ++i) {
+        const double sign = spec.objectives(i).direction() == "maximize" ? -1.0 : 1.0;
+        point.push_back(sign * trial.values(i));
+      }
+      numbers.push_back(trial.number());
+    }
+    for (size_t i : ParetoFront(points)) status.add_pareto_front(numbers[i]);
+  }
   int running = 0;
   int epochs = 0;
   for (const v1::Trial& trial : status.trials()) {
@@ -420,7 +478,7 @@ void TrialScheduler::Summarize(Study& study) const {
     epochs += trial.epochs_trained();
     const bool counts = trial.state() == v1::TRIAL_STATE_COMPLETED ||
                         trial.state() == v1::TRIAL_STATE_PRUNED;
-    if (counts && trial.has_value() &&
+    if (!several && counts && trial.has_value() &&
         (!status.has_best_value() ||
          Better(status.spec(), trial.value(), status.best_value()))) {
       status.set_best_trial(trial.number());

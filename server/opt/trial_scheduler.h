@@ -39,6 +39,10 @@
 
 namespace mpilearn::opt {
 
+// The objective (StudySpec.objectives) that is a trial job's parameter
+// count rather than a reported metric.
+inline constexpr char kParametersObjective[] = "parameters";
+
 // What the study table needs of the master's jobs. The master implements it
 // over MasterCore (server/study_service.cc); tests use a fake.
 class TrialJobs {

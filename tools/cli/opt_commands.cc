@@ -335,6 +335,22 @@ int ShowBest(StudiesConnection& connection, const std::string& study_id,
              const Options& options) {
   absl::StatusOr<v1::StudyStatus> study = connection.GetStudy(study_id);
   if (!study.ok()) return FailRpc(study.status(), options);
+  if (study->spec().objectives_size() > 0) {
+    // Several objectives: the result is the front.
+    if (options.json) {
+      v1::StudyStatus front;
+      front.set_study_id(study->study_id());
+      *front.mutable_pareto_front() = study->pareto_front();
+      for (int number : study->pareto_front()) {
+        if (number >= 0 && number < study->trials_size()) {
+          *front.add_trials() = study->trials(number);
+        }
+      }
+      return PrintJson(front);
+    }
+    absl::PrintF("%s", FormatParetoFront(*study));
+    return kExitOk;
+  }
   const v1::Trial* best = FindBestTrial(*study);
   if (best == nullptr) {
     return Fail(absl::NotFoundError(

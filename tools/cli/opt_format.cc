@@ -474,6 +474,38 @@ const v1::Trial* FindBestTrial(const v1::StudyStatus& study) {
   return nullptr;
 }
 
+std::string FormatParetoFront(const v1::StudyStatus& study) {
+  if (study.pareto_front().empty()) {
+    return absl::StrCat("study ", study.study_id(), ": no completed trial yet, so no front\n");
+  }
+  std::vector<std::string> header = {"TRIAL"};
+  for (const v1::Objective& objective : study.spec().objectives()) {
+    header.push_back(absl::StrCat(
+        absl::AsciiStrToUpper(objective.metric()), " (",
+        objective.direction() == "maximize" ? "max" : "min", ")"));
+  }
+  header.push_back("JOB");
+  header.push_back("PARAMS");
+  ctl::TextTable table(header);
+  for (int number : study.pareto_front()) {
+    if (number < 0 || number >= study.trials_size()) continue;
+    const v1::Trial& trial = study.trials(number);
+    std::vector<std::string> row = {absl::StrCat(number)};
+    for (double value : trial.values()) row.push_back(CompactNumber(value));
+    row.push_back(trial.job_id().empty() ? kNone : trial.job_id());
+    std::vector<std::string> params;
+    for (const std::string& path : ParameterPaths(study)) {
+      auto it = trial.params().find(path);
+      if (it != trial.params().end()) {
+        params.push_back(absl::StrCat(path, "=", ExactParamValue(it->second)));
+      }
+    }
+    row.push_back(params.empty() ? kNone : absl::StrJoin(params, " "));
+    table.AddRow(row);
+  }
+  return table.Format();
+}
+
 std::string FormatBestTrial(const v1::StudyStatus& study) {
   const v1::Trial* best = FindBestTrial(study);
   if (best == nullptr) {

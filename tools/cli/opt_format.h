@@ -106,6 +106,11 @@ void ApplyStudyEvent(const v1::StudyEvent& event, v1::StudyStatus* study);
 // saying no trial has a value yet.
 std::string FormatBestTrial(const v1::StudyStatus& study);
 
+// A study of several objectives: its Pareto front (StudyStatus.pareto_front),
+// one row per trial: TRIAL, each objective's value (headed METRIC (max|min)),
+// JOB, PARAMS; a line when the front is empty.
+std::string FormatParetoFront(const v1::StudyStatus& study);
+
 // The study's best trial, or nullptr when it has none (yet).
 const v1::Trial* FindBestTrial(const v1::StudyStatus& study);
 

@@ -247,6 +247,31 @@ TEST(StudySummaryTest, KeyValueBlockAndHeadline) {
       << FormatStudySummary(warm);
 }
 
+TEST(ParetoFrontTest, OneRowPerTrialOfTheFront) {
+  v1::StudyStatus study;
+  study.set_study_id("s-4");
+  study.mutable_spec()->add_objectives()->set_metric("val_accuracy");
+  study.mutable_spec()->mutable_objectives(0)->set_direction("maximize");
+  study.mutable_spec()->add_objectives()->set_metric("parameters");
+  study.mutable_spec()->mutable_objectives(1)->set_direction("minimize");
+  study.mutable_spec()->add_parameters()->set_path("batch_size");
+  EXPECT_EQ(FormatParetoFront(study), "study s-4: no completed trial yet, so no front\n");
+  for (int n = 0; n < 3; ++n) {
+    v1::Trial* trial = study.add_trials();
+    trial->set_number(n);
+    trial->set_job_id("job-" + std::to_string(n + 1));
+    trial->add_values(0.8 + 0.05 * n);
+    trial->add_values(1000 * (n + 1));
+    (*trial->mutable_params())["batch_size"].set_number_value(32 * (n + 1));
+  }
+  study.add_pareto_front(0);
+  study.add_pareto_front(2);
+  EXPECT_EQ(FormatParetoFront(study),
+            "TRIAL  VAL_ACCURACY (max)  PARAMETERS (min)  JOB    PARAMS\n"
+            "0      0.8                 1000              job-1  batch_size=32\n"
+            "2      0.9                 3000              job-3  batch_size=96\n");
+}
+
 TEST(StudyListTest, OneRowPerStudy) {
   std::vector<v1::StudyStatus> studies(2);
   studies[0] = MakeStudy();
