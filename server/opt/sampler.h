@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct Observation {
   double value = 0;
   // Intermediate values by epoch, minimize form (kPruned uses the last).
   std::map<int, double> intermediate;
+  // A study of several objectives: kComplete's values, minimize form, and
+  // the NSGA-II generation the trial was created in (-1: none).
+  std::vector<double> values;
+  int generation = -1;
 };
 
 class Sampler {
@@ -54,6 +59,11 @@ class Sampler {
   // is spent answers OUT_OF_RANGE.
   virtual absl::StatusOr<Point> Suggest(
       int number, absl::Span<const Observation> history) = 0;
+  // The generation a trial suggested now belongs to (NSGA-II), recorded
+  // with it; none for samplers without generations.
+  virtual std::optional<int> Generation(absl::Span<const Observation> /*history*/) const {
+    return std::nullopt;
+  }
 };
 
 // Uniform over each dimension (log-uniform for log ones; ints and steps
@@ -83,6 +93,19 @@ struct TpeOptions {
 // log l(x) - log g(x).
 std::unique_ptr<Sampler> NewTpeSampler(std::vector<Dimension> dimensions,
                                        TpeOptions options, uint64_t seed);
+
+struct Nsga2Options {
+  int population_size = 50;
+  double crossover_prob = 0.9;
+  double swapping_prob = 0.5;
+  // Default: 1 / the number of parameters.
+  std::optional<double> mutation_prob;
+};
+
+// Optuna 3.1's NSGAIISampler with uniform crossover, for several objectives
+// (Observation::values): see nsga2_sampler.cc.
+std::unique_ptr<Sampler> NewNsga2Sampler(std::vector<Dimension> dimensions, Nsga2Options options,
+                                         uint64_t seed);
 
 }  // namespace mpilearn::opt
 

@@ -101,10 +101,28 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
     if (!spec->pruner().name().empty() && spec->pruner().name() != "none") {
       return Invalid("pruner", "pruning is off for several objectives; remove it");
     }
-    if (spec->sampler().empty()) spec->set_sampler("random");
+    if (spec->sampler().empty()) spec->set_sampler("nsga2");
     if (spec->sampler() == "tpe") {
-      return Invalid("sampler", "tpe takes one objective; use random, grid or external");
+      return Invalid("sampler", "tpe takes one objective; use nsga2, random, grid or external");
     }
+    v1::Nsga2Spec& nsga2 = *spec->mutable_nsga2();
+    if (!nsga2.has_population_size()) nsga2.set_population_size(50);
+    if (!nsga2.has_crossover_prob()) nsga2.set_crossover_prob(0.9);
+    if (!nsga2.has_swapping_prob()) nsga2.set_swapping_prob(0.5);
+    if (nsga2.population_size() < 2 || nsga2.population_size() > kMaxTrials) {
+      return Invalid("nsga2.population_size",
+                     absl::StrCat(nsga2.population_size(), "; give 2 to ", kMaxTrials));
+    }
+    for (const auto& [name, value, given] :
+         {std::tuple<const char*, double, bool>{"crossover_prob", nsga2.crossover_prob(), true},
+          {"swapping_prob", nsga2.swapping_prob(), true},
+          {"mutation_prob", nsga2.mutation_prob(), nsga2.has_mutation_prob()}}) {
+      if (given && !(value >= 0 && value <= 1)) {
+        return Invalid(absl::StrCat("nsga2.", name), absl::StrCat(value, "; give 0 to 1"));
+      }
+    }
+  } else if (spec->sampler() == "nsga2") {
+    return Invalid("sampler", "nsga2 is for several objectives; give objectives or use tpe");
   }
   v1::Objective& objective = *spec->mutable_objective();
   if (objective.metric().empty()) {
@@ -115,9 +133,9 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
   if (spec->sampler().empty()) spec->set_sampler("tpe");
   const std::string& sampler = spec->sampler();
   if (sampler != "tpe" && sampler != "random" && sampler != "grid" &&
-      sampler != "external") {
+      sampler != "external" && sampler != "nsga2") {
     return Invalid("sampler", absl::StrCat("\"", sampler,
-                                           "\"; use tpe, random, grid or external"));
+                                           "\"; use tpe, nsga2, random, grid or external"));
   }
   v1::TpeSpec& tpe = *spec->mutable_tpe();
   if (!tpe.has_startup_trials()) tpe.set_startup_trials(10);

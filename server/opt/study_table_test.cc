@@ -698,7 +698,7 @@ TEST_F(StudyTableTest, TwoObjectivesGiveTheBruteForceParetoFront) {
   spec.set_parallelism(4);
   const std::string id = CreateStudy(*table, spec);
   ASSERT_FALSE(id.empty());
-  EXPECT_EQ(Get(*table, id).spec().sampler(), "random");
+  EXPECT_EQ(Get(*table, id).spec().sampler(), "nsga2");
   EXPECT_EQ(Get(*table, id).spec().objectives(1).direction(), "minimize");
   for (int pass = 0; pass < 100 && Get(*table, id).state() == v1::STUDY_STATE_RUNNING; ++pass) {
     const v1::StudyStatus status = Get(*table, id);
@@ -741,6 +741,9 @@ TEST_F(StudyTableTest, TwoObjectivesGiveTheBruteForceParetoFront) {
       {[](v1::StudySpec& s) { s.mutable_objective()->set_metric("val_loss"); },
        "objective or objectives, not both"},
       {[](v1::StudySpec& s) { s.set_sampler("tpe"); }, "tpe takes one objective"},
+      {[](v1::StudySpec& s) { s.mutable_nsga2()->set_population_size(1); },
+       "nsga2.population_size"},
+      {[](v1::StudySpec& s) { s.mutable_nsga2()->set_mutation_prob(1.5); }, "nsga2.mutation_prob"},
       {[](v1::StudySpec& s) { s.mutable_pruner()->set_name("asha"); }, "pruning is off"},
       {[](v1::StudySpec& s) { s.set_target(0.9); }, "target"},
       {[](v1::StudySpec& s) { s.mutable_objectives(0)->set_metric("parameters"); },

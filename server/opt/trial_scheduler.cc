@@ -101,6 +101,13 @@ absl::StatusOr<std::unique_ptr<Study>> TrialScheduler::NewStudy(
     tpe.prior_weight = spec.tpe().prior_weight();
     tpe.constant_liar = spec.tpe().constant_liar();
     study->sampler = NewTpeSampler(study->space->dimensions(), tpe, seed);
+  } else if (spec.sampler() == "nsga2") {
+    Nsga2Options nsga2;
+    nsga2.population_size = spec.nsga2().population_size();
+    nsga2.crossover_prob = spec.nsga2().crossover_prob();
+    nsga2.swapping_prob = spec.nsga2().swapping_prob();
+    if (spec.nsga2().has_mutation_prob()) nsga2.mutation_prob = spec.nsga2().mutation_prob();
+    study->sampler = NewNsga2Sampler(study->space->dimensions(), nsga2, seed);
   }  // external: trials only come from AskTrial
   MPILEARN_ASSIGN_OR_RETURN(study->pruner, NewPruner(spec.pruner()));
   study->budget = spec.trials();
@@ -328,13 +335,15 @@ absl::StatusOr<v1::Trial*> TrialScheduler::NewTrial(Study& study,
         study.space->FromValues(ParamValues(fields.begin(), fields.end()));
     if (enqueued.ok()) point = *std::move(enqueued);
   }
+  std::optional<int> generation;
   if (!point.has_value()) {
-    MPILEARN_ASSIGN_OR_RETURN(
-        Point suggested,
-        study.sampler->Suggest(number, History(study, /*except=*/-1)));
+    const std::vector<Observation> history = History(study, /*except=*/-1);
+    MPILEARN_ASSIGN_OR_RETURN(Point suggested, study.sampler->Suggest(number, history));
     point = std::move(suggested);
+    generation = study.sampler->Generation(history);
   }
   v1::Trial* trial = study.status.add_trials();
+  if (generation.has_value()) trial->set_generation(*generation);
   trial->set_number(number);
   *trial->mutable_params() = study.space->Values(*point);
   trial->set_state(v1::TRIAL_STATE_QUEUED);
@@ -506,6 +515,14 @@ std::vector<Observation> TrialScheduler::History(const Study& study,
     Observation observation;
     observation.number = trial.number();
     observation.point = *std::move(point);
+    observation.generation = trial.has_generation() ? trial.generation() : -1;
+    const v1::StudySpec& spec = study.status.spec();
+    if (trial.values_size() == spec.objectives_size()) {
+      for (int i = 0; i < trial.values_size(); ++i) {
+        const double minimize = spec.objectives(i).direction() == "maximize" ? -1.0 : 1.0;
+        observation.values.push_back(minimize * trial.values(i));
+      }
+    }
     for (const v1::IntermediateValue& value : trial.intermediate()) {
       observation.intermediate[value.epoch()] = sign * value.value();
     }
