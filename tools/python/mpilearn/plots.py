@@ -321,17 +321,68 @@ def plot_importance(status, path):
     return path
 
 
+def pareto_front(status):
+    """A study of several objectives: [(trial number, [values...])] of the
+    trials on its Pareto front (StudyStatus.pareto_front), in trial order."""
+    status = _as_dict(status)
+    by_number = {t.get("number", 0): t for t in status.get("trials", [])}
+    return [(n, [float(v) for v in by_number[n].get("values", [])])
+            for n in status.get("pareto_front", []) if n in by_number]
+
+
+def plot_pareto_front(status, path):
+    """A study of several objectives: every completed trial by its first two
+    objectives (grey), the Pareto front's trials marked, labelled with their
+    numbers and joined in order of the first objective."""
+    status = _as_dict(status)
+    objectives = status.get("spec", {}).get("objectives", [])
+    fig, ax = _new_figure()
+    ax.set_title(_title(status, "Pareto front"))
+    done = [t for t in status.get("trials", [])
+            if t.get("state") == _COMPLETED and len(t.get("values", [])) >= 2]
+    front = pareto_front(status)
+    if len(objectives) < 2 or not done:
+        _no_data(ax, "no completed trial of several objectives yet")
+    else:
+        ax.scatter([t["values"][0] for t in done], [t["values"][1] for t in done],
+                   color="lightgrey", label="trials", zorder=2)
+        front.sort(key=lambda item: item[1][0])
+        xs = [values[0] for _, values in front]
+        ys = [values[1] for _, values in front]
+        ax.plot(xs, ys, marker="o", color="tab:red", label="Pareto front", zorder=3)
+        for (number, values) in front:
+            ax.annotate(str(number), (values[0], values[1]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=8)
+
+        def label(objective):
+            return "%s (%s)" % (objective.get("metric", ""),
+                                objective.get("direction", "minimize")[:3])
+        ax.set_xlabel(label(objectives[0]))
+        ax.set_ylabel(label(objectives[1]))
+        if len(objectives) > 2:
+            ax.text(0.99, 0.01, "first two of %d objectives" % len(objectives),
+                    ha="right", va="bottom", transform=ax.transAxes, fontsize=8)
+        ax.legend(loc="best")
+        ax.grid(True, alpha=0.3)
+    fig.savefig(path, format="png")
+    return path
+
+
 def save_study_plots(status, out_dir):
     """Writes the four plots as OUT_DIR/<study id>-{history, intermediate,
-    parallel_coordinates, importance}.png (creating OUT_DIR); returns their
-    paths. A plot without data says so in the picture."""
+    parallel_coordinates, importance}.png (creating OUT_DIR), and for a
+    study of several objectives -pareto_front.png too; returns their paths.
+    A plot without data says so in the picture."""
     status = _as_dict(status)
     os.makedirs(out_dir, exist_ok=True)
     prefix = os.path.join(out_dir, status.get("study_id") or "study")
-    return [
+    paths = [
         plot_history(status, prefix + "-history.png"),
         plot_intermediate(status, prefix + "-intermediate.png"),
         plot_parallel_coordinates(status,
                                   prefix + "-parallel_coordinates.png"),
         plot_importance(status, prefix + "-importance.png"),
     ]
+    if len(status.get("spec", {}).get("objectives", [])) >= 2:
+        paths.append(plot_pareto_front(status, prefix + "-pareto_front.png"))
+    return paths

@@ -5,6 +5,7 @@ correlation computed by hand (the textbook 1 - 6 sum d^2 / (n (n^2 - 1))
 formula, exact when there are no ties, and average ranks for ties).
 """
 
+import copy
 import faulthandler
 import math
 import os
@@ -98,6 +99,24 @@ class PlotsTest(unittest.TestCase):
             names)
         self.check_pngs(
             plots.save_study_plots(STATUS, os.path.join(TMP, "dict")), names)
+
+    def test_pareto_front_of_a_study_of_two_objectives(self):
+        status = copy.deepcopy(STATUS)
+        status["study_id"] = "s-8"
+        status["spec"]["objectives"] = [
+            {"metric": "val_accuracy", "direction": "maximize"},
+            {"metric": "parameters", "direction": "minimize"}]
+        sizes = {0: 1000, 1: 3000, 3: 9000}
+        for trial in status["trials"]:
+            if trial["number"] in sizes:
+                trial["values"] = [trial["value"], sizes[trial["number"]]]
+        status["pareto_front"] = [0, 1, 3]
+        self.assertEqual(plots.pareto_front(status),
+                         [(0, [0.8, 1000.0]), (1, [0.85, 3000.0]), (3, [0.9, 9000.0])])
+        paths = plots.save_study_plots(status, os.path.join(TMP, "front"))
+        self.check_pngs(paths, ["s-8-history.png", "s-8-intermediate.png",
+                                "s-8-parallel_coordinates.png", "s-8-importance.png",
+                                "s-8-pareto_front.png"])
 
     def test_empty_study(self):
         empty = {"study_id": "s-1", "spec": STATUS["spec"], "trials": []}
