@@ -2,7 +2,8 @@
 // served by two real `mpirun ... mpilearn-worker --serve` groups, with TPE
 // and ASHA pruning. The master is SIGKILLed mid-study and restarted on the
 // same state directory; the study completes with every trial accounted for
-// and no trial's job run twice (docs/opt.md, "Restarts").
+// and no trial's job run twice (docs/opt.md, "Restarts"). And a study of
+// two objectives over real training, whose front is checked by brute force.
 #include <signal.h>
 
 #include <map>
@@ -155,6 +156,84 @@ TEST(OptTest, StudyWithPruningSurvivesAMasterKill) {
     const std::optional<int> code = group->Wait(absl::Seconds(120));
     EXPECT_EQ(code.value_or(-1), 0) << logs();
   }
+}
+
+// Two objectives over real training (docs/opt.md, "Several objectives"):
+// accuracy up, parameter count down, over the MLP's width and the learning
+// rate. Every trial records both values as its job reported them, and the
+// study's front is the brute-force front of its own trials.
+TEST(OptTest, TwoObjectivesOverRealTrainingGiveTheParetoFront) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const std::string dir = NewTempDir("opt_front");
+  auto master = MasterProcess::Start(dir);
+  ASSERT_TRUE(master.ok()) << master.status();
+  const std::string address = (*master)->address();
+  auto stub = v1::Studies::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+
+  v1::StudySpec spec;
+  spec.set_name("front");
+  *spec.mutable_base() = FashionMnistSubset("downpour", 4000, 2);
+  v1::ParameterSpec* hidden = spec.add_parameters();
+  hidden->set_path("model.hidden");
+  for (int width : {8, 32, 128}) {
+    hidden->mutable_categorical()->add_choices()->mutable_list_value()->add_values()
+        ->set_number_value(width);
+  }
+  v1::ParameterSpec* lr = spec.add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->mutable_real()->set_low(1e-3);
+  lr->mutable_real()->set_high(1e-2);
+  lr->mutable_real()->set_log(true);
+  spec.add_objectives()->set_metric("val_accuracy");
+  spec.add_objectives()->set_metric("parameters");
+  spec.set_trials(6);
+  spec.set_parallelism(2);
+  absl::StatusOr<std::string> created = CreateStudy(*stub, spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string id = *created;
+
+  std::vector<std::unique_ptr<ChildProcess>> groups;
+  for (int g = 0; g < 2; ++g) {
+    auto group = StartWorkers(1, address,
+                              {"--serve", "--threads=1", "--exit_when_idle_s=10",
+                               "--progress=off"},
+                              absl::StrCat(dir, "/group-", g, ".log"));
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups.push_back(std::move(group).value());
+  }
+  auto done = WaitForStudy(*stub, id, absl::Seconds(300), [](const v1::StudyStatus& s) {
+    return s.state() != v1::STUDY_STATE_RUNNING;
+  });
+  std::string logs;
+  for (auto& group : groups) absl::StrAppend(&logs, group->Log(), "\n----\n");
+  ASSERT_TRUE(done.ok()) << done.status() << logs;
+  ASSERT_EQ(done->state(), v1::STUDY_STATE_COMPLETED) << done->message();
+  EXPECT_EQ(done->spec().sampler(), "nsga2");
+  EXPECT_FALSE(done->has_best_trial());
+
+  auto client = MasterClient::Connect(address).value();
+  std::vector<int> front;
+  for (const v1::Trial& a : done->trials()) {
+    ASSERT_EQ(a.state(), v1::TRIAL_STATE_COMPLETED) << a.DebugString();
+    ASSERT_EQ(a.values_size(), 2) << a.DebugString();
+    // The values are the job's: its last validation's accuracy and its
+    // parameter count (784 w + w + 10 w + 10 for one hidden layer of w).
+    const v1::JobStatus job = client->GetJobStatus(a.job_id()).value();
+    ASSERT_GT(job.validations_size(), 0);
+    EXPECT_EQ(a.values(0), job.validations(job.validations_size() - 1).val_accuracy());
+    const double w = a.params().at("model.hidden").list_value().values(0).number_value();
+    EXPECT_EQ(a.values(1), 795 * w + 10);
+    EXPECT_EQ(static_cast<double>(job.parameters()), a.values(1));
+    bool dominated = false;
+    for (const v1::Trial& b : done->trials()) {
+      dominated = dominated || (b.values(0) >= a.values(0) && b.values(1) <= a.values(1) &&
+                                (b.values(0) > a.values(0) || b.values(1) < a.values(1)));
+    }
+    if (!dominated) front.push_back(a.number());
+  }
+  EXPECT_EQ(std::vector<int>(done->pareto_front().begin(), done->pareto_front().end()), front);
+  for (auto& group : groups) EXPECT_EQ(group->Wait(absl::Seconds(120)).value_or(-1), 0) << logs;
 }
 
 }  // namespace
