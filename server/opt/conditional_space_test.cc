@@ -116,6 +116,21 @@ TEST(ConditionalSpaceTest, TheGridExpandsOnlyValidCombinations) {
   EXPECT_EQ(grid->Suggest(20, history).status().code(), absl::StatusCode::kOutOfRange);
 }
 
+TEST(ConditionalSpaceTest, ActivityFollowsTheParentsValueAsShown) {
+  // epochs takes 1, 3, 5 (high 6 is off the step): a coordinate of 6.4
+  // shows as 5, and the child that exists at 5 exists there.
+  auto space = SearchSpace::Create(
+      Base(), Params({R"({"path": "epochs", "int": {"low": 1, "high": 6, "step": 2}})",
+                      R"({"path": "batch_size", "int": {"low": 16, "high": 32},
+                          "when": {"path": "epochs", "values": [5]}})"}));
+  ASSERT_TRUE(space.ok()) << space.status();
+  const Point point = {6.4, 20};
+  EXPECT_EQ(space->Values(point).at("epochs").number_value(), 5);
+  EXPECT_TRUE(Active(space->dimensions(), point, 1));
+  EXPECT_EQ(space->Values(point).count("batch_size"), 1u);
+  EXPECT_FALSE(Active(space->dimensions(), {2.9, 20}, 1));  // shows as 3
+}
+
 TEST(ConditionalSpaceTest, FromValuesRefusesAnInactiveParameter) {
   const SearchSpace space = OptimizerSpace(/*grid=*/false);
   ParamValues values;

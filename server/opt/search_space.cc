@@ -345,16 +345,9 @@ bool Active(const std::vector<Dimension>& dimensions, const Point& point, size_t
   if (d.parent < 0) return true;
   const size_t parent = static_cast<size_t>(d.parent);
   if (parent >= point.size() || std::isnan(point[parent])) return false;
-  const Dimension& on = dimensions[parent];
-  double x = point[parent];
-  // The parent's coordinate on its grid (a sampler may hand back one in
-  // between).
-  if (on.kind == Dimension::Kind::kCategorical) {
-    x = std::clamp(std::round(x), 0.0, static_cast<double>(on.choices - 1));
-  } else {
-    const double step = on.step.value_or(1.0);
-    x = std::clamp(on.low + std::round((x - on.low) / step) * step, on.low, on.high);
-  }
+  // The parent's value as Values shows it (a sampler may hand back a
+  // coordinate in between grid points).
+  const double x = SnapToGrid(dimensions[parent], point[parent]);
   return std::find(d.parent_values.begin(), d.parent_values.end(), x) != d.parent_values.end();
 }
 
@@ -364,8 +357,7 @@ void MaskInactive(const std::vector<Dimension>& dimensions, Point& point) {
   }
 }
 
-double SearchSpace::Snap(size_t i, double x) const {
-  const Dimension& d = dimensions_[i];
+double SnapToGrid(const Dimension& d, double x) {
   if (std::isnan(x)) x = d.low;
   switch (d.kind) {
     case Dimension::Kind::kCategorical:
@@ -387,6 +379,8 @@ double SearchSpace::Snap(size_t i, double x) const {
                               RealStepCount(d.low, d.high, *d.step));
   return std::min(d.low + k * *d.step, d.high);
 }
+
+double SearchSpace::Snap(size_t i, double x) const { return SnapToGrid(dimensions_[i], x); }
 
 Value SearchSpace::ValueAt(size_t i, double x) const {
   const double snapped = Snap(i, x);

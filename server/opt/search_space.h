@@ -66,6 +66,11 @@ struct Dimension {
 // fails) holds NaN.
 using Point = std::vector<double>;
 
+// Coordinate x moved onto `d`'s range and grid: clamped to [low, high], an
+// int (or a real with a step) rounded to low + k * step, a categorical to
+// the nearest index. NaN counts as low.
+double SnapToGrid(const Dimension& d, double x);
+
 // Whether dimension `i` exists at `point`: unconditional, or its parent
 // exists and takes one of parent_values (the parent's coordinate rounded to
 // its grid). Parents come before their children.
@@ -126,9 +131,7 @@ class SearchSpace {
  private:
   SearchSpace() = default;
 
-  // Dimension i's coordinate x moved onto its range and grid: clamped to
-  // [low, high], an int (or a real with a step) rounded to low + k * step,
-  // a categorical to the nearest index. NaN counts as low.
+  // SnapToGrid for dimension i.
   double Snap(size_t i, double x) const;
   // The job-spec value of dimension i at coordinate x (snapped), as users
   // read it and as Apply sets it.
