@@ -42,8 +42,6 @@ std::string Quoted(absl::string_view text) {
   return absl::StrCat("'", text.substr(0, kMaxQuoted), "...'");
 }
 
-bool ValidName(absl::string_view name) { return IsOwnerName(name); }
-
 std::optional<Role> ParseRole(absl::string_view name) {
   if (name == "admin") return Role::kAdmin;
   if (name == "owner") return Role::kOwner;
@@ -130,7 +128,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text,
       return error(absl::StrCat("unknown role ", Quoted(fields[0]),
                                 "; roles are admin, owner, worker, reader"));
     }
-    if (!ValidName(fields[1])) {
+    if (!IsOwnerName(fields[1])) {
       return error(absl::StrCat("bad name ", Quoted(fields[1]),
                                 ": 1 to 64 of A-Z a-z 0-9 _ . @ -"));
     }
@@ -194,7 +192,7 @@ absl::Status TokenTable::ParseOption(absl::string_view field, Entry& entry) {
   if (key == "owners") {
     if (!entry.caller.owners.empty()) return bad("it once");
     for (absl::string_view owner : absl::StrSplit(value, ',')) {
-      if (!ValidName(owner)) return bad("names of 1 to 64 of A-Z a-z 0-9 _ . @ -, comma-separated");
+      if (!IsOwnerName(owner)) return bad("names of 1 to 64 of A-Z a-z 0-9 _ . @ -, comma-separated");
       entry.caller.owners.emplace_back(owner);
     }
     return absl::OkStatus();

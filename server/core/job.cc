@@ -28,10 +28,9 @@ absl::Status FailedPrecondition(v1::ErrorReason reason,
   return WithReason(absl::FailedPreconditionError(message), reason);
 }
 
-// A job ended for its wall-time limit (EndIfOverWallTime): its groups are
-// told DONE as for a cancelled job, so each ends its unit and leaves
-// cleanly (a serving group goes on), instead of a rank failing alone on a
-// refused push.
+// A job ended for its wall-time limit (EndIfOverWallTime): its groups'
+// next NextDataUnit says DONE, as for a cancelled job (the limit is no
+// failure of theirs), where another failure answers JOB_ENDED there.
 bool EndedByWallTime(v1::JobState state, const std::string& stop_reason) {
   return state == v1::JOB_STATE_FAILED && absl::StartsWith(stop_reason, kWallTimeStop);
 }
