@@ -2,10 +2,14 @@
 // served by two real `mpirun ... mpilearn-worker --serve` groups, with TPE
 // and ASHA pruning. The master is SIGKILLed mid-study and restarted on the
 // same state directory; the study completes with every trial accounted for
-// and no trial's job run twice (docs/opt.md, "Restarts"). And a study of
-// two objectives over real training, whose front is checked by brute force.
+// and no trial's job run twice (docs/opt.md, "Restarts"). A study of two
+// objectives over real training, whose front is checked by brute force. And
+// a 3-fold study, each trial three real jobs holding out a third each, whose
+// values are the means of its jobs' values.
 #include <signal.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +69,35 @@ int Ended(const v1::StudyStatus& status) {
              trial.state() != v1::TRIAL_STATE_RUNNING;
   }
   return ended;
+}
+
+// Two serving groups of one rank each train the study's trials until it
+// ends (at most 300 s); `done` is the study then, `logs` the groups' logs.
+struct Served {
+  std::vector<std::unique_ptr<ChildProcess>> groups;
+  absl::StatusOr<v1::StudyStatus> done;
+  std::string logs;
+};
+
+Served ServeUntilEnded(const std::string& address, const std::string& dir,
+                       v1::Studies::Stub& stub, const std::string& id) {
+  Served served;
+  for (int g = 0; g < 2; ++g) {
+    auto group = StartWorkers(1, address,
+                              {"--serve", "--threads=1", "--exit_when_idle_s=10",
+                               "--progress=off"},
+                              absl::StrCat(dir, "/group-", g, ".log"));
+    if (!group.ok()) {
+      served.done = group.status();
+      return served;
+    }
+    served.groups.push_back(std::move(group).value());
+  }
+  served.done = WaitForStudy(stub, id, absl::Seconds(300), [](const v1::StudyStatus& s) {
+    return s.state() != v1::STUDY_STATE_RUNNING;
+  });
+  for (auto& group : served.groups) absl::StrAppend(&served.logs, group->Log(), "\n----\n");
+  return served;
 }
 
 TEST(OptTest, StudyWithPruningSurvivesAMasterKill) {
@@ -193,21 +226,10 @@ TEST(OptTest, TwoObjectivesOverRealTrainingGiveTheParetoFront) {
   ASSERT_TRUE(created.ok()) << created.status();
   const std::string id = *created;
 
-  std::vector<std::unique_ptr<ChildProcess>> groups;
-  for (int g = 0; g < 2; ++g) {
-    auto group = StartWorkers(1, address,
-                              {"--serve", "--threads=1", "--exit_when_idle_s=10",
-                               "--progress=off"},
-                              absl::StrCat(dir, "/group-", g, ".log"));
-    ASSERT_TRUE(group.ok()) << group.status();
-    groups.push_back(std::move(group).value());
-  }
-  auto done = WaitForStudy(*stub, id, absl::Seconds(300), [](const v1::StudyStatus& s) {
-    return s.state() != v1::STUDY_STATE_RUNNING;
-  });
-  std::string logs;
-  for (auto& group : groups) absl::StrAppend(&logs, group->Log(), "\n----\n");
-  ASSERT_TRUE(done.ok()) << done.status() << logs;
+  Served served = ServeUntilEnded(address, dir, *stub, id);
+  const std::string& logs = served.logs;
+  ASSERT_TRUE(served.done.ok()) << served.done.status() << logs;
+  const absl::StatusOr<v1::StudyStatus>& done = served.done;
   ASSERT_EQ(done->state(), v1::STUDY_STATE_COMPLETED) << done->message();
   EXPECT_EQ(done->spec().sampler(), "nsga2");
   EXPECT_FALSE(done->has_best_trial());
@@ -233,7 +255,77 @@ TEST(OptTest, TwoObjectivesOverRealTrainingGiveTheParetoFront) {
     if (!dominated) front.push_back(a.number());
   }
   EXPECT_EQ(std::vector<int>(done->pareto_front().begin(), done->pareto_front().end()), front);
-  for (auto& group : groups) EXPECT_EQ(group->Wait(absl::Seconds(120)).value_or(-1), 0) << logs;
+  for (auto& group : served.groups) {
+    EXPECT_EQ(group->Wait(absl::Seconds(120)).value_or(-1), 0) << logs;
+  }
+}
+
+TEST(OptTest, AThreeFoldStudyScoresTheMeanOfItsJobs) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const std::string dir = NewTempDir("opt_folds");
+  auto master = MasterProcess::Start(dir);
+  ASSERT_TRUE(master.ok()) << master.status();
+  const std::string address = (*master)->address();
+  auto stub = v1::Studies::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+
+  v1::StudySpec spec;
+  spec.set_name("folds");
+  *spec.mutable_base() = FashionMnistSubset("downpour", 4500, 2);
+  spec.mutable_base()->mutable_data()->clear_validation_count();  // the folds choose
+  v1::ParameterSpec* lr = spec.add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->mutable_real()->set_low(1e-3);
+  lr->mutable_real()->set_high(1e-2);
+  lr->mutable_real()->set_log(true);
+  spec.set_sampler("random");
+  spec.set_folds(3);
+  spec.set_trials(2);
+  spec.set_parallelism(1);
+  absl::StatusOr<std::string> created = CreateStudy(*stub, spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string id = *created;
+
+  Served served = ServeUntilEnded(address, dir, *stub, id);
+  const std::string& logs = served.logs;
+  ASSERT_TRUE(served.done.ok()) << served.done.status() << logs;
+  const absl::StatusOr<v1::StudyStatus>& done = served.done;
+  ASSERT_EQ(done->state(), v1::STUDY_STATE_COMPLETED) << done->message();
+  ASSERT_EQ(done->trials_size(), 2);
+
+  auto client = MasterClient::Connect(address).value();
+  for (const v1::Trial& trial : done->trials()) {
+    ASSERT_EQ(trial.state(), v1::TRIAL_STATE_COMPLETED) << trial.DebugString();
+    ASSERT_EQ(trial.folds_size(), 3);
+    // Each fold's value read back from its own job: the best validation
+    // accuracy of its epochs, on its own 1,500 held-out images (it trains on
+    // the other 3,000).
+    std::vector<double> values;
+    for (int i = 0; i < 3; ++i) {
+      const v1::JobStatus job = client->GetJobStatus(trial.folds(i).job_id()).value();
+      EXPECT_EQ(job.spec().name(), absl::StrCat(id, "/trial-", trial.number(), "/fold-", i));
+      EXPECT_EQ(job.spec().data().folds(), 3);
+      EXPECT_EQ(job.spec().data().fold(), i);
+      EXPECT_EQ(job.state(), v1::JOB_STATE_COMPLETED);
+      EXPECT_EQ(job.samples_per_epoch(), 3000u);  // two of the three blocks
+      double best = -1;
+      for (const v1::ValidationRecord& record : job.validations()) {
+        if (record.epoch() < 1) continue;
+        best = std::max(best, record.val_accuracy());
+      }
+      EXPECT_GT(best, 0.6) << "fold " << i << " did not learn";
+      EXPECT_EQ(trial.folds(i).value(), best);
+      values.push_back(best);
+    }
+    const double mean = (values[0] + values[1] + values[2]) / 3;
+    double squares = 0;
+    for (double v : values) squares += (v - mean) * (v - mean);
+    EXPECT_DOUBLE_EQ(trial.value(), mean);
+    EXPECT_NEAR(trial.value_spread(), std::sqrt(squares / 3), 1e-12);
+  }
+  for (auto& group : served.groups) {
+    EXPECT_EQ(group->Wait(absl::Seconds(120)).value_or(-1), 0) << logs;
+  }
 }
 
 }  // namespace

@@ -154,6 +154,58 @@ TEST(JobSpecTest, BadValuesAndUnitFailuresGetDefaultsAndRanges) {
   ExpectRefused(bad);
 }
 
+// Cross-validation: data.folds and data.fold choose the held-out rows, so
+// validation_count defaults to 0 and nothing else may choose them.
+TEST(JobSpecTest, DataFoldsGetDefaultsAndChecks) {
+  auto off = ParseJobSpecJson(kMinimal);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->data().folds(), 0);
+  EXPECT_FALSE(off->data().has_fold());
+  EXPECT_EQ(off->data().validation_count(), 5000);
+
+  auto spec = ParseJobSpecJson(R"({"data": {"train_files": ["a.h5"], "folds": 5, "fold": 2}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().folds(), 5);
+  EXPECT_EQ(spec->data().fold(), 2);
+  ASSERT_TRUE(spec->data().has_validation_count());
+  EXPECT_EQ(spec->data().validation_count(), 0);
+  // Normalized again (a resubmitted spec), validation_count 0 still passes.
+  v1::JobSpec again = *spec;
+  ASSERT_TRUE(NormalizeJobSpec(&again).ok());
+  EXPECT_EQ(again.SerializeAsString(), spec->SerializeAsString());
+
+  auto first = ParseJobSpecJson(R"({"data": {"train_images": "a", "train_labels": "b",
+                                             "folds": 100, "validation_count": 0}})");
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->data().has_fold());
+  EXPECT_EQ(first->data().fold(), 0);
+  EXPECT_EQ(first->data().validation_count(), 0);
+
+  const std::string idx = R"("train_images": "a", "train_labels": "b")";
+  auto data = [&](const std::string& fields) {
+    return absl::StrCat(R"({"data": {)", idx, ", ", fields, "}}");
+  };
+  ExpectRefused({
+      {data(R"("folds": 1)"), "data.folds is 1"},
+      {data(R"("folds": 1)"), "give 2 or more, or leave it unset"},
+      {data(R"("folds": -2)"), "data.folds must be 0 (off) or in [2, 100], got -2"},
+      {data(R"("folds": 101)"), "data.folds must be 0 (off) or in [2, 100], got 101"},
+      {data(R"("fold": 1)"), "data.fold is 1 but data.folds is not set"},
+      {data(R"("folds": 0, "fold": 0)"), "data.fold is 0 but data.folds is not set"},
+      {data(R"("folds": 4, "fold": 4)"),
+       "data.fold is 4 but data.folds is 4; the held-out block must be in [0, 3]"},
+      {data(R"("folds": 4, "fold": -1)"), "data.fold is -1"},
+      {data(R"("folds": 3, "validation_images": "c", "validation_labels": "d")"),
+       "data.folds holds out each fold in turn; remove data.validation_images and "
+       "data.validation_labels"},
+      {R"({"data": {"train_files": ["a.h5"], "validation_files": ["v.h5"], "folds": 3}})",
+       "data.folds holds out each fold in turn; remove data.validation_files"},
+      {data(R"("folds": 3, "validation_count": 10)"),
+       "data.validation_count and data.folds both choose the validation rows; give one"},
+      {data(R"("folds": 3, "validation_count": -1)"), "data.validation_count must be in"},
+  });
+}
+
 TEST(JobSpecTest, NormalizationGetsDefaultsAndChecks) {
   auto none = ParseJobSpecJson(R"({"data": {"train_files": ["a.h5"]}})");
   ASSERT_TRUE(none.ok()) << none.status();

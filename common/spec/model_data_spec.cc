@@ -169,6 +169,51 @@ absl::Status NormalizeDataFiles(v1::DataSpec* data) {
   return absl::OkStatus();
 }
 
+// Cross-validation (data.folds, data.fold): the held-out rows are one block
+// of the training rows, so nothing else may choose them: validation_count
+// defaults to 0 instead of 5000. Passes again on its own output (a spec is
+// normalized again when it is resubmitted).
+absl::Status NormalizeFolds(v1::DataSpec* data) {
+  const int32_t folds = data->folds();
+  if (folds == 0) {  // unset or off
+    if (data->has_fold()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.fold is ", data->fold(),
+          " but data.folds is not set; set data.folds (2 to 100 blocks, one held out for "
+          "validation) or remove data.fold"));
+    }
+    return absl::OkStatus();
+  }
+  if (folds == 1) {
+    return absl::InvalidArgumentError(
+        "data.folds is 1, but cross-validation holds out one of at least 2 blocks; give 2 "
+        "or more, or leave it unset");
+  }
+  if (folds < 0 || folds > 100) {
+    return RangeError("data.folds", "0 (off) or in [2, 100]", folds);
+  }
+  if (!data->has_fold()) data->set_fold(0);
+  if (data->fold() < 0 || data->fold() >= folds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.fold is ", data->fold(), " but data.folds is ", folds,
+        "; the held-out block must be in [0, ", folds - 1, "]"));
+  }
+  if (!data->validation_files().empty() || !data->validation_images().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.folds holds out each fold in turn; remove ",
+        data->validation_files().empty()
+            ? "data.validation_images and data.validation_labels"
+            : "data.validation_files",
+        ", or data.folds to validate on those files"));
+  }
+  if (data->validation_count() > 0) {
+    return absl::InvalidArgumentError(
+        "data.validation_count and data.folds both choose the validation rows; give one");
+  }
+  if (!data->has_validation_count()) data->set_validation_count(0);
+  return absl::OkStatus();
+}
+
 absl::Status NormalizeData(v1::DataSpec* data) {
   const bool files = !data->train_files().empty();
   if (files) {
@@ -194,6 +239,7 @@ absl::Status NormalizeData(v1::DataSpec* data) {
     return absl::InvalidArgumentError(
         "data.test_images and data.test_labels must be given together");
   }
+  MPILEARN_RETURN_IF_ERROR(NormalizeFolds(data));
   if (!data->has_train_limit()) data->set_train_limit(0);
   MPILEARN_RETURN_IF_ERROR(
       CheckIntRange("data.train_limit", data->train_limit(), 0, int64_t{1} << 40));

@@ -22,6 +22,7 @@ constexpr int kMaxTrials = 10000;
 constexpr int kMaxParallelism = 1024;
 constexpr int kMaxRetries = 100;
 constexpr int kMaxObjectives = 8;
+constexpr int kMaxFolds = 20;
 constexpr size_t kMaxNameBytes = 256;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
@@ -198,6 +199,26 @@ absl::Status NormalizeStudySpec(v1::StudySpec* spec) {
     const absl::Status fits = space.FromValues(ParamValues(fields.begin(), fields.end())).status();
     if (!fits.ok()) return Invalid(absl::StrCat("enqueue[", i, "]"), fits.message());
   }
+  // k-fold trials: the study chooses every job's validation rows.
+  if (spec->folds() != 0) {
+    const v1::DataSpec& data = spec->base().data();
+    if (spec->folds() < 2 || spec->folds() > kMaxFolds) {
+      return Invalid("folds", absl::StrCat(spec->folds(), "; give 2 to ", kMaxFolds,
+                                           ", or leave it unset for one job per trial"));
+    }
+    if (!data.validation_files().empty() || !data.validation_images().empty()) {
+      return Invalid("folds", "each fold holds out its own block of the training rows; remove "
+                              "base.data.validation_files (or validation_images and labels)");
+    }
+    if (data.validation_count() > 0) {
+      return Invalid("folds", "the folds choose the validation rows; remove "
+                              "base.data.validation_count");
+    }
+    if (data.has_folds() || data.has_fold()) {
+      return Invalid("folds", "the study sets each job's data.folds and data.fold; remove them "
+                              "from base.data");
+    }
+  }
   if (spec->warm_start_from().size() > kMaxNameBytes) {
     return Invalid("warm_start_from", "is not a study id; give one such as s-3");
   }
@@ -217,6 +238,7 @@ void StudyTable::SeedLocked(const Study& from, Study& study) const {
     *seeded = *trial;
     seeded->clear_job_id();
     seeded->clear_job_ids();
+    for (v1::TrialFold& fold : *seeded->mutable_folds()) fold.clear_job_id();
     seeded->set_message(absl::StrCat("seeded from study ", from.status.study_id(), " trial ",
                                      trial->number()));
     seeded->set_number(number++);
@@ -289,7 +311,7 @@ absl::Status StudyTable::LoadStudies() {
     int in_flight = 0;
     for (const v1::Trial& trial : (*study)->status.trials()) {
       in_flight += TrialInFlight(trial) ? 1 : 0;
-      if (TrialInFlight(trial) && trial.job_id().empty()) {
+      if (TrialAwaitsJob(trial)) {
         (*study)->maybe_submitted.insert(trial.number());
       }
     }

@@ -9,6 +9,7 @@
 #include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "server/opt/pareto.h"
+#include "server/opt/trial_values.h"
 #include "glog/logging.h"
 
 namespace mpilearn::opt {
@@ -16,64 +17,20 @@ namespace {
 
 constexpr size_t kMaxMessageBytes = 1024;
 
-// The objective's value in a validation, if it has one.
-std::optional<double> MetricOf(const v1::ValidationRecord& record,
-                               const std::string& metric) {
-  auto it = record.metrics().find(metric);
-  if (it != record.metrics().end()) return it->second;
-  if (metric == "val_loss") return record.val_loss();
-  if (metric == "val_accuracy" && record.metrics().empty()) {
-    return record.val_accuracy();
-  }
-  return std::nullopt;
-}
-
-bool Maximizing(const v1::StudySpec& spec) {
-  return spec.objective().direction() == "maximize";
-}
-
-// `a` is better than `b` in the study's direction.
-bool Better(const v1::StudySpec& spec, double a, double b) {
-  return Maximizing(spec) ? a > b : a < b;
-}
-
-std::string JobName(const std::string& study_id, const v1::Trial& trial) {
-  std::string name = absl::StrCat(study_id, "/trial-", trial.number());
-  if (trial.retries() > 0) absl::StrAppend(&name, "/retry-", trial.retries());
-  return name;
-}
-
-// Each of spec.objectives' values for a completed job: a metric's last
-// validation, or the parameter count. The error says which is missing.
-absl::StatusOr<std::vector<double>> ObjectiveValues(const v1::StudySpec& spec,
-                                                    const v1::JobStatus& job) {
-  std::vector<double> values;
-  for (const v1::Objective& objective : spec.objectives()) {
-    std::optional<double> value;
-    if (objective.metric() == kParametersObjective) {
-      if (job.parameters() > 0) value = static_cast<double>(job.parameters());
-    } else {
-      for (int i = job.validations_size() - 1; i >= 0 && !value.has_value(); --i) {
-        value = MetricOf(job.validations(i), objective.metric());
-      }
-    }
-    if (!value.has_value()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("completed without reporting ", objective.metric(),
-                       objective.metric() == kParametersObjective
-                           ? " (the master had no weights of it)"
-                           : "; keep inband_validation on or attach a validation pool"));
-    }
-    values.push_back(*value);
-  }
-  return values;
-}
-
 }  // namespace
 
 bool TrialInFlight(const v1::Trial& trial) {
   return trial.state() == v1::TRIAL_STATE_QUEUED ||
          trial.state() == v1::TRIAL_STATE_RUNNING;
+}
+
+bool TrialAwaitsJob(const v1::Trial& trial) {
+  if (!TrialInFlight(trial)) return false;
+  if (trial.folds_size() == 0) return trial.job_id().empty();
+  for (const v1::TrialFold& fold : trial.folds()) {
+    if (FoldInFlight(fold) && fold.job_id().empty()) return true;
+  }
+  return false;
 }
 
 std::string TruncatedMessage(absl::string_view text) {
@@ -161,6 +118,10 @@ void TrialScheduler::Refresh(Study& study) {
 }
 
 void TrialScheduler::RefreshTrial(Study& study, v1::Trial& trial) {
+  if (trial.folds_size() > 0) {
+    RefreshFoldTrial(study, trial);
+    return;
+  }
   const v1::StudySpec& spec = study.status.spec();
   const std::string& study_id = study.status.study_id();
   if (trial.job_id().empty()) {
@@ -193,29 +154,12 @@ void TrialScheduler::RefreshTrial(Study& study, v1::Trial& trial) {
     trial.set_epochs_done(epochs);
     study.dirty = true;
   }
-  std::map<int, double> values;
-  for (const v1::ValidationRecord& record : job->validations()) {
-    if (record.epoch() < 1) continue;
-    std::optional<double> value = MetricOf(record, spec.objective().metric());
-    if (value.has_value()) values[record.epoch()] = *value;
-  }
-  bool reported = static_cast<int>(values.size()) != trial.intermediate_size();
-  if (!reported) {
-    int i = 0;
-    for (const auto& [epoch, value] : values) {
-      const v1::IntermediateValue& old = trial.intermediate(i++);
-      if (old.epoch() != epoch || old.value() != value) reported = true;
-    }
-  }
+  const std::map<int, double> values = ObjectiveCurve(spec, *job);
+  const bool reported = SetIntermediate(values, trial.mutable_intermediate());
   if (reported) {
-    trial.clear_intermediate();
-    for (const auto& [epoch, value] : values) {
-      v1::IntermediateValue* stored = trial.add_intermediate();
-      stored->set_epoch(epoch);
-      stored->set_value(value);
-      if (!trial.has_value() || Better(spec, value, trial.value())) {
-        trial.set_value(value);
-      }
+    const std::optional<double> best = BestValue(spec, values);
+    if (best.has_value() && (!trial.has_value() || Better(spec, *best, trial.value()))) {
+      trial.set_value(*best);
     }
     study.dirty = true;
   }
@@ -349,6 +293,11 @@ absl::StatusOr<v1::Trial*> TrialScheduler::NewTrial(Study& study,
   trial->set_state(v1::TRIAL_STATE_QUEUED);
   trial->set_created_unix_seconds(NowSeconds());
   trial->set_asked(asked);
+  for (int i = 0; i < spec.folds(); ++i) {
+    v1::TrialFold* fold = trial->add_folds();
+    fold->set_fold(i);
+    fold->set_state(v1::TRIAL_STATE_QUEUED);
+  }
   study.dirty = true;
   absl::StatusOr<v1::JobSpec> job_spec = study.space->Apply(*point);
   if (!job_spec.ok()) {
@@ -365,37 +314,13 @@ absl::StatusOr<v1::Trial*> TrialScheduler::NewTrial(Study& study,
 
 void TrialScheduler::SubmitTrialJob(Study& study, v1::Trial& trial,
                                     bool may_exist) {
-  const std::string name = JobName(study.status.study_id(), trial);
-  std::optional<std::string> job_id;
-  if (may_exist) job_id = jobs_.FindByName(name);
-  if (!job_id.has_value()) {
-    absl::StatusOr<Point> point = study.space->FromValues(trial.params());
-    absl::StatusOr<v1::JobSpec> spec =
-        point.ok() ? study.space->Apply(*point)
-                   : absl::StatusOr<v1::JobSpec>(point.status());
-    if (!spec.ok()) {
-      EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
-               TruncatedMessage(spec.status().message()));
-      return;
-    }
-    spec->set_name(name);
-    // Fair share and group limits count the trials of one study together.
-    spec->set_study(study.status.study_id());
-    absl::StatusOr<std::string> submitted = jobs_.Submit(*spec);
-    if (!submitted.ok()) {
-      if (submitted.status().code() == absl::StatusCode::kInvalidArgument) {
-        EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
-                 TruncatedMessage(submitted.status().message()));
-      } else {
-        // Left without a job; the next refresh tries again.
-        LOG(WARNING) << "study " << study.status.study_id() << ": trial "
-                     << trial.number() << ": " << submitted.status()
-                     << "; will retry";
-      }
-      return;
-    }
-    job_id = *std::move(submitted);
+  if (trial.folds_size() > 0) {
+    SubmitFoldJobs(study, trial, may_exist);
+    return;
   }
+  const std::optional<std::string> job_id =
+      SubmitJob(study, trial, /*fold=*/-1, trial.retries(), may_exist);
+  if (!job_id.has_value()) return;
   trial.set_job_id(*job_id);
   trial.add_job_ids(*job_id);
   trial.set_state(v1::TRIAL_STATE_QUEUED);
@@ -405,23 +330,60 @@ void TrialScheduler::SubmitTrialJob(Study& study, v1::Trial& trial,
   events_.Log(study, v1::StudyEvent::KIND_CREATED, &trial, "");
 }
 
+std::optional<std::string> TrialScheduler::SubmitJob(Study& study,
+                                                     v1::Trial& trial, int fold,
+                                                     int retries,
+                                                     bool may_exist) {
+  const std::string name =
+      TrialJobName(study.status.study_id(), trial.number(), fold, retries);
+  if (may_exist) {
+    std::optional<std::string> found = jobs_.FindByName(name);
+    if (found.has_value()) return found;
+  }
+  absl::StatusOr<Point> point = study.space->FromValues(trial.params());
+  absl::StatusOr<v1::JobSpec> spec =
+      point.ok() ? study.space->Apply(*point)
+                 : absl::StatusOr<v1::JobSpec>(point.status());
+  if (!spec.ok()) {
+    EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
+             TruncatedMessage(spec.status().message()));
+    return std::nullopt;
+  }
+  spec->set_name(name);
+  // Fair share and group limits count the trials of one study together.
+  spec->set_study(study.status.study_id());
+  if (fold >= 0) {
+    spec->mutable_data()->set_folds(study.status.spec().folds());
+    spec->mutable_data()->set_fold(fold);
+  }
+  absl::StatusOr<std::string> submitted = jobs_.Submit(*spec);
+  if (!submitted.ok()) {
+    if (submitted.status().code() == absl::StatusCode::kInvalidArgument) {
+      EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
+               TruncatedMessage(submitted.status().message()));
+    } else {
+      // Left without a job; the next refresh tries again.
+      LOG(WARNING) << "study " << study.status.study_id() << ": trial "
+                   << trial.number() << ": " << submitted.status()
+                   << "; will retry";
+    }
+    return std::nullopt;
+  }
+  return *std::move(submitted);
+}
+
 void TrialScheduler::EndTrial(Study& study, v1::Trial& trial,
                               v1::TrialState state,
                               const std::string& message) {
-  if (TrialInFlight(trial) && !trial.job_id().empty() &&
-      state != v1::TRIAL_STATE_COMPLETED) {
-    absl::Status stopped = jobs_.Stop(trial.job_id(), message);
-    if (!stopped.ok() &&
-        stopped.code() != absl::StatusCode::kFailedPrecondition &&
-        stopped.code() != absl::StatusCode::kNotFound) {
-      LOG(WARNING) << "study " << study.status.study_id() << ": trial "
-                   << trial.number() << ": " << stopped;
-    }
-  } else if (TrialInFlight(trial) && !trial.job_id().empty() &&
-             state == v1::TRIAL_STATE_COMPLETED) {
-    // Told COMPLETED while its job still runs (an external optimizer):
-    // stop the job too; a job that completed by itself has ended already.
-    (void)jobs_.Stop(trial.job_id(), "completed by the study's optimizer");
+  // Told COMPLETED while its job still runs (an external optimizer): stop
+  // the job too; a job that completed by itself has ended already.
+  const std::string reason = state == v1::TRIAL_STATE_COMPLETED
+                                 ? std::string("completed by the study's optimizer")
+                                 : message;
+  if (trial.folds_size() > 0) {
+    StopFolds(study, trial, state, reason);
+  } else if (TrialInFlight(trial) && !trial.job_id().empty()) {
+    StopJob(study, trial, trial.job_id(), reason);
   }
   trial.set_state(state);
   trial.set_message(TruncatedMessage(message));
@@ -433,6 +395,17 @@ void TrialScheduler::EndTrial(Study& study, v1::Trial& trial,
             << (message.empty() ? "" : absl::StrCat(": ", message));
   Summarize(study);
   events_.Log(study, v1::StudyEvent::KIND_ENDED, &trial, "");
+}
+
+void TrialScheduler::StopJob(const Study& study, const v1::Trial& trial,
+                             const std::string& job_id,
+                             const std::string& reason) {
+  const absl::Status stopped = jobs_.Stop(job_id, reason);
+  if (!stopped.ok() && stopped.code() != absl::StatusCode::kFailedPrecondition &&
+      stopped.code() != absl::StatusCode::kNotFound) {
+    LOG(WARNING) << "study " << study.status.study_id() << ": trial "
+                 << trial.number() << ": " << stopped;
+  }
 }
 
 void TrialScheduler::EndStudy(Study& study, v1::StudyState state,

@@ -36,12 +36,9 @@
 #include "server/opt/sampler.h"
 #include "server/opt/search_space.h"
 #include "server/opt/study_store.h"
+#include "server/opt/trial_values.h"
 
 namespace mpilearn::opt {
-
-// The objective (StudySpec.objectives) that is a trial job's parameter
-// count rather than a reported metric.
-inline constexpr char kParametersObjective[] = "parameters";
 
 // What the study table needs of the master's jobs. The master implements it
 // over MasterCore (server/study_service.cc); tests use a fake.
@@ -93,6 +90,16 @@ class StudyEvents {
 
 // A trial whose job is queued or running.
 bool TrialInFlight(const v1::Trial& trial);
+// A fold of a k-fold trial whose job is queued or running.
+bool FoldInFlight(const v1::TrialFold& fold);
+// A trial in flight with a job (or a fold's job) not yet submitted: after a
+// restart that job may exist (the restart rule), so it is looked up first.
+bool TrialAwaitsJob(const v1::Trial& trial);
+// A k-fold trial's means over its folds (StudySpec.folds): intermediate
+// values at the epochs every fold reached, value and value_spread once every
+// fold has a value, epochs_done the fewest any fold did. Returns whether
+// intermediate or value changed.
+bool CombineFolds(v1::Trial& trial);
 // `text` cut to the length trials and studies keep of a message.
 std::string TruncatedMessage(absl::string_view text);
 
@@ -135,9 +142,28 @@ class TrialScheduler {
   void RefreshTrial(Study& study, v1::Trial& trial);
   // Prunes a running trial whose values changed, if its pruner says so.
   void MaybePrune(Study& study, v1::Trial& trial);
-  // Submits the trial's job (attempt trial.retries()); with `may_exist`
-  // first looks for a job of the same name (the restart rule).
+  // Submits the trial's job (attempt trial.retries()), or a k-fold trial's
+  // fold jobs not yet submitted; with `may_exist` first looks for a job of
+  // the same name (the restart rule).
   void SubmitTrialJob(Study& study, v1::Trial& trial, bool may_exist);
+  // Submits (or with `may_exist` finds) the job of the trial's configuration
+  // for fold `fold` (-1: a one-job trial), attempt `retries`. nullopt when
+  // none was: the trial ended FAILED (a spec the master refuses), or the
+  // next refresh tries again.
+  std::optional<std::string> SubmitJob(Study& study, v1::Trial& trial,
+                                       int fold, int retries, bool may_exist);
+  // Stops a trial's job that may still run (logs what is not expected).
+  void StopJob(const Study& study, const v1::Trial& trial,
+               const std::string& job_id, const std::string& reason);
+
+  // k-fold trials (trial_folds.cc): reads every fold's job, retries a failed
+  // fold, ends the trial when every fold completed (the means) or one
+  // cannot, prunes on the mean curve.
+  void RefreshFoldTrial(Study& study, v1::Trial& trial);
+  void SubmitFoldJobs(Study& study, v1::Trial& trial, bool may_exist);
+  // Stops the folds still in flight of a trial ending in `state`.
+  void StopFolds(Study& study, v1::Trial& trial, v1::TrialState state,
+                 const std::string& reason);
   std::vector<Observation> History(const Study& study, int except) const;
 
   TrialJobs& jobs_;

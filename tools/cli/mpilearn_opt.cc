@@ -61,6 +61,10 @@ ABSL_FLAG(std::optional<int>, trials, std::nullopt,
 ABSL_FLAG(std::optional<int>, parallelism, std::nullopt,
           "create: trials queued or running at once (>= 1); overrides the "
           "file's `parallelism`.");
+ABSL_FLAG(std::optional<int>, folds, std::nullopt,
+          "create: k-fold trials, each trial trained as K jobs (one per "
+          "held-out fold, 2 to 20) and scored by their mean; overrides the "
+          "file's `folds`.");
 ABSL_FLAG(bool, json, false,
           "status, list, best, cancel, ask, tell: print the master's reply "
           "as JSON (field names as in proto/study.proto).");
@@ -96,11 +100,12 @@ constexpr char kUsage[] =
     "\n"
     "Commands:\n"
     "  create STUDY.(json|yaml) [--watch] [--target V] [--trials N]\n"
-    "        [--parallelism N]\n"
+    "        [--parallelism N] [--folds K]\n"
     "        check a study spec file and start the study; prints\n"
     "        `study s-1 created`; --watch then goes on as `watch`;\n"
     "        --target ends the study as soon as a trial's value reaches V;\n"
-    "        --trials and --parallelism override the file's values\n"
+    "        --trials, --parallelism and --folds (k-fold trials: K jobs\n"
+    "        per trial, scored by their mean) override the file's values\n"
     "  watch STUDY_ID\n"
     "        follow the study until it ends: a live table on a terminal\n"
     "        (trial, state, epochs, value, best marker, parameters), else\n"
@@ -163,7 +168,7 @@ const std::vector<Command>& Commands() {
   static const std::vector<Command>* const commands = new std::vector<Command>{
       {"create",
        "STUDY.(json|yaml)",
-       {"watch", "target", "trials", "parallelism"}},
+       {"watch", "target", "trials", "parallelism", "folds"}},
       {"watch", "STUDY_ID", {}},
       {"status", "STUDY_ID", {"json"}},
       {"list", "", {"json"}},
@@ -242,6 +247,9 @@ int Run(const std::vector<std::string>& args,
       return UsageError(absl::StrCat("--parallelism must be >= 1, got ",
                                      *options.parallelism));
     }
+    if (options.folds.has_value() && (*options.folds < 2 || *options.folds > 20)) {
+      return UsageError(absl::StrCat("--folds must be 2 to 20, got ", *options.folds));
+    }
     if (options.target.has_value() && !std::isfinite(*options.target)) {
       return UsageError("--target must be a finite number");
     }
@@ -261,6 +269,7 @@ int Run(const std::vector<std::string>& args,
     if (options.parallelism.has_value()) {
       spec.set_parallelism(*options.parallelism);
     }
+    if (options.folds.has_value()) spec.set_folds(*options.folds);
   }
   if (name == "export" && options.format != "csv" && options.format != "json") {
     return UsageError(absl::StrCat("--format must be csv or json, got '",
@@ -334,6 +343,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   options.target = absl::GetFlag(FLAGS_target);
   options.trials = absl::GetFlag(FLAGS_trials);
   options.parallelism = absl::GetFlag(FLAGS_parallelism);
+  options.folds = absl::GetFlag(FLAGS_folds);
   options.json = absl::GetFlag(FLAGS_json);
   options.spec = absl::GetFlag(FLAGS_spec);
   options.trial = absl::GetFlag(FLAGS_trial);

@@ -146,6 +146,10 @@ expect 2 "no-such-study.yaml: cannot read" opt create "$TMP/no-such-study.yaml"
 
 expect 2 "--trials must be >= 1, got 0" opt create "$STUDY" --trials 0
 expect 2 "--parallelism must be >= 1, got -2" opt create "$STUDY" --parallelism -2
+expect 2 "--folds must be 2 to 20, got 1" opt create "$STUDY" --folds 1
+# The master refuses k-fold trials over a base that holds out rows itself.
+expect 1 "folds: the folds choose the validation rows; remove base.data.validation_count" \
+  opt create "$STUDY" --folds 3
 expect 2 "--target must be a finite number" opt create "$STUDY" --target nan
 expect 2 "--target does not go with 'status'" opt status s-1 --target 0.5
 expect 2 "--trials does not go with 'ask'" opt ask s-1 --trials 3
@@ -153,6 +157,7 @@ expect 2 "--trials does not go with 'ask'" opt ask s-1 --trials 3
 expect 1 "create STUDY.\(json\|yaml\) \[--watch\] \[--target V\] \[--trials N\]" \
   "$OPT" --help
 grep -q -- "--parallelism N" <<<"$OUTPUT" || fail "--help: no --parallelism"
+grep -q -- "--folds K" <<<"$OUTPUT" || fail "--help: no --folds"
 
 # Unknown study: the master's NOT_FOUND message, exit 1.
 expect 1 "unknown study 's-99'" opt status s-99

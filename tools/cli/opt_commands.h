@@ -42,6 +42,7 @@ struct Options {
   std::optional<double> target;  // create: overrides of the spec file's
   std::optional<int> trials;
   std::optional<int> parallelism;
+  std::optional<int> folds;
   bool json = false;
   bool spec = false;
   std::optional<int> trial;

@@ -153,21 +153,38 @@ std::string FixedWidthRow(const std::vector<std::string>& cells) {
   return line + "\n";
 }
 
+// A k-fold trial's jobs, fold by fold ("-" for one not yet submitted).
+std::string FoldJobs(const v1::Trial& trial) {
+  std::vector<std::string> jobs;
+  for (const v1::TrialFold& fold : trial.folds()) {
+    jobs.push_back(fold.job_id().empty() ? kNone : fold.job_id());
+  }
+  return absl::StrJoin(jobs, ",");
+}
+
 // FormatTrialLine with the best marker given: the study's best trial, or
 // the one an event names.
 std::string TrialLine(const v1::Trial& trial, const v1::StudyStatus& study,
                       bool best) {
   std::string line = absl::StrCat("trial ", trial.number(), " ",
                                   TrialStateName(trial.state()));
+  // A k-fold trial's value is the folds' mean; their spread follows it.
   const std::string value =
-      trial.has_value() ? absl::StrCat(" value=", CompactNumber(trial.value()),
-                                       best ? " [best]" : "")
-                        : "";
+      trial.has_value()
+          ? absl::StrCat(" value=", CompactNumber(trial.value()),
+                         trial.has_value_spread()
+                             ? absl::StrCat(" spread=", CompactNumber(trial.value_spread()))
+                             : "",
+                         best ? " [best]" : "")
+          : "";
   if (IsEnded(trial.state())) {
     absl::StrAppend(&line, " at epoch ", trial.epochs_done(), value);
   } else {
-    if (!trial.job_id().empty())
+    if (trial.folds_size() > 0) {
+      absl::StrAppend(&line, " jobs ", FoldJobs(trial));
+    } else if (!trial.job_id().empty()) {
       absl::StrAppend(&line, " job ", trial.job_id());
+    }
     if (trial.retries() > 0)
       absl::StrAppend(&line, " (retry ", trial.retries(), ")");
     if (trial.epochs_done() > 0) {
@@ -330,6 +347,9 @@ std::string FormatStudySummary(const v1::StudyStatus& study) {
   if (!counts.empty())
     absl::StrAppend(&trials, ": ", absl::StrJoin(counts, ", "));
   table.AddRow({"trials", trials});
+  if (spec.folds() > 0) {
+    table.AddRow({"folds", absl::StrCat(spec.folds(), " (one job per fold, scored by the mean)")});
+  }
   if (study.seeded_size() > 0 || spec.enqueue_size() > 0) {
     std::vector<std::string> warm;
     if (spec.enqueue_size() > 0) warm.push_back(absl::StrCat(spec.enqueue_size(), " enqueued"));
@@ -521,7 +541,21 @@ std::string FormatBestTrial(const v1::StudyStatus& study) {
   table.AddRow(
       {"value", best->has_value() ? ExactNumber(best->value()) : kNone});
   table.AddRow({"objective", ObjectiveText(study.spec())});
-  table.AddRow({"job", best->job_id().empty() ? kNone : best->job_id()});
+  if (best->folds_size() > 0) {
+    // The mean's parts: each fold's value and job.
+    std::vector<std::string> values;
+    for (const v1::TrialFold& fold : best->folds()) {
+      values.push_back(fold.has_value() ? ExactNumber(fold.value()) : kNone);
+    }
+    table.AddRow({"folds", absl::StrCat(
+                               "mean of ", best->folds_size(), ": ", absl::StrJoin(values, " "),
+                               best->has_value_spread()
+                                   ? absl::StrCat(" (spread ", ExactNumber(best->value_spread()), ")")
+                                   : "")});
+    table.AddRow({"jobs", FoldJobs(*best)});
+  } else {
+    table.AddRow({"job", best->job_id().empty() ? kNone : best->job_id()});
+  }
   std::vector<std::string> params;
   for (const std::string& path : ParameterPaths(study)) {
     auto it = best->params().find(path);
@@ -549,6 +583,9 @@ std::string FormatStudyCsv(const v1::StudyStatus& study) {
   }
   std::vector<std::string> header = {"number",         "state",   "value",
                                      "epochs_trained", "retries", "job_id"};
+  // k-fold studies: the folds' spread, and every fold's job.
+  const bool folds = study.spec().folds() > 0;
+  if (folds) header.insert(header.begin() + 3, "value_spread");
   header.insert(header.end(), paths.begin(), paths.end());
   for (int epoch : epochs) header.push_back(absl::StrCat("epoch_", epoch));
   auto line = [](const std::vector<std::string>& fields) {
@@ -565,7 +602,11 @@ std::string FormatStudyCsv(const v1::StudyStatus& study) {
         trial.has_value() ? ExactNumber(trial.value()) : "",
         absl::StrCat(trial.epochs_trained()),
         absl::StrCat(trial.retries()),
-        trial.job_id()};
+        folds ? FoldJobs(trial) : trial.job_id()};
+    if (folds) {
+      row.insert(row.begin() + 3,
+                 trial.has_value_spread() ? ExactNumber(trial.value_spread()) : "");
+    }
     for (const std::string& path : paths) {
       auto it = trial.params().find(path);
       row.push_back(it == trial.params().end() ? ""

@@ -399,6 +399,50 @@ TEST(BestTrialTest, SummaryWithExactValues) {
   EXPECT_EQ(FormatBestTrial(study), "study s-1: no trial has a value yet\n");
 }
 
+// A k-fold study: trial 0 completed as the mean of three folds, trial 2
+// runs its three fold jobs.
+v1::StudyStatus MakeFoldStudy() {
+  v1::StudyStatus study = MakeStudy();
+  study.mutable_spec()->set_folds(3);
+  for (int number : {0, 2}) {
+    v1::Trial& trial = *study.mutable_trials(number);
+    for (int i = 0; i < 3; ++i) {
+      v1::TrialFold& fold = *trial.add_folds();
+      fold.set_fold(i);
+      fold.set_job_id(absl::StrCat("job-0001", number, i));
+      fold.set_value(std::vector<double>{0.80, 0.81, 0.82}[i]);
+    }
+  }
+  study.mutable_trials(0)->set_value(0.81);
+  study.mutable_trials(0)->set_value_spread(0.0081650);
+  return study;
+}
+
+TEST(FoldsTest, TrialsShowTheirFoldsJobsAndSpread) {
+  const v1::StudyStatus study = MakeFoldStudy();
+  EXPECT_EQ(FormatTrialLine(study.trials(0), study),
+            "trial 0 COMPLETED at epoch 4 value=0.81 spread=0.008165 [best] "
+            "(learning_rate=0.003123 batch_size=64 hidden=[256,128])");
+  EXPECT_EQ(FormatTrialLine(study.trials(2), study),
+            "trial 2 RUNNING jobs job-000120,job-000121,job-000122 epoch 2 value=0.85 "
+            "(learning_rate=0.01 batch_size=128 hidden=[512,256])");
+  EXPECT_EQ(FormatBestTrial(study),
+            "study      s-1\n"
+            "trial      0 (COMPLETED, 4 epochs)\n"
+            "value      0.81\n"
+            "objective  val_accuracy (maximize)\n"
+            "folds      mean of 3: 0.8 0.81 0.82 (spread 0.008165)\n"
+            "jobs       job-000100,job-000101,job-000102\n"
+            "params     optimizer.learning_rate=0.0031234 batch_size=64 "
+            "model.hidden=[256,128]\n");
+  const std::string csv = FormatStudyCsv(study);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "number,state,value,value_spread,epochs_trained,retries,job_id,"
+            "optimizer.learning_rate,batch_size,model.hidden,epoch_1,epoch_2,epoch_3,epoch_4");
+  EXPECT_THAT(csv, HasSubstr("\n0,COMPLETED,0.81,0.008165,4,0,"
+                             "\"job-000100,job-000101,job-000102\",0.0031234,"));
+}
+
 TEST(CsvTest, FieldsQuotedPerRfc4180) {
   EXPECT_EQ(CsvField("plain"), "plain");
   EXPECT_EQ(CsvField(""), "");

@@ -1,14 +1,17 @@
 // ScanDataFiles, FileReader and UnitPrefetcher (data_stream.h).
 //
 // The splits follow LoadDatasets (dataset.cc) row for row: train_limit keeps
-// the first rows of the training list, the hold-out takes the last
-// validation_count of those, test_limit the first test rows; the row shapes
-// and the label kind are those the DataFile conversions give. What the
+// the first rows of the training list, the hold-out takes HeldOutRows's
+// block of those (the last validation_count, or a cross-validation fold),
+// test_limit the first test rows; the row shapes and the label kind are
+// those the DataFile conversions give. (Only the training rows' order can
+// differ: a fold strictly inside one file moves that file's rows after it
+// to the end, FileList in data_stream.h says why.) What the
 // in-memory path checks on the whole data (finite values, class indices in
 // range) is checked here on every range read, and the class indices also
 // once up front, by a scan of the labels alone, for the class count.
 //
-// About 500 lines, in one file because the scan, the reader and the
+// About 700 lines, in one file because the scan, the reader and the
 // prefetcher share the split rules and the row checks above them.
 #include "worker/data/data_stream.h"
 
@@ -350,6 +353,45 @@ absl::StatusOr<std::vector<DataHeads::Labels>> PackedLabelHeads(
   return heads;
 }
 
+// Moves rows [held.begin, held.end) of `train`, counted over the list in
+// order, to the list it returns: the same paths, each file's overlap with
+// the block in its place (rows 0 for the others). Each file keeps its rows
+// before the block in its place; rows after it stay there too, unless the
+// block lies strictly inside the file: then they become an extra entry at
+// the end of `train`, so that entries 0..P-1 stay the spec's P files in
+// order (the master addresses data units by file index).
+FileList HoldOut(const RowBlock& held, FileList* train) {
+  FileList out;
+  out.field = train->field;
+  out.paths = train->paths;
+  out.first.assign(out.paths.size(), 0);
+  out.rows.assign(out.paths.size(), 0);
+  int64_t start = 0;  // the list's row at file i's first row
+  for (size_t i = 0; i < out.paths.size(); ++i) {
+    const int64_t file_rows = train->rows[i];
+    const int64_t from = std::max(held.begin, start) - start;  // in the file
+    const int64_t to = std::min(held.end, start + file_rows) - start;
+    start += file_rows;
+    if (from >= to) continue;
+    const int64_t first = train->first[i];
+    out.first[i] = first + from;
+    out.rows[i] = to - from;
+    if (to == file_rows) {  // the block reaches the file's end
+      train->rows[i] = from;
+    } else if (from == 0) {  // the block ends inside the file
+      train->first[i] = first + to;
+      train->rows[i] = file_rows - to;
+    } else {  // strictly inside
+      const std::string path = train->paths[i];
+      train->paths.push_back(path);
+      train->first.push_back(first + to);
+      train->rows.push_back(file_rows - to);
+      train->rows[i] = from;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t FileList::total_rows() const {
@@ -364,8 +406,7 @@ absl::StatusOr<FileSplits> ScanDataFiles(const DataSpec& spec) {
         "data.train_files is required: HDF5 (.h5, .hdf5) or NumPy (.npz, "
         ".npy) files, or one text file listing them");
   }
-  MPILEARN_ASSIGN_OR_RETURN(const int64_t validation_count,
-                            CheckedValidationCount(spec));
+  MPILEARN_RETURN_IF_ERROR(CheckDataCounts(spec));
   FileSplits splits;
   splits.names = DataFileNames::FromSpec(spec);
 
@@ -388,24 +429,11 @@ absl::StatusOr<FileSplits> ScanDataFiles(const DataSpec& spec) {
     }
     splits.validation = std::move(validation.list);
   } else {
-    const int64_t n = train.list.total_rows();
-    MPILEARN_RETURN_IF_ERROR(CheckHoldOut(spec, validation_count, n,
-                                          "the training files hold",
-                                          "data.validation_files"));
-    // The last validation_count rows, from the end of the list backwards.
-    FileList& held = splits.validation;
-    held.field = "train_files";
-    held.paths = train.list.paths;
-    held.first.assign(held.paths.size(), 0);
-    held.rows.assign(held.paths.size(), 0);
-    int64_t left = validation_count;
-    for (size_t i = held.paths.size(); i-- > 0 && left > 0;) {
-      const int64_t take = std::min(left, train.list.rows[i]);
-      train.list.rows[i] -= take;
-      held.first[i] = train.list.first[i] + train.list.rows[i];
-      held.rows[i] = take;
-      left -= take;
-    }
+    MPILEARN_ASSIGN_OR_RETURN(
+        const RowBlock held,
+        HeldOutRows(spec, train.list.total_rows(), "the training files hold",
+                    "data.validation_files"));
+    splits.validation = HoldOut(held, &train.list);
   }
 
   if (!spec.test_files().empty()) {

@@ -14,9 +14,10 @@
 //   MPILEARN_ASSIGN_OR_RETURN(DataRows batch, validation.ReadRange(0, 1000));
 //
 // A split is a list of files, each used from a first row for a number of
-// rows: train_limit cuts the training list, and without validation files
-// the last validation_count rows of the (limited) training list are the
-// validation split, so a file can be split between the two.
+// rows: train_limit cuts the training list, and without validation files a
+// block of the (limited) training list is the validation split
+// (HeldOutRows in dataset.h: the last validation_count rows, or a
+// cross-validation fold), so a file can be split between the two.
 //
 // Thread safety: FileSplits is immutable after ScanDataFiles. A FileReader
 // belongs to one thread at a time. UnitPrefetcher's methods are called from
@@ -49,6 +50,14 @@ struct FileList {
   // first[i], rows[i]: file i's rows [first[i], first[i] + rows[i]) belong
   // to this split (rows[i] may be 0: a training file past train_limit, or
   // one wholly held out, keeps its place in the list with no rows).
+  //
+  // Entries 0..P-1 are the spec's P files in order (the master addresses
+  // data units by file index, and every rank builds the same list). The
+  // training list may hold one entry more, at the end: when a
+  // cross-validation fold lies strictly inside one file, that file's rows
+  // after the fold (the same path, its own first and rows). So the same
+  // path can appear twice, and the training rows in list order are the
+  // spec's in order except for that last part.
   std::vector<int64_t> first;
   std::vector<int64_t> rows;
 

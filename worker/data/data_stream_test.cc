@@ -8,12 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,6 +26,7 @@
 #include "proto/mpilearn.pb.h"
 #include "worker/data/data_file.h"
 #include "worker/data/dataset.h"
+#include "worker/data/fold_fixtures.h"
 
 namespace mpilearn::worker {
 namespace {
@@ -758,6 +762,157 @@ TEST(ScanDataFilesTest, BadInputsAreNamed) {
   spec.set_train_limit(-1);
   EXPECT_EQ(ScanDataFiles(spec).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Cross-validation over four training files of 7, 5, 9 and 4 rows, HDF5
+// and NumPy by turns. A row's label is its index in the concatenated list
+// and its features are Feature(file, row in the file, j), so every row read
+// tells where it came from.
+struct FoldFiles {
+  std::vector<std::string> paths;
+  std::vector<int64_t> starts;  // each file's first row in the list
+  std::vector<int64_t> sizes;
+
+  // The file holding list row `row`.
+  int FileOf(int64_t row) const {
+    int f = 0;
+    while (row >= starts[f] + sizes[f]) ++f;
+    return f;
+  }
+};
+
+FoldFiles WriteFoldFiles() {
+  FoldFiles files;
+  files.sizes = {7, 5, 9, 4};
+  int64_t start = 0;
+  for (int f = 0; f < 4; ++f) {
+    std::vector<int64_t> labels(files.sizes[f]);
+    std::iota(labels.begin(), labels.end(), start);
+    const std::string stem = absl::StrCat("fold_", f);
+    files.paths.push_back(f % 2 == 0 ? WriteH5(stem + ".h5", f, labels)
+                                     : WriteNpy(stem, f, labels));
+    files.starts.push_back(start);
+    start += files.sizes[f];
+  }
+  return files;
+}
+
+// The list rows `rows` holds (its labels), each checked against its
+// features; with `file` >= 0 every row must come from that file.
+std::vector<int64_t> ListRows(const DataRows& rows, const FoldFiles& files,
+                              int file = -1) {
+  std::vector<int64_t> list_rows;
+  for (int64_t r = 0; r < rows.labels.size(0); ++r) {
+    const int64_t row = rows.labels[r].item<int64_t>();
+    const int f = files.FileOf(row);
+    if (file >= 0) {
+      EXPECT_EQ(f, file) << "list row " << row;
+    }
+    for (int j = 0; j < kWidth; ++j) {
+      EXPECT_EQ(rows.features[r][j].item<double>(), Feature(f, row - files.starts[f], j))
+          << "list row " << row;
+    }
+    list_rows.push_back(row);
+  }
+  return list_rows;
+}
+
+TEST(ScanDataFilesTest, EveryFoldHoldsOutItsBlockAndTrainsOnTheRest) {
+  const FoldFiles files = WriteFoldFiles();
+  const int kFiles = 4;
+  // What the cases must cover, counted as they run.
+  int inside_one_file = 0, across_files = 0;
+  for (const auto& [folds, limit] : std::vector<std::pair<int, int>>{
+           {2, 0}, {3, 0}, {5, 0}, {7, 0}, {25, 0}, {4, 20}, {3, 9}}) {
+    const int64_t n = limit > 0 ? limit : 25;
+    std::vector<int> times_held(n, 0);
+    for (int fold = 0; fold < folds; ++fold) {
+      SCOPED_TRACE(absl::StrCat(fold, " of ", folds, " folds, train_limit ", limit));
+      v1::DataSpec spec;
+      for (const std::string& path : files.paths) spec.add_train_files(path);
+      spec.set_train_limit(limit);
+      spec.set_folds(folds);
+      spec.set_fold(fold);
+      absl::StatusOr<FileSplits> split = ScanDataFiles(spec);
+      ASSERT_TRUE(split.ok()) << split.status();
+      const auto [held, rest] = ExpectedFoldRows(n, folds, fold);
+      const int first_file = files.FileOf(held.front());
+      const int last_file = files.FileOf(held.back());
+      const bool inside = first_file == last_file &&
+                          held.front() > files.starts[first_file] &&
+                          held.back() + 1 < std::min(n, files.starts[first_file] +
+                                                            files.sizes[first_file]);
+      inside_one_file += inside ? 1 : 0;
+      across_files += first_file != last_file ? 1 : 0;
+
+      const DataRows validation = ReadAll(split->validation, split->names);
+      EXPECT_EQ(ListRows(validation, files), held);
+      // The in-memory loader holds out the same rows.
+      absl::StatusOr<DatasetSplits> loaded = LoadDatasets(spec);
+      ASSERT_TRUE(loaded.ok()) << loaded.status();
+      ExpectSameRows(validation, loaded->validation.features, loaded->validation.labels);
+
+      // Training: entries 0..3 are the spec's files in order; a fold
+      // strictly inside one file adds that file's rows after it at the end.
+      const FileList& train = split->train;
+      ASSERT_EQ(train.paths.size(), static_cast<size_t>(kFiles + (inside ? 1 : 0)));
+      FileReader reader(train, split->names);
+      std::vector<int64_t> by_entry;
+      for (int e = 0; e < static_cast<int>(train.paths.size()); ++e) {
+        const int file = e < kFiles ? e : first_file;
+        EXPECT_EQ(train.paths[e], train.paths[file]);
+        absl::StatusOr<DataRows> rows = reader.ReadFileRows(e, 0, train.rows[e]);
+        ASSERT_TRUE(rows.ok()) << rows.status();
+        for (const int64_t row : ListRows(*rows, files, file)) by_entry.push_back(row);
+      }
+      const std::vector<int64_t> read = ListRows(ReadAll(train, split->names), files);
+      EXPECT_EQ(read, by_entry);
+      std::vector<int64_t> sorted = read;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(sorted, rest);
+      for (const int64_t r : held) ++times_held[r];
+
+      if (inside) {
+        // The prefetcher reads both entries of the same file.
+        UnitPrefetcher prefetch(train, split->names);
+        prefetch.Prefetch({kFiles, 0, train.rows[kFiles]});
+        prefetch.Prefetch({first_file, 0, train.rows[first_file]});
+        absl::StatusOr<DataRows> after = prefetch.Take({kFiles, 0, train.rows[kFiles]});
+        ASSERT_TRUE(after.ok()) << after.status();
+        EXPECT_EQ(ListRows(*after, files, first_file).front(), held.back() + 1);
+        absl::StatusOr<DataRows> before =
+            prefetch.Take({first_file, 0, train.rows[first_file]});
+        ASSERT_TRUE(before.ok()) << before.status();
+        EXPECT_EQ(ListRows(*before, files, first_file).back(), held.front() - 1);
+      }
+    }
+    // Over the folds every row is held out exactly once.
+    EXPECT_EQ(times_held, std::vector<int>(n, 1)) << folds << " folds";
+  }
+  EXPECT_GT(inside_one_file, 0);
+  EXPECT_GT(across_files, 0);
+}
+
+TEST(ScanDataFilesTest, FoldsNeedARowEach) {
+  v1::DataSpec spec;
+  spec.add_train_files(WriteH5("fold_few_a.h5", 0, Labels(0, 2)));
+  spec.add_train_files(WriteNpy("fold_few_b", 1, Labels(1, 1)));
+  spec.set_folds(4);
+  spec.set_fold(3);
+  absl::StatusOr<FileSplits> files = ScanDataFiles(spec);
+  EXPECT_EQ(files.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(files.status().message(),
+              AllOf(HasSubstr("data.folds is 4 but the training files hold only 3 samples"),
+                    HasSubstr("lower data.folds")));
+  spec.set_folds(3);
+  EXPECT_EQ(ScanDataFiles(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.set_fold(2);
+  files = ScanDataFiles(spec);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->validation.rows, (std::vector<int64_t>{0, 1}));
+  spec.add_validation_files(spec.train_files(0));
+  EXPECT_THAT(ScanDataFiles(spec).status().message(),
+              HasSubstr("remove the validation files"));
 }
 
 }  // namespace

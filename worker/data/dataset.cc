@@ -24,6 +24,7 @@ namespace {
 using ::mpilearn::v1::DataSpec;
 
 constexpr int64_t kDefaultValidationCount = 5000;
+constexpr int kMaxFolds = 100;  // as NormalizeJobSpec allows
 
 // Reads the IDX file that spec field `field` names, prefixing any error with
 // the field.
@@ -324,31 +325,79 @@ absl::Status CheckMatchesTrain(absl::string_view features_field,
   return absl::OkStatus();
 }
 
+// Rows [block.begin, block.end) of `data`: a view sharing its storage.
+Dataset RowsOf(const Dataset& data, const RowBlock& block) {
+  Dataset rows;
+  rows.features = data.features.narrow(0, block.begin, block.size());
+  rows.labels = data.labels.narrow(0, block.begin, block.size());
+  return rows;
+}
+
+// `data` less rows `block`, in order: a view when the block is at either
+// end, else (a middle cross-validation fold) a copy of the two parts.
+Dataset WithoutRows(const Dataset& data, const RowBlock& block) {
+  const RowBlock before{0, block.begin};
+  const RowBlock after{block.end, data.size()};
+  if (after.size() == 0) return RowsOf(data, before);
+  if (before.size() == 0) return RowsOf(data, after);
+  const Dataset first = RowsOf(data, before);
+  const Dataset second = RowsOf(data, after);
+  return Dataset{torch::cat({first.features, second.features}),
+                 torch::cat({first.labels, second.labels})};
+}
+
 }  // namespace
 
-absl::StatusOr<int64_t> CheckedValidationCount(const DataSpec& spec) {
+absl::Status CheckDataCounts(const DataSpec& spec) {
   MPILEARN_RETURN_IF_ERROR(CheckNonNegative("train_limit", spec.train_limit()));
   MPILEARN_RETURN_IF_ERROR(CheckNonNegative("test_limit", spec.test_limit()));
+  MPILEARN_RETURN_IF_ERROR(
+      CheckNonNegative("validation_count", spec.validation_count()));
+  if (spec.folds() == 0 && !spec.has_fold()) return absl::OkStatus();
+  // The spec was normalized (NormalizeJobSpec says why each is refused);
+  // these guard the block arithmetic against a spec that was not.
+  if (spec.folds() < 2 || spec.folds() > kMaxFolds || spec.fold() < 0 ||
+      spec.fold() >= spec.folds()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.folds is ", spec.folds(), " and data.fold ", spec.fold(),
+        "; folds must be 2 to ", kMaxFolds, " and fold in [0, folds)"));
+  }
+  if (!spec.validation_files().empty() || !spec.validation_images().empty() ||
+      (spec.has_validation_count() && spec.validation_count() > 0)) {
+    return absl::InvalidArgumentError(
+        "data.folds chooses the validation rows; remove the validation files "
+        "and data.validation_count");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RowBlock> HeldOutRows(const DataSpec& spec, int64_t rows,
+                                     absl::string_view what,
+                                     absl::string_view alternative) {
+  MPILEARN_RETURN_IF_ERROR(CheckDataCounts(spec));
+  const bool limited = spec.train_limit() > 0;
+  if (spec.folds() > 0) {
+    const int64_t folds = spec.folds();
+    if (rows < folds) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.folds is ", folds, " but ", what, " only ", rows, " samples",
+          limited ? " after data.train_limit" : "",
+          "; every fold needs at least one, so lower data.folds",
+          limited ? " or raise data.train_limit" : ""));
+    }
+    // rows < 2^40 and folds <= 100: the products do not overflow.
+    return RowBlock{spec.fold() * rows / folds, (spec.fold() + 1) * rows / folds};
+  }
   const int64_t validation_count = spec.has_validation_count()
                                        ? spec.validation_count()
                                        : kDefaultValidationCount;
-  MPILEARN_RETURN_IF_ERROR(
-      CheckNonNegative("validation_count", validation_count));
-  return validation_count;
-}
-
-absl::Status CheckHoldOut(const DataSpec& spec, int64_t validation_count,
-                          int64_t rows, absl::string_view what,
-                          absl::string_view alternative) {
-  if (validation_count < rows) return absl::OkStatus();
+  if (validation_count < rows) return RowBlock{rows - validation_count, rows};
   return absl::InvalidArgumentError(absl::StrCat(
       "data.validation_count is ", validation_count,
       (spec.has_validation_count() ? "" : " (the default)"), " but ", what,
-      " only ", rows, " samples",
-      (spec.train_limit() > 0 ? " after data.train_limit" : ""),
+      " only ", rows, " samples", (limited ? " after data.train_limit" : ""),
       "; the held-out validation samples must leave some to train on, so "
-      "lower data.validation_count",
-      (spec.train_limit() > 0 ? " or raise data.train_limit" : ""),
+      "lower data.validation_count", (limited ? " or raise data.train_limit" : ""),
       ", or give ", alternative));
 }
 
@@ -374,8 +423,7 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
                                      spec.validation_labels()));
   MPILEARN_RETURN_IF_ERROR(CheckPair("test_images", spec.test_images(),
                                      "test_labels", spec.test_labels()));
-  MPILEARN_ASSIGN_OR_RETURN(const int64_t validation_count,
-                            CheckedValidationCount(spec));
+  MPILEARN_RETURN_IF_ERROR(CheckDataCounts(spec));
 
   // IDX files, or the file lists (HDF5, NumPy).
   const bool files = !spec.train_files().empty();
@@ -407,19 +455,12 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
     splits.validation = std::move(validation.data);
     splits.train = train.data;
   } else {
-    const int64_t n = train.data.size();
-    MPILEARN_RETURN_IF_ERROR(CheckHoldOut(
-        spec, validation_count, n, "the training set has",
-        "data.validation_images and data.validation_labels"));
-    const int64_t train_n = n - validation_count;
-    splits.train.features = train.data.features.narrow(0, 0, train_n);
-    splits.train.labels = train.data.labels.narrow(0, 0, train_n);
-    if (validation_count > 0) {
-      splits.validation.features =
-          train.data.features.narrow(0, train_n, validation_count);
-      splits.validation.labels =
-          train.data.labels.narrow(0, train_n, validation_count);
-    }
+    MPILEARN_ASSIGN_OR_RETURN(
+        const RowBlock held,
+        HeldOutRows(spec, train.data.size(), "the training set has",
+                    "data.validation_images and data.validation_labels"));
+    if (held.size() > 0) splits.validation = RowsOf(train.data, held);
+    splits.train = WithoutRows(train.data, held);
   }
 
   if (!spec.test_images().empty() || !spec.test_files().empty()) {
@@ -468,10 +509,7 @@ ShareRange ShareOf(int64_t rows, int rank, int world) {
 Dataset Shard(const Dataset& data, int rank, int world) {
   const ShareRange share = ShareOf(data.size(), rank, world);
   if (data.size() == 0) return data;
-  Dataset shard;
-  shard.features = data.features.narrow(0, share.begin, share.end - share.begin);
-  shard.labels = data.labels.narrow(0, share.begin, share.end - share.begin);
-  return shard;
+  return RowsOf(data, RowBlock{share.begin, share.end});
 }
 
 }  // namespace worker

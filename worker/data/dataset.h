@@ -70,8 +70,10 @@ struct DataHeads {
 
 struct DatasetSplits {
   Dataset train;
-  // Held out from the end of the training files, or loaded from separate
-  // validation files. Empty only when data.validation_count is 0.
+  // Held out from the training files (HeldOutRows: the last
+  // validation_count rows, or a cross-validation fold), or loaded from
+  // separate validation files. Empty only when data.validation_count is 0
+  // and there are no folds.
   Dataset validation;
   // Empty when the spec names no test files.
   Dataset test;
@@ -110,19 +112,33 @@ inline constexpr int64_t kMaxClasses = int64_t{1} << 20;
 //   DataLoss          a file is truncated or corrupt.
 absl::StatusOr<DatasetSplits> LoadDatasets(const mpilearn::v1::DataSpec& spec);
 
-// Checks that train_limit, test_limit and validation_count are not
-// negative (InvalidArgument naming the field) and returns validation_count
-// (its default when unset).
-absl::StatusOr<int64_t> CheckedValidationCount(const mpilearn::v1::DataSpec& spec);
+// Checks the counts and the cross-validation fields before any file is
+// read: train_limit, test_limit and validation_count not negative; folds 0
+// (off) or 2 to 100, fold in [0, folds); folds neither with validation
+// files nor with a validation_count above 0. InvalidArgument naming the
+// field.
+absl::Status CheckDataCounts(const mpilearn::v1::DataSpec& spec);
 
-// InvalidArgument when holding out `validation_count` of the `rows`
-// training samples (described as `what`, e.g. "the training set has")
-// leaves none to train on; the message names `alternative`, the fields
-// that give separate validation data.
-absl::Status CheckHoldOut(const mpilearn::v1::DataSpec& spec,
-                          int64_t validation_count, int64_t rows,
-                          absl::string_view what,
-                          absl::string_view alternative);
+// Rows [begin, end) of a list of rows.
+struct RowBlock {
+  int64_t begin = 0;
+  int64_t end = 0;
+
+  int64_t size() const { return end - begin; }
+};
+
+// The rows held out for validation when `spec` gives no validation files,
+// of its `rows` training rows (after train_limit, in list order): with
+// data.folds, block data.fold, rows [fold * rows / folds,
+// (fold + 1) * rows / folds); else the last validation_count rows (5000
+// when unset). InvalidArgument for what CheckDataCounts refuses, for a
+// validation_count that leaves no rows to train on, and for fewer rows than
+// folds (each fold needs one). The messages describe the rows with `what`
+// ("the training set has") and name `alternative`, the fields that give
+// separate validation data.
+absl::StatusOr<RowBlock> HeldOutRows(const mpilearn::v1::DataSpec& spec,
+                                     int64_t rows, absl::string_view what,
+                                     absl::string_view alternative);
 
 // Rank `rank`'s share among `world` of `rows` rows, rows [begin, end): the
 // shares' sizes differ by at most one, the first ones larger, and ranks in

@@ -15,12 +15,14 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/data/fold_fixtures.h"
 
 namespace mpilearn {
 namespace worker {
@@ -196,6 +198,94 @@ TEST(LoadDatasetsTest, ValidationCountMustLeaveTrainingSamples) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(s), StartsWith("data.validation_count is 10"));
   EXPECT_THAT(Message(s), HasSubstr("after data.train_limit"));
+}
+
+// Cross-validation folds: rows that tell their index. Features float32
+// [n, 2] hold (i, -i) and the int32 labels i (class indices).
+Files WriteIndexedRows(const std::string& prefix, int n) {
+  Files files{TempPath(prefix + "-features.gz"), TempPath(prefix + "-labels.gz")};
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  for (int i = 0; i < n; ++i) {
+    features.push_back(static_cast<float>(i));
+    features.push_back(-static_cast<float>(i));
+    labels.push_back(i);
+  }
+  WriteTypedIdx(files.images, 0x0D, {static_cast<uint32_t>(n), 2}, features);
+  WriteTypedIdx(files.labels, 0x0C, {static_cast<uint32_t>(n)}, labels);
+  return files;
+}
+
+// The row indices `d` holds, in order (its labels; its features must agree).
+std::vector<int64_t> RowIndices(const Dataset& d) {
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < d.size(); ++r) {
+    const int64_t i = d.labels[r].item<int64_t>();
+    EXPECT_EQ(d.features[r][0].item<float>(), i);
+    EXPECT_EQ(d.features[r][1].item<float>(), -i);
+    rows.push_back(i);
+  }
+  return rows;
+}
+
+TEST(LoadDatasetsTest, EveryFoldHoldsOutItsBlockAndTrainsOnTheRest) {
+  const Files files = WriteIndexedRows("folds", 23);
+  // n rows after train_limit (0: all 23).
+  for (const auto& [folds, limit] : std::vector<std::pair<int, int>>{
+           {2, 0}, {3, 0}, {5, 0}, {23, 0}, {4, 17}, {17, 17}}) {
+    const int64_t n = limit > 0 ? limit : 23;
+    std::vector<int> times_held(n, 0);
+    for (int fold = 0; fold < folds; ++fold) {
+      SCOPED_TRACE(absl::StrCat(fold, " of ", folds, " folds, train_limit ", limit));
+      DataSpec spec = TrainSpec(files);
+      spec.set_train_limit(limit);
+      spec.set_folds(folds);
+      spec.set_fold(fold);
+      absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+      ASSERT_TRUE(s.ok()) << s.status();
+      const auto [held, rest] = ExpectedFoldRows(n, folds, fold);
+      ASSERT_FALSE(held.empty());
+      EXPECT_EQ(RowIndices(s->validation), held);
+      EXPECT_EQ(RowIndices(s->train), rest);
+      for (const int64_t r : RowIndices(s->validation)) ++times_held[r];
+      // The last fold leaves the training rows a view (no copy): the
+      // validation rows follow them in the same storage.
+      if (fold == folds - 1) {
+        EXPECT_EQ(s->validation.features.data_ptr<float>(),
+                  s->train.features.data_ptr<float>() + 2 * rest.size());
+      }
+    }
+    // Over the folds every row is held out exactly once.
+    EXPECT_EQ(times_held, std::vector<int>(n, 1)) << folds << " folds";
+  }
+}
+
+TEST(LoadDatasetsTest, FoldsNeedARowEachAndNoOtherValidation) {
+  DataSpec spec = TrainSpec(WriteIndexedRows("few", 6));
+  spec.set_folds(7);
+  spec.set_fold(0);
+  absl::StatusOr<DatasetSplits> s = LoadDatasets(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("data.folds is 7 but the training set has only 6 samples"));
+  EXPECT_THAT(Message(s), HasSubstr("lower data.folds"));
+  spec.set_folds(3);
+  spec.set_train_limit(2);
+  EXPECT_THAT(Message(LoadDatasets(spec)),
+              HasSubstr("only 2 samples after data.train_limit; every fold needs at least one, "
+                        "so lower data.folds or raise data.train_limit"));
+  spec.set_train_limit(0);
+  spec.set_fold(3);
+  EXPECT_THAT(Message(LoadDatasets(spec)), HasSubstr("data.folds is 3 and data.fold 3"));
+  spec.set_fold(1);
+  spec.set_validation_count(2);
+  EXPECT_THAT(Message(LoadDatasets(spec)), HasSubstr("data.folds chooses the validation rows"));
+  spec.set_validation_count(0);
+  ASSERT_TRUE(LoadDatasets(spec).ok());
+  const Files validation = WriteIndexedRows("few-validation", 2);
+  spec.set_validation_images(validation.images);
+  spec.set_validation_labels(validation.labels);
+  EXPECT_THAT(Message(LoadDatasets(spec)), HasSubstr("remove the validation files"));
 }
 
 TEST(LoadDatasetsTest, LoadsSeparateValidationAndTestFiles) {
