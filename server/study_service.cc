@@ -16,8 +16,8 @@ namespace {
 absl::Status CheckManagesStudy(const opt::StudyTable& table, const Caller& caller,
                                const std::string& study_id) {
   if (caller.role == Role::kAdmin) return absl::OkStatus();
-  MPILEARN_ASSIGN_OR_RETURN(v1::StudyStatus study, table.GetStudy(study_id));
-  return CheckManages(caller, study.spec().base().owner(), absl::StrCat("study ", study_id));
+  MPILEARN_ASSIGN_OR_RETURN(const std::string owner, table.StudyOwner(study_id));
+  return CheckManages(caller, owner, absl::StrCat("study ", study_id));
 }
 
 }  // namespace

@@ -379,6 +379,12 @@ absl::StatusOr<v1::StudyStatus> StudyTable::GetStudy(
   return study->status;
 }
 
+absl::StatusOr<std::string> StudyTable::StudyOwner(const std::string& study_id) const {
+  absl::MutexLock lock(&mu_);
+  MPILEARN_ASSIGN_OR_RETURN(Study * study, FindOrError(study_id));
+  return study->status.spec().base().owner();
+}
+
 v1::ListStudiesResponse StudyTable::ListStudies() const {
   absl::MutexLock lock(&mu_);
   v1::ListStudiesResponse response;

@@ -98,6 +98,9 @@ class StudyTable : private StudyEvents {
   absl::StatusOr<v1::CreateStudyResponse> CreateStudy(
       const v1::CreateStudyRequest& request);
   absl::StatusOr<v1::StudyStatus> GetStudy(const std::string& study_id) const;
+  // Who created the study (its base job's owner), without copying it: the
+  // study service's ownership rule asks on every ask, tell and cancel.
+  absl::StatusOr<std::string> StudyOwner(const std::string& study_id) const;
   v1::ListStudiesResponse ListStudies() const;
   absl::StatusOr<v1::StudyStatus> CancelStudy(
       const v1::CancelStudyRequest& request);

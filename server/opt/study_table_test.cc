@@ -148,6 +148,15 @@ TEST_F(StudyTableTest, TrialsAreJobsWithTheirValuesApplied) {
   EXPECT_THAT(status.message(), HasSubstr("all 4 trials ended"));
 }
 
+TEST_F(StudyTableTest, StudyOwnerIsItsBaseJobsOwner) {
+  auto table = NewTable();
+  v1::StudySpec spec = BaseStudy();
+  spec.mutable_base()->set_owner("alice");
+  const std::string id = CreateStudy(*table, spec);
+  EXPECT_EQ(table->StudyOwner(id).value(), "alice");
+  EXPECT_EQ(table->StudyOwner("s-99").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(StudyTableTest, FailedJobIsRetriedThenTheTrialFails) {
   auto table = NewTable();
   v1::StudySpec spec = BaseStudy();

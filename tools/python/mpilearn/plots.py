@@ -168,10 +168,20 @@ def _title(status, what):
     return "%s: %s" % (name, what) if name else what
 
 
+def fold_spreads(status):
+    """A k-fold study (spec.folds): [(trial number, value, value_spread)] of
+    the trials whose every fold has a value, in trial order; the value is
+    the folds' mean and the spread their standard deviation."""
+    return [(t.get("number", 0), t["value"], t["value_spread"])
+            for t in _trials_with_value(status) if "value_spread" in t]
+
+
 def plot_history(status, path):
     """The objective of each trial with a value (completed: dots, pruned:
     crosses) by trial number, and the best value so far (completed and
-    pruned trials, as the master ranks them) as a step line."""
+    pruned trials, as the master ranks them) as a step line. In a k-fold
+    study each value is the folds' mean, drawn with a bar of +- their
+    spread."""
     metric, maximize = objective_of(status)
     trials = _trials_with_value(status)
     fig, ax = _new_figure()
@@ -185,6 +195,12 @@ def plot_history(status, path):
             ys = [t["value"] for t in trials if t.get("state") == state]
             if xs:
                 ax.scatter(xs, ys, marker=marker, label=label, zorder=3)
+        spreads = fold_spreads(status)
+        if spreads:
+            ax.errorbar([n for n, _, _ in spreads], [v for _, v, _ in spreads],
+                        yerr=[e for _, _, e in spreads], fmt="none",
+                        ecolor="tab:gray", capsize=3, zorder=2,
+                        label="spread over folds")
         ranked = [t for t in trials if t.get("state") in (_COMPLETED, _PRUNED)]
         if ranked:
             best, xs, ys = None, [], []

@@ -118,6 +118,21 @@ class PlotsTest(unittest.TestCase):
                                 "s-8-parallel_coordinates.png", "s-8-importance.png",
                                 "s-8-pareto_front.png"])
 
+    def test_k_fold_study_draws_each_mean_with_its_spread(self):
+        status = copy.deepcopy(STATUS)
+        status["spec"]["folds"] = 3
+        for trial in status["trials"]:
+            if "value" in trial and trial["number"] != 4:
+                trial["value_spread"] = 0.01 * (trial["number"] + 1)
+        self.assertEqual(plots.fold_spreads(status),
+                         [(0, 0.80, 0.01), (1, 0.85, 0.02), (2, 0.60, 0.03),
+                          (3, 0.90, 0.04)])
+        message = json_format.ParseDict(status, study_pb2.StudyStatus())
+        self.assertEqual(plots.fold_spreads(message)[3], (3, 0.90, 0.04))
+        path = plots.plot_history(status, os.path.join(TMP, "folds-history.png"))
+        self.check_pngs([path], ["folds-history.png"])
+        self.assertEqual(plots.fold_spreads(STATUS), [])
+
     def test_empty_study(self):
         empty = {"study_id": "s-1", "spec": STATUS["spec"], "trials": []}
         self.check_pngs(
