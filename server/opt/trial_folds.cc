@@ -153,6 +153,7 @@ void TrialScheduler::RefreshFoldTrial(Study& study, v1::Trial& trial) {
         // Pruned before a restart that came before the study was written.
         end = {v1::TRIAL_STATE_PRUNED, job->stop_reason()};
       } else if (!fold.has_value()) {
+        fold.set_state(v1::TRIAL_STATE_FAILED);
         end = {v1::TRIAL_STATE_FAILED,
                absl::StrCat(job_name, " completed without reporting ",
                             spec.objective().metric(),
@@ -160,6 +161,7 @@ void TrialScheduler::RefreshFoldTrial(Study& study, v1::Trial& trial) {
       } else {
         absl::StatusOr<std::vector<double>> values = ObjectiveValues(spec, *job);
         if (!values.ok()) {
+          fold.set_state(v1::TRIAL_STATE_FAILED);
           end = {v1::TRIAL_STATE_FAILED, absl::StrCat(job_name, " ", values.status().message())};
         } else {
           fold.clear_values();
