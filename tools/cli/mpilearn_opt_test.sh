@@ -17,6 +17,7 @@ OPT="$RUNFILES/tools/cli/mpilearn-opt"
 MASTER="$RUNFILES/server/mpilearn-master"
 WORKER="$RUNFILES/worker/mpilearn-worker"
 EXAMPLE="$RUNFILES/docs/examples/opt_fashion_mnist.yaml"
+KFOLD_EXAMPLE="$RUNFILES/docs/examples/opt_kfold_fashion_mnist.yaml"
 TMP="${TEST_TMPDIR:?}"
 MASTER_LOG="$TMP/master.log"
 WORKER_LOG="$TMP/worker.log"
@@ -296,6 +297,20 @@ expect 0 '^0 +PRUNED ' opt status s-4
 expect 0 "^study s-4 CANCELLED" opt cancel s-4
 expect 0 '^state +CANCELLED$' opt status s-4
 expect 0 '^s-4 +tiny-fashion-mnist +CANCELLED +external ' opt list
+
+# --- The k-fold example: the master takes it; each trial is three jobs. -------
+expect 0 "^study s-5 created$" opt create "$KFOLD_EXAMPLE" --trials 1
+expect 0 '^folds +3 \(one job per fold, scored by the mean\)$' opt status s-5
+grep -Eq "^0 +(QUEUED|RUNNING) " <<<"$OUTPUT" || fail "k-fold trial 0:"$'\n'"$OUTPUT"
+expect 0 "^study s-5 CANCELLED" opt cancel s-5 --reason "not trained here"
+opt status s-5 --json >"$TMP/s-5.json" || fail "status --json failed"
+"$PYTHON" - "$TMP/s-5.json" <<'PY' || fail "k-fold trial 0 is not three fold jobs"
+import json, sys
+trial = json.load(open(sys.argv[1]))["trials"][0]
+assert [f.get("fold", 0) for f in trial["folds"]] == [0, 1, 2], trial
+assert all(f["job_id"] for f in trial["folds"]), trial
+PY
+echo "ok: k-fold example"
 
 # --- Nothing above disturbed the master. -------------------------------------
 kill -0 "$MASTER_PID" 2>/dev/null || fail "mpilearn-master died"

@@ -461,6 +461,12 @@ absl::StatusOr<DatasetSplits> LoadDatasets(const DataSpec& spec) {
                     "data.validation_images and data.validation_labels"));
     if (held.size() > 0) splits.validation = RowsOf(train.data, held);
     splits.train = WithoutRows(train.data, held);
+    if (held.begin > 0 && held.end < train.data.size()) {
+      // A middle fold: the training rows are a copy, so a view would keep
+      // the whole loaded set alive for the validation rows alone.
+      splits.validation.features = splits.validation.features.clone();
+      splits.validation.labels = splits.validation.labels.clone();
+    }
   }
 
   if (!spec.test_images().empty() || !spec.test_files().empty()) {

@@ -254,6 +254,11 @@ TEST(LoadDatasetsTest, EveryFoldHoldsOutItsBlockAndTrainsOnTheRest) {
         EXPECT_EQ(s->validation.features.data_ptr<float>(),
                   s->train.features.data_ptr<float>() + 2 * rest.size());
       }
+      // A middle fold copies both, so nothing keeps the whole set alive.
+      if (fold > 0 && fold < folds - 1) {
+        EXPECT_EQ(s->validation.features.storage().nbytes(), s->validation.features.nbytes());
+        EXPECT_EQ(s->train.features.storage().nbytes(), s->train.features.nbytes());
+      }
     }
     // Over the folds every row is held out exactly once.
     EXPECT_EQ(times_held, std::vector<int>(n, 1)) << folds << " folds";
