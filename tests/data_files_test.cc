@@ -88,6 +88,18 @@ class DataFilesTest : public ::testing::Test {
         << ReadFileOrDie(dir_ + "/write.log");
   }
 
+  // part0.h5, part1.h5 and part2.h5 of 3000, 1000 and 4100 rows of 16
+  // features; their paths.
+  std::vector<std::string> WriteParts() {
+    const std::vector<int64_t> file_rows = {3000, 1000, 4100};
+    std::vector<std::string> paths;
+    for (size_t i = 0; i < file_rows.size(); ++i) {
+      paths.push_back(absl::StrCat(dir_, "/part", i, ".h5"));
+      WriteHdf5(paths.back(), file_rows[i], 16, static_cast<int>(i) + 1);
+    }
+    return paths;
+  }
+
   // A job on the files at `paths` (MLP, downpour, 1 thread per rank).
   static v1::JobSpec FilesSpec(const std::vector<std::string>& paths,
                                int64_t validation_count, int epochs) {
@@ -225,33 +237,27 @@ std::vector<TracedRows> ReadTracedRows(const std::string& path) {
 // groups (2 ranks and 1 slower rank) on one job: in every epoch the rows the
 // ranks of both groups read tile each file's training rows exactly, with
 // no row read twice and none left out.
-TEST_F(DataFilesTest, StreamedUnitsCoverEveryRowOnceAcrossTwoGroups) {
-  const std::vector<int64_t> file_rows = {3000, 1000, 4100};
-  std::vector<std::string> paths;
-  for (size_t i = 0; i < file_rows.size(); ++i) {
-    paths.push_back(absl::StrCat(dir_, "/part", i, ".h5"));
-    WriteHdf5(paths.back(), file_rows[i], 16, static_cast<int>(i) + 1);
-  }
-  constexpr int64_t kHoldOut = 600;  // from the end of part2.h5
-  const std::vector<int64_t> train_rows = {3000, 1000, 4100 - kHoldOut};
-  constexpr int kEpochs = 2;
-  const v1::JobSpec spec = FilesSpec(paths, kHoldOut, kEpochs);
-  absl::StatusOr<std::string> job_id = client_->SubmitJob(spec);
+// Trains `spec` (on the files of `file_rows` rows) with two groups, one of
+// them slowed, and checks from the ranks' traces that every epoch read each
+// entry of the training list exactly once: `train_rows[i]` rows of entry i.
+void ExpectEveryRowOnce(MasterClient& client, const std::string& master,
+                        const std::string& dir, const v1::JobSpec& spec,
+                        const std::vector<int64_t>& train_rows) {
+  absl::StatusOr<std::string> job_id = client.SubmitJob(spec);
   ASSERT_TRUE(job_id.ok()) << job_id.status();
-
-  const std::string traces[2] = {dir_ + "/g1.trace.json", dir_ + "/g2.trace.json"};
-  auto first = StartWorkers(2, master_->address(),
+  const std::string traces[2] = {dir + "/g1.trace.json", dir + "/g2.trace.json"};
+  auto first = StartWorkers(2, master,
                             {"--job_id=" + *job_id, "--threads=1",
                              "--trace=" + traces[0]},
-                            dir_ + "/g1.log");
-  auto second = StartWorkers(1, master_->address(),
+                            dir + "/g1.log");
+  auto second = StartWorkers(1, master,
                              {"--job_id=" + *job_id, "--threads=1",
                               "--slowdown_ms_per_batch=5", "--trace=" + traces[1]},
-                             dir_ + "/g2.log");
+                             dir + "/g2.log");
   ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_EQ((*first)->Wait(absl::Seconds(240)).value_or(-1), 0) << (*first)->Log();
   ASSERT_EQ((*second)->Wait(absl::Seconds(240)).value_or(-1), 0) << (*second)->Log();
-  const v1::JobStatus status = client_->GetJobStatus(*job_id).value();
+  const v1::JobStatus status = client.GetJobStatus(*job_id).value();
   ASSERT_EQ(status.state(), v1::JOB_STATE_COMPLETED) << status.message();
 
   // (epoch, file) -> the row ranges read.
@@ -265,7 +271,9 @@ TEST_F(DataFilesTest, StreamedUnitsCoverEveryRowOnceAcrossTwoGroups) {
     }
   }
   ::testing::Test::RecordProperty("groups_that_trained", groups_that_trained);
-  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+  int64_t per_epoch = 0;
+  for (int64_t rows : train_rows) per_epoch += rows;
+  for (int epoch = 0; epoch < spec.epochs(); ++epoch) {
     for (size_t file = 0; file < train_rows.size(); ++file) {
       SCOPED_TRACE(absl::StrCat("epoch ", epoch, ", file ", file));
       std::vector<std::pair<int64_t, int64_t>> ranges =
@@ -278,13 +286,34 @@ TEST_F(DataFilesTest, StreamedUnitsCoverEveryRowOnceAcrossTwoGroups) {
       }
       EXPECT_EQ(next, train_rows[file]);
     }
+    // Nothing read from an entry the list does not have.
+    EXPECT_EQ(read.count({epoch, static_cast<int>(train_rows.size())}), 0u);
   }
-  ASSERT_EQ(status.history_size(), kEpochs);
+  ASSERT_EQ(status.history_size(), spec.epochs());
   for (const v1::EpochRecord& epoch : status.history()) {
-    EXPECT_EQ(epoch.samples(), 3000u + 1000u + 3500u);
+    EXPECT_EQ(epoch.samples(), static_cast<uint64_t>(per_epoch));
   }
   // The labels follow the first two features' signs: learnable.
-  EXPECT_GT(status.history(kEpochs - 1).val_accuracy(), 0.8);
+  EXPECT_GT(status.history(spec.epochs() - 1).val_accuracy(), 0.8);
+}
+
+TEST_F(DataFilesTest, StreamedUnitsCoverEveryRowOnceAcrossTwoGroups) {
+  const std::vector<std::string> paths = WriteParts();
+  constexpr int64_t kHoldOut = 600;  // from the end of part2.h5
+  ExpectEveryRowOnce(*client_, master_->address(), dir_, FilesSpec(paths, kHoldOut, 2),
+                     {3000, 1000, 4100 - kHoldOut});
+}
+
+// A cross-validation fold strictly inside the first file: the training list
+// gets that file's rows after the fold as a fourth entry, which the master
+// hands out as units like any file's (docs/protocol.md, "Cross-validation").
+TEST_F(DataFilesTest, AFoldInsideAFileTrainsTheRestOnce) {
+  const std::vector<std::string> paths = WriteParts();
+  v1::JobSpec spec = FilesSpec(paths, 0, 2);
+  spec.mutable_data()->clear_validation_count();
+  spec.mutable_data()->set_folds(9);  // blocks of 900 rows of the 8100
+  spec.mutable_data()->set_fold(1);   // rows [900, 1800) of part0.h5
+  ExpectEveryRowOnce(*client_, master_->address(), dir_, spec, {900, 1000, 4100, 1200});
 }
 
 // A rank's peak resident memory (VmHWM) from /proc, 0 when it cannot be
