@@ -17,10 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/spec/job_spec.h"
 #include "glog/logging.h"
 #include "server/opt/trial_scheduler.h"
 #include "server/opt/trial_values.h"
@@ -130,71 +128,52 @@ void TrialScheduler::RefreshFoldTrial(Study& study, v1::Trial& trial) {
       if (job.status().code() == absl::StatusCode::kNotFound) fold.clear_job_id();
       continue;
     }
-    const int epochs = job->epochs_done();
-    if (epochs != fold.epochs_done()) {
-      trial.set_epochs_trained(trial.epochs_trained() + epochs - fold.epochs_done());
-      fold.set_epochs_done(epochs);
-      study.dirty = true;
-    }
-    const std::map<int, double> curve = ObjectiveCurve(spec, *job);
-    if (SetIntermediate(curve, fold.mutable_intermediate())) {
-      const std::optional<double> best = BestValue(spec, curve);
-      if (best.has_value() && (!fold.has_value() || Better(spec, *best, fold.value()))) {
-        fold.set_value(*best);
-      }
+    int new_epochs = 0;
+    if (ReadAttempt(spec, *job, fold, &new_epochs) || new_epochs != 0) {
+      trial.set_epochs_trained(trial.epochs_trained() + new_epochs);
       study.dirty = true;
     }
     if (fold.state() == v1::TRIAL_STATE_QUEUED && job->state() != v1::JOB_STATE_QUEUED) {
       fold.set_state(v1::TRIAL_STATE_RUNNING);
       started = true;
     }
-    if (job->state() == v1::JOB_STATE_COMPLETED) {
-      if (absl::StartsWith(job->stop_reason(), "pruned by study ")) {
-        // Pruned before a restart that came before the study was written.
-        end = {v1::TRIAL_STATE_PRUNED, job->stop_reason()};
-      } else if (!fold.has_value()) {
-        fold.set_state(v1::TRIAL_STATE_FAILED);
-        end = {v1::TRIAL_STATE_FAILED,
-               absl::StrCat(job_name, " completed without reporting ",
-                            spec.objective().metric(),
-                            "; keep inband_validation on or attach a validation pool")};
-      } else {
-        absl::StatusOr<std::vector<double>> values = ObjectiveValues(spec, *job);
-        if (!values.ok()) {
-          fold.set_state(v1::TRIAL_STATE_FAILED);
-          end = {v1::TRIAL_STATE_FAILED, absl::StrCat(job_name, " ", values.status().message())};
-        } else {
-          fold.clear_values();
-          for (double value : *values) fold.add_values(value);
-          fold.set_state(v1::TRIAL_STATE_COMPLETED);
-          fold.set_message(TruncatedMessage(job->stop_reason()));
-        }
-      }
-    } else if (job->state() == v1::JOB_STATE_FAILED) {
-      // A fold that ran past its wall-time limit would only do so again.
-      if (fold.retries() < spec.max_retries() &&
-          !absl::StartsWith(job->stop_reason(), kWallTimeStop)) {
+    JobOutcome outcome = JudgeJob(spec, *job, fold.has_value(), fold.retries(), job_name);
+    switch (outcome.kind) {
+      case JobOutcome::Kind::kGoingOn:
+        break;
+      case JobOutcome::Kind::kCompleted:
+        fold.clear_values();
+        for (double value : outcome.values) fold.add_values(value);
+        fold.set_state(v1::TRIAL_STATE_COMPLETED);
+        fold.set_message(TruncatedMessage(outcome.message));
+        break;
+      case JobOutcome::Kind::kRetry:
         LOG(INFO) << "study " << study_id << ": trial " << trial.number() << " "
-                  << job_name << " failed (" << job->message() << "); running it again";
+                  << job_name << " failed (" << outcome.message << "); running it again";
         fold.set_retries(fold.retries() + 1);
         trial.set_retries(trial.retries() + 1);
         fold.set_epochs_done(0);
         fold.clear_intermediate();
         fold.clear_value();
         fold.set_message(TruncatedMessage(
-            absl::StrCat("attempt ", fold.retries(), " failed: ", job->message())));
+            absl::StrCat("attempt ", fold.retries(), " failed: ", outcome.message)));
         fold.clear_job_id();
         fold.set_state(v1::TRIAL_STATE_QUEUED);
         study.dirty = true;
-      } else {
+        break;
+      case JobOutcome::Kind::kPruned:
+        end = {v1::TRIAL_STATE_PRUNED, outcome.message};
+        break;
+      case JobOutcome::Kind::kFailed:
         fold.set_state(v1::TRIAL_STATE_FAILED);
-        fold.set_message(TruncatedMessage(job->message()));
-        end = {v1::TRIAL_STATE_FAILED, absl::StrCat(job_name, " failed: ", job->message())};
-      }
-    } else if (job->state() == v1::JOB_STATE_CANCELLED) {
-      // Cancelled outside the study (mpilearnctl cancel): the trial ends.
-      end = {v1::TRIAL_STATE_CANCELLED,
-             absl::StrCat(job_name, " was cancelled: ", job->message())};
+        if (job->state() == v1::JOB_STATE_FAILED) {
+          fold.set_message(TruncatedMessage(job->message()));
+        }
+        end = {v1::TRIAL_STATE_FAILED, outcome.message};
+        break;
+      case JobOutcome::Kind::kCancelled:
+        end = {v1::TRIAL_STATE_CANCELLED, outcome.message};
+        break;
     }
     if (end.state != v1::TRIAL_STATE_UNSPECIFIED) break;
   }

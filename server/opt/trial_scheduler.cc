@@ -3,10 +3,8 @@
 #include <map>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/spec/job_spec.h"
 #include "common/status_macros.h"
 #include "server/opt/pareto.h"
 #include "server/opt/trial_values.h"
@@ -147,20 +145,10 @@ void TrialScheduler::RefreshTrial(Study& study, v1::Trial& trial) {
   }
 
   // Epochs and intermediate values.
-  const int epochs = job->epochs_done();
-  if (epochs != trial.epochs_done()) {
-    trial.set_epochs_trained(trial.epochs_trained() + epochs -
-                             trial.epochs_done());
-    trial.set_epochs_done(epochs);
-    study.dirty = true;
-  }
-  const std::map<int, double> values = ObjectiveCurve(spec, *job);
-  const bool reported = SetIntermediate(values, trial.mutable_intermediate());
-  if (reported) {
-    const std::optional<double> best = BestValue(spec, values);
-    if (best.has_value() && (!trial.has_value() || Better(spec, *best, trial.value()))) {
-      trial.set_value(*best);
-    }
+  int new_epochs = 0;
+  const bool reported = ReadAttempt(spec, *job, trial, &new_epochs);
+  if (new_epochs != 0 || reported) {
+    trial.set_epochs_trained(trial.epochs_trained() + new_epochs);
     study.dirty = true;
   }
   if (trial.state() == v1::TRIAL_STATE_QUEUED &&
@@ -170,66 +158,44 @@ void TrialScheduler::RefreshTrial(Study& study, v1::Trial& trial) {
   }
   if (reported) events_.Log(study, v1::StudyEvent::KIND_REPORTED, &trial, "");
 
-  switch (job->state()) {
-    case v1::JOB_STATE_COMPLETED:
-      if (absl::StartsWith(job->stop_reason(), "pruned by study ")) {
-        // Pruned before a restart that came before the study was written.
-        EndTrial(study, trial, v1::TRIAL_STATE_PRUNED, job->stop_reason());
-      } else if (trial.has_value()) {
-        if (spec.objectives_size() > 0) {
-          absl::StatusOr<std::vector<double>> values = ObjectiveValues(spec, *job);
-          if (!values.ok()) {
-            EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
-                     absl::StrCat("job ", trial.job_id(), " ", values.status().message()));
-            return;
-          }
-          trial.clear_values();
-          for (double value : *values) trial.add_values(value);
-        }
-        EndTrial(study, trial, v1::TRIAL_STATE_COMPLETED, job->stop_reason());
-      } else {
-        EndTrial(study, trial, v1::TRIAL_STATE_FAILED,
-                 absl::StrCat(
-                     "job ", trial.job_id(), " completed without reporting ",
-                     spec.objective().metric(),
-                     "; keep inband_validation on or attach a validation "
-                     "pool"));
+  JobOutcome outcome = JudgeJob(spec, *job, trial.has_value(), trial.retries(),
+                                absl::StrCat("job ", trial.job_id()));
+  switch (outcome.kind) {
+    case JobOutcome::Kind::kGoingOn:
+      if (reported && trial.intermediate_size() > 0) MaybePrune(study, trial);
+      return;
+    case JobOutcome::Kind::kCompleted:
+      if (spec.objectives_size() > 0) {
+        trial.clear_values();
+        for (double value : outcome.values) trial.add_values(value);
       }
+      EndTrial(study, trial, v1::TRIAL_STATE_COMPLETED, outcome.message);
       return;
-    case v1::JOB_STATE_FAILED:
-      // A trial that ran past its wall-time limit would only do so again.
-      if (trial.retries() < spec.max_retries() &&
-          !absl::StartsWith(job->stop_reason(), kWallTimeStop)) {
-        LOG(INFO) << "study " << study_id << ": trial " << trial.number()
-                  << ": job " << trial.job_id() << " failed (" << job->message()
-                  << "); running it again";
-        trial.set_retries(trial.retries() + 1);
-        trial.set_epochs_done(0);
-        trial.clear_intermediate();
-        trial.clear_value();
-        trial.clear_rungs();
-        trial.set_message(TruncatedMessage(absl::StrCat(
-            "attempt ", trial.retries(), " failed: ", job->message())));
-        trial.clear_job_id();
-        trial.set_state(v1::TRIAL_STATE_QUEUED);
-        SubmitTrialJob(study, trial, /*may_exist=*/false);
-      } else {
-        EndTrial(
-            study, trial, v1::TRIAL_STATE_FAILED,
-            absl::StrCat("job ", trial.job_id(), " failed: ", job->message()));
-      }
+    case JobOutcome::Kind::kRetry:
+      LOG(INFO) << "study " << study_id << ": trial " << trial.number()
+                << ": job " << trial.job_id() << " failed (" << outcome.message
+                << "); running it again";
+      trial.set_retries(trial.retries() + 1);
+      trial.set_epochs_done(0);
+      trial.clear_intermediate();
+      trial.clear_value();
+      trial.clear_rungs();
+      trial.set_message(TruncatedMessage(
+          absl::StrCat("attempt ", trial.retries(), " failed: ", outcome.message)));
+      trial.clear_job_id();
+      trial.set_state(v1::TRIAL_STATE_QUEUED);
+      SubmitTrialJob(study, trial, /*may_exist=*/false);
       return;
-    case v1::JOB_STATE_CANCELLED:
-      // Cancelled outside the study (mpilearnctl cancel): the trial ends.
-      EndTrial(study, trial, v1::TRIAL_STATE_CANCELLED,
-               absl::StrCat("job ", trial.job_id(),
-                            " was cancelled: ", job->message()));
+    case JobOutcome::Kind::kPruned:
+      EndTrial(study, trial, v1::TRIAL_STATE_PRUNED, outcome.message);
       return;
-    default:
-      break;
+    case JobOutcome::Kind::kFailed:
+      EndTrial(study, trial, v1::TRIAL_STATE_FAILED, outcome.message);
+      return;
+    case JobOutcome::Kind::kCancelled:
+      EndTrial(study, trial, v1::TRIAL_STATE_CANCELLED, outcome.message);
+      return;
   }
-  if (!reported || values.empty()) return;
-  MaybePrune(study, trial);
 }
 
 void TrialScheduler::MaybePrune(Study& study, v1::Trial& trial) {

@@ -1,6 +1,8 @@
 #include "server/opt/trial_values.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec/job_spec.h"
 
 namespace mpilearn::opt {
 namespace {
@@ -88,6 +90,39 @@ absl::StatusOr<std::vector<double>> ObjectiveValues(const v1::StudySpec& spec,
     values.push_back(*value);
   }
   return values;
+}
+
+JobOutcome JudgeJob(const v1::StudySpec& spec, const v1::JobStatus& job, bool has_value,
+                    int retries, const std::string& label) {
+  using Kind = JobOutcome::Kind;
+  switch (job.state()) {
+    case v1::JOB_STATE_COMPLETED: {
+      if (absl::StartsWith(job.stop_reason(), "pruned by study ")) {
+        // Pruned before a restart that came before the study was written.
+        return {Kind::kPruned, job.stop_reason(), {}};
+      }
+      if (!has_value) {
+        return {Kind::kFailed,
+                absl::StrCat(label, " completed without reporting ", spec.objective().metric(),
+                             "; keep inband_validation on or attach a validation pool"),
+                {}};
+      }
+      absl::StatusOr<std::vector<double>> values = ObjectiveValues(spec, job);
+      if (!values.ok()) return {Kind::kFailed, absl::StrCat(label, " ", values.status().message()), {}};
+      return {Kind::kCompleted, job.stop_reason(), *std::move(values)};
+    }
+    case v1::JOB_STATE_FAILED:
+      // An attempt that ran past its wall-time limit would only do so again.
+      if (retries < spec.max_retries() && !absl::StartsWith(job.stop_reason(), kWallTimeStop)) {
+        return {Kind::kRetry, job.message(), {}};
+      }
+      return {Kind::kFailed, absl::StrCat(label, " failed: ", job.message()), {}};
+    case v1::JOB_STATE_CANCELLED:
+      // Cancelled outside the study (mpilearnctl cancel): the trial ends.
+      return {Kind::kCancelled, absl::StrCat(label, " was cancelled: ", job.message()), {}};
+    default:
+      return {};
+  }
 }
 
 std::string TrialJobName(const std::string& study_id, int trial, int fold,
