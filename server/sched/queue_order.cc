@@ -14,6 +14,13 @@ namespace {
 // half-life ago and a week further back).
 constexpr double kForgotten = 1e-9;
 
+// A map's value for `key`, 0 when it has none.
+template <typename Value>
+Value ValueOr0(const absl::flat_hash_map<std::string, Value>& map, const std::string& key) {
+  const auto it = map.find(key);
+  return it == map.end() ? Value{0} : it->second;
+}
+
 // Live groups by owner, by unit and by study.
 struct Counts {
   absl::flat_hash_map<std::string, int> owners;
@@ -31,17 +38,12 @@ struct Counts {
     units[ShareUnit(job)] += groups;
     if (!job.study.empty()) studies[job.study] += groups;
   }
-  static int Of(const absl::flat_hash_map<std::string, int>& map,
-                const std::string& key) {
-    auto it = map.find(key);
-    return it == map.end() ? 0 : it->second;
-  }
 };
 
 std::string NoteFor(const QueueEntry& job, const Counts& counts,
                     const SchedulingPolicy& policy) {
   const int owner_limit = policy.GroupLimitOf(job.owner);
-  if (owner_limit > 0 && Counts::Of(counts.owners, job.owner) >= owner_limit) {
+  if (owner_limit > 0 && ValueOr0(counts.owners, job.owner) >= owner_limit) {
     const auto it = policy.owners.find(job.owner);
     const bool own = it != policy.owners.end() && it->second.max_groups > 0;
     return absl::StrCat("owner '", job.owner, "' may hold ", owner_limit,
@@ -52,7 +54,7 @@ std::string NoteFor(const QueueEntry& job, const Counts& counts,
                         ")");
   }
   if (!job.study.empty() && policy.max_groups_per_study > 0 &&
-      Counts::Of(counts.studies, job.study) >= policy.max_groups_per_study) {
+      ValueOr0(counts.studies, job.study) >= policy.max_groups_per_study) {
     return absl::StrCat("study ", job.study, " may hold ", policy.max_groups_per_study,
                         " group(s) at once (mpilearn-master --max_groups_per_study)");
   }
@@ -101,15 +103,9 @@ void OwnerUsage::Advance(const std::vector<QueueEntry>& jobs, absl::Time now,
   move(units_, counts.units);
 }
 
-double OwnerUsage::Owner(const std::string& owner) const {
-  const auto it = owners_.find(owner);
-  return it == owners_.end() ? 0.0 : it->second;
-}
+double OwnerUsage::Owner(const std::string& owner) const { return ValueOr0(owners_, owner); }
 
-double OwnerUsage::Unit(const std::string& unit) const {
-  const auto it = units_.find(unit);
-  return it == units_.end() ? 0.0 : it->second;
-}
+double OwnerUsage::Unit(const std::string& unit) const { return ValueOr0(units_, unit); }
 
 void OwnerUsage::Served(const QueueEntry& job) {
   ++services_;
@@ -118,13 +114,11 @@ void OwnerUsage::Served(const QueueEntry& job) {
 }
 
 int64_t OwnerUsage::OwnerServed(const std::string& owner) const {
-  const auto it = owner_served_.find(owner);
-  return it == owner_served_.end() ? 0 : it->second;
+  return ValueOr0(owner_served_, owner);
 }
 
 int64_t OwnerUsage::UnitServed(const std::string& unit) const {
-  const auto it = unit_served_.find(unit);
-  return it == unit_served_.end() ? 0 : it->second;
+  return ValueOr0(unit_served_, unit);
 }
 
 std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
@@ -145,9 +139,9 @@ std::vector<QueuePlace> OrderQueue(const std::vector<QueueEntry>& jobs,
   auto key = [&](size_t i) -> Key {
     const QueueEntry& job = jobs[i];
     const double owner_use =
-        (Counts::Of(counts.owners, job.owner) + usage.Owner(job.owner)) /
+        (ValueOr0(counts.owners, job.owner) + usage.Owner(job.owner)) /
         policy.ShareOf(job.owner);
-    const double unit_use = Counts::Of(counts.units, units[i]) + usage.Unit(units[i]);
+    const double unit_use = ValueOr0(counts.units, units[i]) + usage.Unit(units[i]);
     return {-job.priority, owner_use, usage.OwnerServed(job.owner), unit_use,
             usage.UnitServed(units[i]), job.number};
   };
