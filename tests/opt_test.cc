@@ -26,17 +26,22 @@
 namespace mpilearn::testing {
 namespace {
 
+// A log-scaled learning-rate parameter of [low, high].
+void AddLearningRate(v1::StudySpec& spec, double low, double high) {
+  v1::ParameterSpec* lr = spec.add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->mutable_real()->set_low(low);
+  lr->mutable_real()->set_high(high);
+  lr->mutable_real()->set_log(true);
+}
+
 v1::StudySpec FashionMnistStudy() {
   v1::StudySpec spec;
   spec.set_name("e2e");
   v1::JobSpec& base = *spec.mutable_base();
   base = FashionMnistSubset("downpour", 3000, 4);
   base.mutable_checkpoint()->set_every_updates(20);
-  v1::ParameterSpec* lr = spec.add_parameters();
-  lr->set_path("optimizer.learning_rate");
-  lr->mutable_real()->set_low(3e-4);
-  lr->mutable_real()->set_high(3e-2);
-  lr->mutable_real()->set_log(true);
+  AddLearningRate(spec, 3e-4, 3e-2);
   v1::ParameterSpec* batch = spec.add_parameters();
   batch->set_path("batch_size");
   batch->mutable_int_()->set_low(32);
@@ -213,11 +218,7 @@ TEST(OptTest, TwoObjectivesOverRealTrainingGiveTheParetoFront) {
     hidden->mutable_categorical()->add_choices()->mutable_list_value()->add_values()
         ->set_number_value(width);
   }
-  v1::ParameterSpec* lr = spec.add_parameters();
-  lr->set_path("optimizer.learning_rate");
-  lr->mutable_real()->set_low(1e-3);
-  lr->mutable_real()->set_high(1e-2);
-  lr->mutable_real()->set_log(true);
+  AddLearningRate(spec, 1e-3, 1e-2);
   spec.add_objectives()->set_metric("val_accuracy");
   spec.add_objectives()->set_metric("parameters");
   spec.set_trials(6);
@@ -273,11 +274,7 @@ TEST(OptTest, AThreeFoldStudyScoresTheMeanOfItsJobs) {
   spec.set_name("folds");
   *spec.mutable_base() = FashionMnistSubset("downpour", 4500, 2);
   spec.mutable_base()->mutable_data()->clear_validation_count();  // the folds choose
-  v1::ParameterSpec* lr = spec.add_parameters();
-  lr->set_path("optimizer.learning_rate");
-  lr->mutable_real()->set_low(1e-3);
-  lr->mutable_real()->set_high(1e-2);
-  lr->mutable_real()->set_log(true);
+  AddLearningRate(spec, 1e-3, 1e-2);
   spec.set_sampler("random");
   spec.set_folds(3);
   spec.set_trials(2);
